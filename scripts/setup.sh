@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: Debian packages for Bazel + googletest,
+# and a virtualenv (.venv) with the pinned requirements. Quiet when nothing to do.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+debs=(bazel-bootstrap bazel-platforms bazel-skylib googletest libgtest-dev)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+venv="$root/.venv"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating virtualenv $venv"
+  python3 -m venv "$venv"
+fi
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python requirements into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+fi

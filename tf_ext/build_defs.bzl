@@ -1,0 +1,130 @@
+"""The one place that knows tf_ext's compiler flags and how an op library is linked.
+
+Every C++ target of the project is declared through these macros, never with raw copts:
+  tf_ext_cc_library / tf_ext_cc_binary / tf_ext_cc_test  - C++ against TensorFlow's headers
+  tf_ext_op_library                                        - a loadable custom-op .so
+  tf_ext_cuda_library                                      - nvcc-compiled *.cu.cc sources
+TensorFlow's own flags (ABI, -std, Eigen alignment) come from @local_config_tf, i.e. from
+tf.sysconfig of the installed wheel, and are attached through :tf_header_lib.
+"""
+
+load("@local_config_tf//:tf_info.bzl", "CUDA_HOME", "TF_COPTS", "TF_DEFINES")
+
+# Project-wide C++ flags: TensorFlow's own (-std, from tf.sysconfig) first. The -Wno-*
+# silence TensorFlow/Eigen header noise only.
+TF_EXT_COPTS = TF_COPTS + [
+    "-fPIC",
+    "-O2",
+    "-Wall",
+    "-Wno-sign-compare",
+    "-Wno-unused-local-typedefs",
+    "-Wno-deprecated-declarations",
+    "-Wno-ignored-attributes",
+    "-Wno-unknown-pragmas",
+    "-Wno-stringop-overflow",
+    "-Wno-array-bounds",
+    "-Wno-maybe-uninitialized",
+]
+
+TF_FRAMEWORK = "@local_config_tf//:libtensorflow_framework"
+TF_CC = "@local_config_tf//:libtensorflow_cc"
+
+def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
+    native.cc_library(
+        name = name,
+        copts = TF_EXT_COPTS + copts,
+        deps = deps + [TF_FRAMEWORK],
+        **kwargs
+    )
+
+def tf_ext_cc_binary(name, copts = [], deps = [], **kwargs):
+    native.cc_binary(
+        name = name,
+        copts = TF_EXT_COPTS + copts,
+        deps = deps + [TF_CC],
+        **kwargs
+    )
+
+def tf_ext_cc_test(name, copts = [], deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = TF_EXT_COPTS + copts,
+        deps = deps + [TF_CC, "@com_google_googletest//:gtest"],
+        **kwargs
+    )
+
+def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
+    """Compiles *.cu.cc files with nvcc into a static archive (only with --config=cuda).
+
+    nvcc never sees op_kernel.h: a .cu.cc includes only functor headers and TF's GPU helpers.
+    Without --config=cuda this is an empty library, so CPU-only builds need no CUDA at all.
+    """
+    objs = []
+    for src in srcs:
+        obj = src.replace(".cu.cc", ".cu.o")
+        native.genrule(
+            name = name + "_" + src.replace("/", "_").replace(".", "_"),
+            srcs = [src] + hdrs + deps_hdrs + [
+                "@local_config_tf//:tf_header_lib",
+                "@local_config_tf//:cuda_include",
+            ],
+            outs = [obj],
+            cmd = " ".join([
+                "%s/bin/nvcc" % CUDA_HOME,
+                "-x cu -std=c++17 -O3 -DGOOGLE_CUDA=1 --expt-relaxed-constexpr",
+                "-Xcompiler -fPIC -w",
+                " ".join(["-D" + d for d in TF_DEFINES]),
+                "-I. -I$(GENDIR)",
+                "-Iexternal/local_config_tf/cuda_include",
+                "-Iexternal/local_config_tf/include",
+                "-c $(location %s) -o $@" % src,
+            ]),
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = select({
+            "//tf_ext:cuda_enabled": objs,
+            "//conditions:default": [],
+        }),
+        linkopts = select({
+            "//tf_ext:cuda_enabled": ["-L%s/lib64" % CUDA_HOME, "-l:libcudart_static.a", "-ldl", "-lrt"],
+            "//conditions:default": [],
+        }),
+    )
+
+def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visibility = None):
+    """A custom-op library: `<name>_lib` (alwayslink, for static linking into C++ tests and
+    tools) and `<name>.so` (for tf.load_op_library / TF_LoadLibrary / LoadDynamicLibrary).
+
+    The .so links libtensorflow_framework and libtensorflow_cc: the latter carries the C++
+    client gradient registry that tf_ext's gradient registration also fills (see
+    tf_ext/grads/registry.h). Python's TensorFlow already has both loaded.
+    """
+    gpu_deps = []
+    if gpu_srcs:
+        tf_ext_cuda_library(
+            name = name + "_gpu",
+            srcs = gpu_srcs,
+            hdrs = hdrs,
+        )
+        gpu_deps = [":" + name + "_gpu"]
+    native.cc_library(
+        name = name + "_lib",
+        srcs = srcs,
+        hdrs = hdrs,
+        copts = TF_EXT_COPTS + select({
+            "//tf_ext:cuda_enabled": ["-DGOOGLE_CUDA=1"],
+            "//conditions:default": [],
+        }),
+        deps = deps + gpu_deps + [TF_CC],
+        alwayslink = 1,
+        visibility = visibility,
+    )
+    native.cc_binary(
+        name = name + ".so",
+        linkshared = 1,
+        linkstatic = 1,
+        deps = [":" + name + "_lib"],
+        visibility = visibility,
+    )

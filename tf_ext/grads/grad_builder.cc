@@ -1,0 +1,187 @@
+#include "tf_ext/grads/grad_builder.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tensorflow::tf_ext::grad {
+
+FDH::AttrValueWrapper Placeholder(const std::string& name) {
+  FDH::AttrValueWrapper w;
+  w.proto.set_placeholder(name);
+  return w;
+}
+
+GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs)
+    : op_type_(op_type), attrs_(attrs) {
+  const OpDef* def = nullptr;
+  absl::Status s = OpRegistry::Global()->LookUpOpDef(op_type, &def);
+  if (!s.ok()) {
+    Fail(s);
+    return;
+  }
+  op_def_ = *def;
+  for (const auto* args : {&op_def_.input_arg(), &op_def_.output_arg()}) {
+    for (const OpDef::ArgDef& arg : *args) {
+      if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+        Fail(absl::UnimplementedError(absl::StrCat(
+            op_type, ": GradBuilder supports single-tensor arguments only; '", arg.name(),
+            "' is a list")));
+      }
+    }
+  }
+}
+
+void GradBuilder::Fail(absl::Status s) {
+  if (status_.ok()) status_ = std::move(s);
+}
+
+const OpDef::ArgDef* GradBuilder::FindArg(const std::string& name) const {
+  for (const auto* args : {&op_def_.input_arg(), &op_def_.output_arg()}) {
+    for (const OpDef::ArgDef& arg : *args) {
+      if (arg.name() == name) return &arg;
+    }
+  }
+  return nullptr;
+}
+
+GradBuilder& GradBuilder::RequireTypes(const std::string& attr,
+                                       std::initializer_list<DataType> allowed) {
+  DataType t = DT_INVALID;
+  absl::Status s = GetNodeAttr(attrs_, attr, &t);
+  if (!s.ok()) {
+    Fail(s);
+  } else if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
+    std::vector<std::string> names;
+    for (DataType a : allowed) names.push_back(DataTypeString(a));
+    Fail(absl::InvalidArgumentError(absl::StrCat(
+        op_type_, " is not differentiable for ", attr, "=", DataTypeString(t),
+        "; its gradient is defined for ", absl::StrJoin(names, ", "))));
+  }
+  return *this;
+}
+
+NodeAttrs GradBuilder::Forward(std::initializer_list<std::string> names) const {
+  NodeAttrs out;
+  for (const std::string& n : names) out.push_back({n, Placeholder(n)});
+  return out;
+}
+
+FDH::AttrValueWrapper GradBuilder::TypeOf(const std::string& arg_name) const {
+  const OpDef::ArgDef* arg = FindArg(arg_name);
+  if (arg == nullptr) return FDH::AttrValueWrapper(DT_INVALID);
+  if (!arg->type_attr().empty()) return Placeholder(arg->type_attr());
+  return FDH::AttrValueWrapper(arg->type());
+}
+
+std::string GradBuilder::Add(FDH::Node node) {
+  std::string name = node.ret.empty() ? node.name : node.ret[0];
+  nodes_.push_back(std::move(node));
+  return name;
+}
+
+GradBuilder& GradBuilder::Return(const std::string& input, const std::string& ref) {
+  returns_.push_back({input, ref});
+  return *this;
+}
+
+GradBuilder& GradBuilder::NotDifferentiable(const std::string& input) {
+  // d(input) = 0: the output does not depend on `input` smoothly (indices, boxes, ...).
+  std::string z = Add({{"zeros_" + input}, "ZerosLike", {input}, {{"T", TypeOf(input)}}});
+  return Return(input, z);
+}
+
+GradBuilder& GradBuilder::DedicatedOp(const std::string& grad_op, std::vector<std::string> args,
+                                      std::initializer_list<std::string> attrs,
+                                      std::vector<std::string> inputs) {
+  std::vector<std::string> rets;
+  for (const std::string& in : inputs) rets.push_back("grad_op_" + in);
+  Add({rets, grad_op, std::move(args), Forward(attrs)});
+  for (size_t i = 0; i < inputs.size(); ++i) Return(inputs[i], rets[i]);
+  return *this;
+}
+
+std::string GradBuilder::TypedConst(const std::string& name, double value,
+                                    const std::string& type_attr) {
+  Add(FDH::Const<double>(name + "_f64", value));
+  return Add({{name}, "Cast", {name + "_f64"}, {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder(type_attr)}}});
+}
+
+std::pair<std::string, std::string> GradBuilder::ReduceForBroadcast(
+    const std::string& a, const std::string& b, const std::string& grad_a,
+    const std::string& grad_b, const std::string& type_attr) {
+  const std::string p = absl::StrCat("bcast", counter_++, "_");
+  const NodeAttrs t = {{"T", Placeholder(type_attr)}};
+  Add({{p + "sa"}, "Shape", {a}, t});
+  Add({{p + "sb"}, "Shape", {b}, t});
+  // ra, rb: the axes along which a and b were broadcast to the result's shape.
+  Add({{p + "ra", p + "rb"}, "BroadcastGradientArgs", {p + "sa", p + "sb"}});
+  // d(a) = reshape(sum(grad_a, ra), shape(a)); same for b.
+  Add({{p + "suma"}, "Sum", {grad_a, p + "ra"}, t});
+  Add({{p + "sumb"}, "Sum", {grad_b, p + "rb"}, t});
+  std::string da = Add({{p + "da"}, "Reshape", {p + "suma", p + "sa"}, t});
+  std::string db = Add({{p + "db"}, "Reshape", {p + "sumb", p + "sb"}, t});
+  return {da, db};
+}
+
+GradBuilder& GradBuilder::UnaryCwise(std::vector<FDH::Node> body) {
+  if (op_def_.input_arg_size() != 1 || op_def_.output_arg_size() != 1 || body.empty()) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat(op_type_, ": UnaryCwise needs one input, one output and a non-empty body")));
+    return *this;
+  }
+  const std::string& x = op_def_.input_arg(0).name();
+  const std::string& y = op_def_.output_arg(0).name();
+  bool reads_y = false;
+  for (const FDH::Node& n : body) {
+    reads_y |= std::find(n.arg.begin(), n.arg.end(), y) != n.arg.end();
+  }
+  if (reads_y) {
+    // y = op(x): recomputed, since a gradient function only receives x and d(y).
+    FDH::Node fwd{{y}, op_type_, {x}, {}};
+    for (const auto& attr : op_def_.attr()) fwd.attr.push_back({attr.name(), Placeholder(attr.name())});
+    Add(std::move(fwd));
+  }
+  std::string last;
+  for (FDH::Node& n : body) last = Add(std::move(n));
+  return Return(x, last);
+}
+
+absl::Status GradBuilder::Build(FunctionDef* g) const {
+  TF_RETURN_IF_ERROR(status_);
+  auto type_string = [](const OpDef::ArgDef& arg) {
+    return arg.type_attr().empty() ? DataTypeString(arg.type()) : arg.type_attr();
+  };
+  std::vector<std::string> arg_def, ret_def, attr_def;
+  for (const OpDef::ArgDef& in : op_def_.input_arg()) {
+    arg_def.push_back(absl::StrCat(in.name(), ": ", type_string(in)));
+  }
+  for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+    arg_def.push_back(absl::StrCat(Grad(out.name()), ": ", type_string(out)));
+  }
+  for (const OpDef::AttrDef& attr : op_def_.attr()) {
+    attr_def.push_back(absl::StrCat(attr.name(), ": ", attr.type()));
+  }
+  // FDH::Define names results after node outputs, so each result gets an Identity node named
+  // Grad(input) reading the node output that Return() chose.
+  std::vector<FDH::Node> nodes = nodes_;
+  for (const OpDef::ArgDef& in : op_def_.input_arg()) {
+    auto it = std::find_if(returns_.begin(), returns_.end(),
+                           [&](const auto& r) { return r.first == in.name(); });
+    if (it == returns_.end()) {
+      return absl::InternalError(absl::StrCat(op_type_, ": the gradient for input '", in.name(),
+                                              "' was never defined"));
+    }
+    ret_def.push_back(absl::StrCat(Grad(in.name()), ": ", type_string(in)));
+    nodes.push_back({{Grad(in.name())}, "Identity", {it->second}, {{"T", TypeOf(in.name())}}});
+  }
+  *g = FDH::Define(arg_def, ret_def, attr_def, nodes);
+  return absl::OkStatus();
+}
+
+}  // namespace tensorflow::tf_ext::grad

@@ -1,0 +1,107 @@
+// GradBuilder: writes the FunctionDef of an op's gradient with FunctionDefHelper (FDH) nodes.
+//
+// The gradient function's signature is derived from the forward op's OpDef, so a gradient
+// only lists its maths:
+//   inputs:  every forward input, by its OpDef name (x, rois, ...), then one incoming
+//            gradient per forward output, named Grad(output) = "d_<output>";
+//   outputs: one gradient per forward input, named Grad(input) = "d_<input>";
+//   attrs:   every attr of the forward op; Forward({"T", ...}) passes them on as "$T".
+// This is the calling convention of SymbolicGradient, so the result is directly usable by
+// TensorFlow's function runtime, its graph-level gradient builder and tf_ext's bridges.
+//
+// Node references use FDH's Define syntax: a node's `ret` names its outputs, "name" is output
+// 0 and "name:k" output k of a multi-output node.
+#ifndef TF_EXT_GRADS_GRAD_BUILDER_H_
+#define TF_EXT_GRADS_GRAD_BUILDER_H_
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/types.pb.h"
+
+namespace tensorflow::tf_ext::grad {
+
+using FDH = FunctionDefHelper;
+using NodeAttrs = std::vector<std::pair<std::string, FDH::AttrValueWrapper>>;
+
+// An attr value that stands for forward attr `name` ("$name"). Use this, not a std::string
+// "$T": FDH's AttrValueWrapper only parses placeholders from const char* / string_view.
+FDH::AttrValueWrapper Placeholder(const std::string& name);
+
+// Name of the incoming gradient of forward output `output` / of the result for input `input`.
+inline std::string Grad(const std::string& name) { return "d_" + name; }
+
+class GradBuilder {
+ public:
+  // `attrs` are the forward node's attrs (what gradient::Creator receives).
+  GradBuilder(const std::string& op_type, const AttrSlice& attrs);
+
+  const std::string& op_type() const { return op_type_; }
+  const OpDef& op_def() const { return op_def_; }
+
+  // Fails the build (a clear InvalidArgument) unless type attr `attr` is one of `allowed`;
+  // e.g. RequireTypes("T", {DT_FLOAT, DT_DOUBLE}) for ops whose int flavour has no gradient.
+  GradBuilder& RequireTypes(const std::string& attr, std::initializer_list<DataType> allowed);
+
+  // {"T", "$T"}, ... : attrs passed through unchanged to a node.
+  NodeAttrs Forward(std::initializer_list<std::string> names) const;
+  // The dtype of forward input/output `arg` as a node attr value ("$T" or a fixed type).
+  FDH::AttrValueWrapper TypeOf(const std::string& arg) const;
+
+  // Adds a node; returns its first output's name for chaining.
+  std::string Add(FDH::Node node);
+
+  // Declares that the gradient for forward input `input` is node output `ref`.
+  GradBuilder& Return(const std::string& input, const std::string& ref);
+
+  // Helpers for the common shapes of a gradient (all add nodes and return their output).
+  // d(input) = zeros of input's shape and dtype: `input` is not differentiable.
+  GradBuilder& NotDifferentiable(const std::string& input);
+  // The gradient is one dedicated op (e.g. TfExt>FooGrad) fed `args`, with `attrs` forwarded
+  // by name; its outputs become the gradients of `inputs` in order.
+  GradBuilder& DedicatedOp(const std::string& grad_op, std::vector<std::string> args,
+                           std::initializer_list<std::string> attrs,
+                           std::vector<std::string> inputs);
+  // A scalar constant of dtype attr `type_attr` ("$T") with value `value`: Const(double) + Cast.
+  std::string TypedConst(const std::string& name, double value,
+                         const std::string& type_attr = "T");
+  // Reduces `grad` (shaped like the broadcast result) back to the shape of `input`:
+  // Sum over the axes BroadcastGradientArgs(shape(a), shape(b)) reports, then Reshape.
+  // Returns the names of the reduced gradients for a and b.
+  std::pair<std::string, std::string> ReduceForBroadcast(const std::string& a,
+                                                         const std::string& b,
+                                                         const std::string& grad_a,
+                                                         const std::string& grad_b,
+                                                         const std::string& type_attr = "T");
+
+  // Element-wise unary op (one input x, one output y): d(x) = f(x, y, d(y)).
+  // `body` may read the forward input and output by their OpDef names and the incoming gradient
+  // as Grad(output); y is recomputed by a forward node only if the body reads it. The last
+  // body node's first output is returned as d(x).
+  GradBuilder& UnaryCwise(std::vector<FDH::Node> body);
+
+  // Every forward input must have been given a gradient (Return / NotDifferentiable /
+  // DedicatedOp); incoming gradients the maths does not read are simply ignored.
+  absl::Status Build(FunctionDef* g) const;
+
+ private:
+  void Fail(absl::Status s);
+  const OpDef::ArgDef* FindArg(const std::string& name) const;
+
+  std::string op_type_;
+  OpDef op_def_;
+  AttrSlice attrs_;
+  absl::Status status_;
+  std::vector<FDH::Node> nodes_;
+  std::vector<std::pair<std::string, std::string>> returns_;  // input -> node output
+  int counter_ = 0;
+};
+
+}  // namespace tensorflow::tf_ext::grad
+
+#endif  // TF_EXT_GRADS_GRAD_BUILDER_H_

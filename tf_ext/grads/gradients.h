@@ -1,0 +1,15 @@
+// Declarations of tf_ext's FDH gradient functions (one per differentiable op). They are
+// registered from the manifest (tf_ext/grads/manifest.cc), never individually.
+#ifndef TF_EXT_GRADS_GRADIENTS_H_
+#define TF_EXT_GRADS_GRADIENTS_H_
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/function.h"
+
+namespace tensorflow::tf_ext {
+
+absl::Status ZeroOutGrad(const AttrSlice& attrs, FunctionDef* g);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRADS_GRADIENTS_H_

@@ -1,0 +1,39 @@
+// THE place that lists every tf_ext op, its gradient rule and its non-differentiable
+// inputs/outputs. Registration into all of TensorFlow's C++ gradient registries happens here,
+// the docs table in README.md mirrors it, and tests/manifest_test.cc checks that every op
+// registered under "TfExt>" appears here exactly once.
+#include "tf_ext/grads/manifest.h"
+
+#include "tf_ext/grads/gradients.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+
+const std::vector<GradientManifestEntry>& GradientManifest() {
+  static const auto* manifest = new std::vector<GradientManifestEntry>{
+      {"TfExt>ZeroOut", &ZeroOutGrad,
+       "d(to_zero) = ZeroOut(d(zeroed), preserve_index): dy routed to preserve_index only",
+       {}, {}, "float, double"},
+      {"TfExt>GradientFunctionDef", nullptr, "utility op (returns a FunctionDef)",
+       {"node_def"}, {}, ""},
+  };
+  return *manifest;
+}
+
+namespace {
+
+bool RegisterManifest() {
+  for (const GradientManifestEntry& e : GradientManifest()) {
+    if (e.gradient != nullptr) {
+      RegisterGradient(e.op, e.gradient);
+    } else {
+      RegisterNoGradient(e.op);
+    }
+  }
+  return true;
+}
+
+const bool manifest_registered [[maybe_unused]] = RegisterManifest();
+
+}  // namespace
+}  // namespace tensorflow::tf_ext

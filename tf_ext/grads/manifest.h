@@ -1,0 +1,29 @@
+// The gradient manifest: the one list of every tf_ext op with its gradient rule.
+#ifndef TF_EXT_GRADS_MANIFEST_H_
+#define TF_EXT_GRADS_MANIFEST_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/function.h"
+
+namespace tensorflow::tf_ext {
+
+using GradientFn = absl::Status (*)(const AttrSlice& attrs, FunctionDef* g);
+
+struct GradientManifestEntry {
+  const char* op;                  // forward op type
+  GradientFn gradient;             // FDH gradient; nullptr = not differentiable at all
+  const char* rule;                // the maths, per differentiable input
+  std::vector<const char*> non_differentiable_inputs;  // get zeros
+  std::vector<const char*> ignored_output_grads;       // incoming gradients never read
+  const char* differentiable_types;                    // e.g. "float, double"
+};
+
+// Every op this library registers, in registration order. Each is registered (with
+// TF_EXT's one-call registration, see registry.h) when the library is loaded.
+const std::vector<GradientManifestEntry>& GradientManifest();
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRADS_MANIFEST_H_

@@ -1,0 +1,195 @@
+#include "tf_ext/grads/registry.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/cc/framework/grad_op_registry.h"
+#include "tensorflow/cc/framework/ops.h"
+#include "tensorflow/cc/ops/array_ops.h"
+#include "tensorflow/cc/ops/functional_ops.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/function.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/platform/logging.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+// The C++ client registry's gradient for every tf_ext-registered op: one SymbolicGradient node
+// whose function is the op itself with the node's attrs, so the FDH creator does the work.
+absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
+                                        const std::vector<Output>& grad_inputs,
+                                        std::vector<Output>* grad_outputs) {
+  const Node* node = op.node();
+  NameAttrList f;
+  f.set_name(node->type_string());
+  for (const auto& kv : node->attrs()) {
+    if (!kv.first.empty() && kv.first[0] == '_') continue;  // placement/internal attrs
+    (*f.mutable_attr())[kv.first] = kv.second;
+  }
+  std::vector<Output> inputs;
+  for (int i = 0; i < op.num_inputs(); ++i) inputs.push_back(op.input(i));
+  for (int i = 0; i < op.num_outputs(); ++i) {
+    // An output nobody differentiated arrives as NoGradient: its incoming gradient is zero.
+    if (i < static_cast<int>(grad_inputs.size()) && grad_inputs[i].node() != nullptr) {
+      inputs.push_back(grad_inputs[i]);
+    } else {
+      inputs.push_back(ops::ZerosLike(scope, op.output(i)).y);
+    }
+  }
+  ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
+  TF_RETURN_IF_ERROR(scope.status());
+  grad_outputs->assign(grad.output.begin(), grad.output.end());
+  return absl::OkStatus();
+}
+
+bool AlreadyRegistered(const std::string& op_type) {
+  gradient::Creator existing;
+  ops::GradFunc existing_cc;
+  const bool in_function = gradient::GetOpGradientCreator(op_type, &existing).ok();
+  const bool in_client = ops::GradOpRegistry::Global()->Lookup(op_type, &existing_cc).ok();
+  if (in_function || in_client) {
+    LOG(WARNING) << "tf_ext: a gradient for " << op_type
+                 << " is already registered (is a second copy of the op library loaded?); "
+                    "keeping the first one";
+    return true;
+  }
+  return false;
+}
+
+// Stable across processes and builds (unlike std::hash), so names are reproducible.
+uint64_t Fnv1a64(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+absl::Status Substitute(const AttrSlice& attrs, AttrValue* value) {
+  if (!value->placeholder().empty()) {
+    const AttrValue* v = attrs.Find(value->placeholder());
+    if (v == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attr placeholder $", value->placeholder(), " has no value"));
+    }
+    *value = *v;
+  } else if (value->has_func()) {
+    for (auto& kv : *value->mutable_func()->mutable_attr()) {
+      TF_RETURN_IF_ERROR(Substitute(attrs, &kv.second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecializeArg(const AttrSlice& attrs, OpDef::ArgDef* arg) {
+  if (!arg->type_attr().empty()) {
+    DataType t;
+    TF_RETURN_IF_ERROR(GetNodeAttr(attrs, arg->type_attr(), &t));
+    arg->set_type(t);
+    arg->clear_type_attr();
+  }
+  if (!arg->number_attr().empty() || !arg->type_list_attr().empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("specialising list argument '", arg->name(), "' is not supported"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool RegisterGradient(const std::string& op_type, gradient::Creator creator) {
+  if (AlreadyRegistered(op_type)) return true;
+  gradient::RegisterOp(op_type, std::move(creator));
+  ops::GradOpRegistry::Global()->Register(op_type, &SymbolicGradientClientGrad);
+  return true;
+}
+
+bool RegisterNoGradient(const std::string& op_type) {
+  if (AlreadyRegistered(op_type)) return true;
+  gradient::RegisterOp(op_type, nullptr);
+  ops::GradOpRegistry::Global()->Register(op_type, nullptr);
+  return true;
+}
+
+GradientKind LookupGradientKind(const std::string& op_type) {
+  gradient::Creator creator;
+  if (!gradient::GetOpGradientCreator(op_type, &creator).ok()) return GradientKind::kMissing;
+  return creator ? GradientKind::kFunction : GradientKind::kNone;
+}
+
+absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
+  gradient::Creator creator;
+  if (!gradient::GetOpGradientCreator(node.op(), &creator).ok()) {
+    return absl::NotFoundError(absl::StrCat("no C++ gradient is registered for op ", node.op()));
+  }
+  if (!creator) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.op(), " is registered as not differentiable"));
+  }
+  // Complete the attrs with the op's defaults, as the runtime would.
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(node.op(), &op_def));
+  NodeDef full = node;
+  AddDefaultsToNodeDef(*op_def, &full);
+  AttrSlice attrs(full);
+
+  FunctionDef generic;
+  TF_RETURN_IF_ERROR(creator(attrs, &generic));
+  *fdef = generic;
+  OpDef* sig = fdef->mutable_signature();
+  sig->clear_attr();
+  for (auto& arg : *sig->mutable_input_arg()) TF_RETURN_IF_ERROR(SpecializeArg(attrs, &arg));
+  for (auto& arg : *sig->mutable_output_arg()) TF_RETURN_IF_ERROR(SpecializeArg(attrs, &arg));
+  for (auto& n : *fdef->mutable_node_def()) {
+    for (auto& kv : *n.mutable_attr()) TF_RETURN_IF_ERROR(Substitute(attrs, &kv.second));
+  }
+  // Unique, deterministic name per (op, attrs): the Python bridge caches by it.
+  std::map<std::string, std::string> sorted;  // protobuf maps iterate in no fixed order
+  for (const auto& kv : full.attr()) {
+    if (!kv.first.empty() && kv.first[0] != '_') sorted[kv.first] = kv.second.SerializeAsString();
+  }
+  std::string attr_key;
+  for (const auto& kv : sorted) absl::StrAppend(&attr_key, kv.first, "=", kv.second, ";");
+  std::string base;
+  for (char c : node.op()) base.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  sig->set_name(absl::StrCat(base, "_grad_", absl::Hex(Fnv1a64(attr_key))));
+  return absl::OkStatus();
+}
+
+}  // namespace tensorflow::tf_ext
+
+extern "C" {
+
+int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** function_def,
+                             size_t* function_def_len, char* error, size_t error_len) {
+  auto fail = [&](const std::string& msg) {
+    if (error != nullptr && error_len > 0) {
+      std::strncpy(error, msg.c_str(), error_len - 1);
+      error[error_len - 1] = '\0';
+    }
+    return 1;
+  };
+  tensorflow::NodeDef node;
+  if (!node.ParseFromArray(node_def, static_cast<int>(node_def_len))) {
+    return fail("TfExtGradientFunctionDef: could not parse the NodeDef");
+  }
+  tensorflow::FunctionDef fdef;
+  absl::Status s = tensorflow::tf_ext::SpecializedGradient(node, &fdef);
+  if (!s.ok()) return fail(std::string(s.message()));
+  std::string bytes = fdef.SerializeAsString();
+  void* buf = std::malloc(bytes.size() + 1);
+  if (buf == nullptr) return fail("TfExtGradientFunctionDef: out of memory");
+  std::memcpy(buf, bytes.data(), bytes.size());
+  *function_def = buf;
+  *function_def_len = bytes.size();
+  return 0;
+}
+
+void TfExtFree(void* p) { std::free(p); }
+
+}  // extern "C"

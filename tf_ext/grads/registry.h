@@ -1,0 +1,67 @@
+// One gradient registration for every TensorFlow C++ front end.
+//
+// TF_EXT_REGISTER_GRADIENT("TfExt>Foo", FooGrad) registers the FDH gradient function FooGrad
+//  1. in the function registry (gradient::RegisterOp, what REGISTER_OP_GRADIENT does): used by
+//     SymbolicGradient, the graph-level AddSymbolicGradients and so every Session; and
+//  2. in the C++ client registry (ops::GradOpRegistry): a generic gradient that emits one
+//     SymbolicGradient node calling (1). cc/framework's AddSymbolicGradients and the C API's
+//     TF_AddGradients (and the language bindings built on it) use this registry.
+// TF_EXT_REGISTER_NO_GRADIENT("TfExt>Foo") marks Foo non-differentiable in both.
+// Python's registry lives in Python; python/tf_ext bridges it with SpecializedGradient below
+// (also reachable as the TfExt>GradientFunctionDef op and the C function
+// TfExtGradientFunctionDef).
+//
+// Registering an op that already has a gradient logs a warning and keeps the first one
+// (TensorFlow itself would abort the process), so a second copy of a library loaded from
+// another path does not crash; its gradients are the first copy's.
+#ifndef TF_EXT_GRADS_REGISTRY_H_
+#define TF_EXT_GRADS_REGISTRY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+
+namespace tensorflow::tf_ext {
+
+// Registers `creator` as op_type's gradient in every C++ registry. Returns true (for use in
+// static initialisers).
+bool RegisterGradient(const std::string& op_type, gradient::Creator creator);
+// Marks op_type as having no gradient in every C++ registry.
+bool RegisterNoGradient(const std::string& op_type);
+
+// The gradient FunctionDef of `node`'s op, specialised to node's attrs: no attr placeholders
+// left, named uniquely per (op, attrs). Fails with NotFound if the op has no gradient creator
+// and InvalidArgument if it is registered as non-differentiable. Works for any op whose
+// gradient is in the function registry (tf_ext's, TensorFlow's or a third party's).
+absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef);
+
+// Whether op_type has: a gradient creator / an explicit no-gradient / nothing.
+enum class GradientKind { kFunction, kNone, kMissing };
+GradientKind LookupGradientKind(const std::string& op_type);
+
+}  // namespace tensorflow::tf_ext
+
+#define TF_EXT_REGISTER_GRADIENT(op_type, fn) \
+  TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, fn)
+#define TF_EXT_REGISTER_NO_GRADIENT(op_type) \
+  TF_EXT_REGISTER_NO_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type)
+#define TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(ctr, op_type, fn) \
+  static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] =  \
+      ::tensorflow::tf_ext::RegisterGradient(op_type, fn)
+#define TF_EXT_REGISTER_NO_GRADIENT_UNIQ_HELPER(ctr, op_type) \
+  static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] = \
+      ::tensorflow::tf_ext::RegisterNoGradient(op_type)
+
+// C entry point (for ctypes/FFI users): serialized NodeDef in, serialized FunctionDef out.
+// Returns 0 on success; otherwise non-zero with a message in `error` (NUL-terminated, at most
+// error_len bytes). The output buffer is malloc'ed; free it with TfExtFree.
+extern "C" {
+int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** function_def,
+                             size_t* function_def_len, char* error, size_t error_len);
+void TfExtFree(void* p);
+}
+
+#endif  // TF_EXT_GRADS_REGISTRY_H_
