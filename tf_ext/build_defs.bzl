@@ -33,7 +33,7 @@ def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
     native.cc_library(
         name = name,
         copts = TF_EXT_COPTS + copts,
-        deps = deps + [TF_FRAMEWORK],
+        deps = deps + [TF_CC],
         **kwargs
     )
 

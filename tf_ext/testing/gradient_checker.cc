@@ -1,0 +1,321 @@
+#include "tf_ext/testing/gradient_checker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/public/session.h"
+
+namespace tensorflow::tf_ext::testing {
+namespace {
+
+bool IsFloat(DataType t) {
+  return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF || t == DT_BFLOAT16;
+}
+
+std::vector<double> ToDoubles(const Tensor& t) {
+  std::vector<double> v(t.NumElements());
+  switch (t.dtype()) {
+#define TF_EXT_CASE(DT, T)                                                     \
+  case DT: {                                                                   \
+    auto f = t.flat<T>();                                                      \
+    for (int64_t i = 0; i < f.size(); ++i) v[i] = static_cast<double>(f(i));   \
+    break;                                                                     \
+  }
+    TF_EXT_CASE(DT_FLOAT, float)
+    TF_EXT_CASE(DT_DOUBLE, double)
+    TF_EXT_CASE(DT_HALF, Eigen::half)
+    TF_EXT_CASE(DT_BFLOAT16, bfloat16)
+    TF_EXT_CASE(DT_INT32, int32)
+    TF_EXT_CASE(DT_INT64, int64_t)
+#undef TF_EXT_CASE
+    default:
+      break;
+  }
+  return v;
+}
+
+Tensor FromDoubles(DataType dt, const TensorShape& shape, const std::vector<double>& v) {
+  Tensor t(dt, shape);
+  switch (dt) {
+#define TF_EXT_CASE(DT, T)                                                   \
+  case DT: {                                                                 \
+    auto f = t.flat<T>();                                                    \
+    for (int64_t i = 0; i < f.size(); ++i) f(i) = static_cast<T>(v[i]);      \
+    break;                                                                   \
+  }
+    TF_EXT_CASE(DT_FLOAT, float)
+    TF_EXT_CASE(DT_DOUBLE, double)
+    TF_EXT_CASE(DT_HALF, Eigen::half)
+    TF_EXT_CASE(DT_BFLOAT16, bfloat16)
+    TF_EXT_CASE(DT_INT32, int32)
+    TF_EXT_CASE(DT_INT64, int64_t)
+#undef TF_EXT_CASE
+    default:
+      break;
+  }
+  return t;
+}
+
+NodeDef Placeholder(const std::string& name, DataType dt) {
+  NodeDef n;
+  n.set_name(name);
+  n.set_op("Placeholder");
+  (*n.mutable_attr())["dtype"].set_type(dt);
+  return n;
+}
+
+bool AllowsDouble(const OpDef::AttrDef& attr) {
+  if (!attr.has_allowed_values()) return true;
+  const auto& types = attr.allowed_values().list().type();
+  return std::find(types.begin(), types.end(), DT_DOUBLE) != types.end();
+}
+
+}  // namespace
+
+std::string GradientCheckResult::ToString() const {
+  std::string s = absl::StrCat(op_type, ": ", rows, " rows x ", columns, " columns, max abs ",
+                               max_abs_error, ", max rel ", max_rel_error);
+  if (worst_element >= 0) {
+    absl::StrAppend(&s, " at input '", worst_input, "'[", worst_element, "] (", worst_row,
+                    ": symbolic ", worst_symbolic, ", numeric ", worst_numeric, ")");
+  }
+  if (nondiff_max_abs != 0) {
+    absl::StrAppend(&s, "; non-differentiable inputs got gradient up to ", nondiff_max_abs);
+  }
+  absl::StrAppend(&s, numeric_float64 ? " [numeric in float64]" : " [numeric in input dtype]");
+  return s;
+}
+
+absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
+                           const std::vector<Tensor>& inputs,
+                           const GradientCheckOptions& options, GradientCheckResult* result) {
+  *result = GradientCheckResult();
+  result->op_type = op_type;
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op_type, &op_def));
+  const int n_in = op_def->input_arg_size();
+  if (static_cast<int>(inputs.size()) != n_in) {
+    return absl::InvalidArgumentError(absl::StrCat("CheckGradient(", op_type, "): op has ", n_in,
+                                                   " inputs, got ", inputs.size()));
+  }
+
+  // The forward node: given attrs, type attrs inferred from the inputs, then defaults.
+  NodeDef op;
+  op.set_name("op");
+  op.set_op(op_type);
+  for (const auto& [name, value] : attrs) (*op.mutable_attr())[name] = value.proto;
+  for (int i = 0; i < n_in; ++i) {
+    op.add_input(absl::StrCat("x", i));
+    const OpDef::ArgDef& arg = op_def->input_arg(i);
+    if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat("CheckGradient(", op_type, "): list input '", arg.name(), "'"));
+    }
+    if (!arg.type_attr().empty() && !op.attr().contains(arg.type_attr())) {
+      (*op.mutable_attr())[arg.type_attr()].set_type(inputs[i].dtype());
+    }
+  }
+  AddDefaultsToNodeDef(*op_def, &op);
+  DataTypeVector in_types, out_types;
+  TF_RETURN_IF_ERROR(InOutTypesForNode(op, *op_def, &in_types, &out_types));
+  for (int i = 0; i < n_in; ++i) {
+    if (in_types[i] != inputs[i].dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CheckGradient(", op_type, "): input '", op_def->input_arg(i).name(), "' must be ",
+          DataTypeString(in_types[i]), ", got ", DataTypeString(inputs[i].dtype())));
+    }
+  }
+
+  // The numeric twin: every floating type attr switched to double when the op allows it.
+  NodeDef nop = op;
+  nop.set_name("nop");
+  bool f64 = options.numeric_in_float64;
+  for (const OpDef::AttrDef& a : op_def->attr()) {
+    if (a.type() != "type") continue;
+    const AttrValue& v = op.attr().at(a.name());
+    if (IsFloat(v.type()) && v.type() != DT_DOUBLE && !AllowsDouble(a)) f64 = false;
+  }
+  if (f64) {
+    for (const OpDef::AttrDef& a : op_def->attr()) {
+      if (a.type() == "type" && IsFloat(op.attr().at(a.name()).type())) {
+        (*nop.mutable_attr())[a.name()].set_type(DT_DOUBLE);
+      }
+    }
+  }
+  DataTypeVector nin_types, nout_types;
+  TF_RETURN_IF_ERROR(InOutTypesForNode(nop, *op_def, &nin_types, &nout_types));
+  result->numeric_float64 = f64;
+
+  GraphDef graph;
+  NameAttrList f;
+  f.set_name(op_type);
+  for (const auto& kv : op.attr()) (*f.mutable_attr())[kv.first] = kv.second;
+  NodeDef grad;
+  grad.set_name("grad");
+  grad.set_op("SymbolicGradient");
+  AttrValue tin, tout;
+  for (int i = 0; i < n_in; ++i) {
+    *graph.add_node() = Placeholder(absl::StrCat("x", i), in_types[i]);
+    *graph.add_node() = Placeholder(absl::StrCat("nx", i), nin_types[i]);
+    nop.set_input(i, absl::StrCat("nx", i));
+    grad.add_input(absl::StrCat("x", i));
+    tin.mutable_list()->add_type(in_types[i]);
+    tout.mutable_list()->add_type(in_types[i]);
+  }
+  for (size_t j = 0; j < out_types.size(); ++j) {
+    *graph.add_node() = Placeholder(absl::StrCat("dy", j), out_types[j]);
+    grad.add_input(absl::StrCat("dy", j));
+    tin.mutable_list()->add_type(out_types[j]);
+  }
+  (*grad.mutable_attr())["Tin"] = tin;
+  (*grad.mutable_attr())["Tout"] = tout;
+  *(*grad.mutable_attr())["f"].mutable_func() = f;
+  *graph.add_node() = op;
+  *graph.add_node() = nop;
+  *graph.add_node() = grad;
+
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  if (session == nullptr) return absl::InternalError("CheckGradient: could not create a Session");
+  TF_RETURN_IF_ERROR(session->Create(graph));
+
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (int i = 0; i < n_in; ++i) feeds.push_back({absl::StrCat("x", i), inputs[i]});
+  std::vector<std::string> out_names;
+  for (size_t j = 0; j < out_types.size(); ++j) out_names.push_back(absl::StrCat("op:", j));
+  std::vector<Tensor> outs;
+  TF_RETURN_IF_ERROR(session->Run(feeds, out_names, {}, &outs));
+
+  // Row space: the concatenation of every floating-point output.
+  std::vector<int64_t> out_offset(out_types.size(), 0);
+  int64_t total_out = 0;
+  for (size_t j = 0; j < out_types.size(); ++j) {
+    out_offset[j] = total_out;
+    if (IsFloat(out_types[j])) total_out += outs[j].NumElements();
+  }
+  const bool one_hot = total_out <= options.max_rows;
+  const int64_t n_rows = one_hot ? total_out : options.num_projections;
+  std::mt19937_64 rng(options.seed);
+  std::normal_distribution<double> normal;
+  std::vector<std::vector<double>> rows(n_rows, std::vector<double>(total_out, 0.0));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (one_hot) {
+      rows[r][r] = 1.0;
+    } else {
+      for (double& v : rows[r]) v = normal(rng);
+    }
+  }
+  auto row_name = [&](int64_t r) {
+    if (!one_hot) return absl::StrCat("projection ", r);
+    for (size_t j = out_types.size(); j-- > 0;) {
+      if (IsFloat(out_types[j]) && r >= out_offset[j]) {
+        return absl::StrCat("output[", j, "][", r - out_offset[j], "]");
+      }
+    }
+    return absl::StrCat("row ", r);
+  };
+
+  auto is_nondiff = [&](int i) {
+    const auto& nd = options.non_differentiable_inputs;
+    return std::find(nd.begin(), nd.end(), op_def->input_arg(i).name()) != nd.end();
+  };
+
+  // Symbolic rows: sym[r][i] = (v_r^T J) restricted to input i.
+  std::vector<std::vector<std::vector<double>>> sym(n_rows);
+  std::vector<std::string> grad_names;
+  for (int i = 0; i < n_in; ++i) grad_names.push_back(absl::StrCat("grad:", i));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    auto row_feeds = feeds;
+    for (size_t j = 0; j < out_types.size(); ++j) {
+      std::vector<double> dy(outs[j].NumElements(), 0.0);
+      if (IsFloat(out_types[j])) {
+        std::copy_n(rows[r].begin() + out_offset[j], dy.size(), dy.begin());
+      }
+      row_feeds.push_back({absl::StrCat("dy", j), FromDoubles(out_types[j], outs[j].shape(), dy)});
+    }
+    std::vector<Tensor> grads;
+    TF_RETURN_IF_ERROR(session->Run(row_feeds, grad_names, {}, &grads));
+    for (int i = 0; i < n_in; ++i) {
+      if (grads[i].shape() != inputs[i].shape()) {
+        return absl::InternalError(absl::StrCat(
+            "CheckGradient(", op_type, "): gradient of input '", op_def->input_arg(i).name(),
+            "' has shape ", grads[i].shape().DebugString(), ", expected ",
+            inputs[i].shape().DebugString()));
+      }
+      sym[r].push_back(ToDoubles(grads[i]));
+      if (is_nondiff(i)) {
+        for (double g : sym[r][i]) {
+          result->nondiff_max_abs = std::max(result->nondiff_max_abs, std::abs(g));
+        }
+      }
+    }
+  }
+  result->rows = n_rows;
+
+  // Numeric columns by central differences, projected onto the same rows.
+  std::vector<std::pair<std::string, Tensor>> nfeeds;
+  std::vector<std::vector<double>> base(n_in);
+  for (int i = 0; i < n_in; ++i) {
+    base[i] = ToDoubles(inputs[i]);
+    nfeeds.push_back({absl::StrCat("nx", i), FromDoubles(nin_types[i], inputs[i].shape(), base[i])});
+  }
+  std::vector<std::string> nout_names;
+  for (size_t j = 0; j < out_types.size(); ++j) nout_names.push_back(absl::StrCat("nop:", j));
+  double delta = options.delta > 0 ? options.delta : (f64 ? 1e-6 : 1e-3);
+  auto eval = [&](std::vector<double>* flat_out) -> absl::Status {
+    std::vector<Tensor> y;
+    TF_RETURN_IF_ERROR(session->Run(nfeeds, nout_names, {}, &y));
+    flat_out->assign(total_out, 0.0);
+    for (size_t j = 0; j < out_types.size(); ++j) {
+      if (!IsFloat(out_types[j])) continue;
+      std::vector<double> v = ToDoubles(y[j]);
+      std::copy(v.begin(), v.end(), flat_out->begin() + out_offset[j]);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<double> plus, minus;
+  for (int i = 0; i < n_in; ++i) {
+    if (!IsFloat(in_types[i]) || is_nondiff(i)) continue;
+    for (int64_t k = 0; k < inputs[i].NumElements(); ++k) {
+      std::vector<double> x = base[i];
+      x[k] = base[i][k] + delta;
+      nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), x);
+      TF_RETURN_IF_ERROR(eval(&plus));
+      x[k] = base[i][k] - delta;
+      nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), x);
+      TF_RETURN_IF_ERROR(eval(&minus));
+      ++result->columns;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        double num = 0;
+        for (int64_t e = 0; e < total_out; ++e) {
+          if (rows[r][e] != 0) num += rows[r][e] * (plus[e] - minus[e]) / (2 * delta);
+        }
+        const double s = sym[r][i][k];
+        const double abs_err = std::abs(s - num);
+        const double rel_err = abs_err / std::max(1.0, std::abs(num));
+        result->max_abs_error = std::max(result->max_abs_error, abs_err);
+        if (rel_err > result->max_rel_error || result->worst_element < 0) {
+          result->max_rel_error = std::max(result->max_rel_error, rel_err);
+          result->worst_input = op_def->input_arg(i).name();
+          result->worst_element = k;
+          result->worst_row = row_name(r);
+          result->worst_symbolic = s;
+          result->worst_numeric = num;
+        }
+      }
+    }
+    nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), base[i]);
+  }
+  return session->Close();
+}
+
+}  // namespace tensorflow::tf_ext::testing

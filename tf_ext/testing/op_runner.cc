@@ -1,0 +1,117 @@
+#include "tf_ext/testing/op_runner.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/tensor.pb.h"
+#include "tensorflow/core/public/session.h"
+
+namespace tensorflow::tf_ext::testing {
+namespace {
+
+NodeDef InputNode(const std::string& name, const Tensor& t, bool constant) {
+  NodeDef n;
+  n.set_name(name);
+  n.set_op(constant ? "Const" : "Placeholder");
+  (*n.mutable_attr())["dtype"].set_type(t.dtype());
+  if (constant) t.AsProtoTensorContent((*n.mutable_attr())["value"].mutable_tensor());
+  return n;
+}
+
+absl::Status BuildOpNode(const std::string& op_type, const OpAttrs& attrs,
+                         const std::vector<Tensor>& inputs, NodeDef* op, const OpDef** op_def) {
+  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op_type, op_def));
+  if ((*op_def)->input_arg_size() != static_cast<int>(inputs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("RunOp(", op_type, "): op has ",
+                                                   (*op_def)->input_arg_size(), " inputs, got ",
+                                                   inputs.size()));
+  }
+  op->set_name("op");
+  op->set_op(op_type);
+  for (const auto& [name, value] : attrs) (*op->mutable_attr())[name] = value.proto;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    op->add_input(absl::StrCat("x", i));
+    const std::string& type_attr = (*op_def)->input_arg(i).type_attr();
+    if (!type_attr.empty() && !op->attr().contains(type_attr)) {
+      (*op->mutable_attr())[type_attr].set_type(inputs[i].dtype());
+    }
+  }
+  AddDefaultsToNodeDef(**op_def, op);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Run(const GraphDef& graph,
+                                        const std::vector<std::pair<std::string, Tensor>>& feeds,
+                                        const std::vector<std::string>& fetches) {
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  if (session == nullptr) return absl::InternalError("could not create a Session");
+  TF_RETURN_IF_ERROR(session->Create(graph));
+  std::vector<Tensor> outs;
+  TF_RETURN_IF_ERROR(session->Run(feeds, fetches, {}, &outs));
+  TF_RETURN_IF_ERROR(session->Close());
+  return outs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> RunOp(const std::string& op_type, const OpAttrs& attrs,
+                                          const std::vector<Tensor>& inputs,
+                                          const RunOpOptions& options) {
+  NodeDef op;
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(BuildOpNode(op_type, attrs, inputs, &op, &op_def));
+  GraphDef graph;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    *graph.add_node() = InputNode(absl::StrCat("x", i), inputs[i], options.inputs_as_constants);
+    if (!options.inputs_as_constants) feeds.push_back({absl::StrCat("x", i), inputs[i]});
+  }
+  *graph.add_node() = op;
+  DataTypeVector in_types, out_types;
+  TF_RETURN_IF_ERROR(InOutTypesForNode(op, *op_def, &in_types, &out_types));
+  std::vector<std::string> fetches;
+  for (size_t j = 0; j < out_types.size(); ++j) fetches.push_back(absl::StrCat("op:", j));
+  return Run(graph, feeds, fetches);
+}
+
+absl::StatusOr<std::vector<Tensor>> RunSymbolicGradient(const std::string& op_type,
+                                                        const OpAttrs& attrs,
+                                                        const std::vector<Tensor>& inputs,
+                                                        const std::vector<Tensor>& output_grads) {
+  NodeDef op;
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(BuildOpNode(op_type, attrs, inputs, &op, &op_def));
+  GraphDef graph;
+  NodeDef grad;
+  grad.set_name("grad");
+  grad.set_op("SymbolicGradient");
+  NameAttrList* f = (*grad.mutable_attr())["f"].mutable_func();
+  f->set_name(op_type);
+  for (const auto& kv : op.attr()) (*f->mutable_attr())[kv.first] = kv.second;
+  AttrValue& tin = (*grad.mutable_attr())["Tin"];
+  AttrValue& tout = (*grad.mutable_attr())["Tout"];
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  auto add_input = [&](const std::string& name, const Tensor& t) {
+    *graph.add_node() = InputNode(name, t, /*constant=*/false);
+    feeds.push_back({name, t});
+    grad.add_input(name);
+    tin.mutable_list()->add_type(t.dtype());
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    add_input(absl::StrCat("x", i), inputs[i]);
+    tout.mutable_list()->add_type(inputs[i].dtype());
+  }
+  for (size_t j = 0; j < output_grads.size(); ++j) add_input(absl::StrCat("dy", j), output_grads[j]);
+  *graph.add_node() = grad;
+  std::vector<std::string> fetches;
+  for (size_t i = 0; i < inputs.size(); ++i) fetches.push_back(absl::StrCat("grad:", i));
+  return Run(graph, feeds, fetches);
+}
+
+}  // namespace tensorflow::tf_ext::testing
