@@ -9,6 +9,8 @@
 namespace tensorflow::tf_ext {
 
 absl::Status ZeroOutGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g);
 
 }  // namespace tensorflow::tf_ext
 

@@ -14,6 +14,18 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
       {"TfExt>ZeroOut", &ZeroOutGrad,
        "d(to_zero) = ZeroOut(d(zeroed), preserve_index): dy routed to preserve_index only",
        {}, {}, "float, double"},
+      {"TfExt>RoiPool", &RoiPoolGrad,
+       "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each ROI's "
+       "image at argmax (argmax recomputed by a forward node)",
+       {"rois"}, {"argmax"}, "float, double"},
+      {"TfExt>RoiPoolGrad", nullptr, "backward op of RoiPool (not differentiable further)",
+       {"data", "rois", "argmax", "d_pooled"}, {}, ""},
+      {"TfExt>PsRoiAlign", &PsRoiAlignGrad,
+       "d(features) = PsRoiAlignGrad(features, rois, d(output)): each bilinear sample adds "
+       "weight * d(output) / (grid_h * grid_w) into the pixels it read",
+       {"rois"}, {}, "float, double"},
+      {"TfExt>PsRoiAlignGrad", nullptr, "backward op of PsRoiAlign (not differentiable further)",
+       {"features", "rois", "d_output"}, {}, ""},
       {"TfExt>GradientFunctionDef", nullptr, "utility op (returns a FunctionDef)",
        {"node_def"}, {}, ""},
   };
