@@ -17,8 +17,8 @@ FDH::AttrValueWrapper Placeholder(const std::string& name) {
   return w;
 }
 
-GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs)
-    : op_type_(op_type), attrs_(attrs) {
+GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind)
+    : op_type_(op_type), kind_(kind), attrs_(attrs) {
   const OpDef* def = nullptr;
   absl::Status s = OpRegistry::Global()->LookUpOpDef(op_type, &def);
   if (!s.ok()) {
@@ -130,9 +130,11 @@ std::pair<std::string, std::string> GradBuilder::ReduceForBroadcast(
 }
 
 GradBuilder& GradBuilder::UnaryCwise(std::vector<FDH::Node> body) {
-  if (op_def_.input_arg_size() != 1 || op_def_.output_arg_size() != 1 || body.empty()) {
+  if (kind_ != Kind::kGradient || op_def_.input_arg_size() != 1 ||
+      op_def_.output_arg_size() != 1 || body.empty()) {
     Fail(absl::InvalidArgumentError(
-        absl::StrCat(op_type_, ": UnaryCwise needs one input, one output and a non-empty body")));
+        absl::StrCat(op_type_, ": UnaryCwise builds gradients of one-input, one-output ops from a "
+                     "non-empty body")));
     return *this;
   }
   const std::string& x = op_def_.input_arg(0).name();
@@ -157,28 +159,34 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
   auto type_string = [](const OpDef::ArgDef& arg) {
     return arg.type_attr().empty() ? DataTypeString(arg.type()) : arg.type_attr();
   };
+  const bool gradient = kind_ == Kind::kGradient;
   std::vector<std::string> arg_def, ret_def, attr_def;
   for (const OpDef::ArgDef& in : op_def_.input_arg()) {
     arg_def.push_back(absl::StrCat(in.name(), ": ", type_string(in)));
   }
-  for (const OpDef::ArgDef& out : op_def_.output_arg()) {
-    arg_def.push_back(absl::StrCat(Grad(out.name()), ": ", type_string(out)));
+  if (gradient) {
+    for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+      arg_def.push_back(absl::StrCat(Grad(out.name()), ": ", type_string(out)));
+    }
   }
   for (const OpDef::AttrDef& attr : op_def_.attr()) {
     attr_def.push_back(absl::StrCat(attr.name(), ": ", attr.type()));
   }
   // FDH::Define names results after node outputs, so each result gets an Identity node named
-  // Grad(input) reading the node output that Return() chose.
+  // after it (Grad(input), or the output's own name) reading the node output Return() chose.
   std::vector<FDH::Node> nodes = nodes_;
-  for (const OpDef::ArgDef& in : op_def_.input_arg()) {
+  const auto& results = gradient ? op_def_.input_arg() : op_def_.output_arg();
+  for (const OpDef::ArgDef& r : results) {
     auto it = std::find_if(returns_.begin(), returns_.end(),
-                           [&](const auto& r) { return r.first == in.name(); });
+                           [&](const auto& ret) { return ret.first == r.name(); });
     if (it == returns_.end()) {
-      return absl::InternalError(absl::StrCat(op_type_, ": the gradient for input '", in.name(),
-                                              "' was never defined"));
+      return absl::InternalError(absl::StrCat(op_type_, ": the ",
+                                              gradient ? "gradient for input '" : "output '",
+                                              r.name(), "' was never defined"));
     }
-    ret_def.push_back(absl::StrCat(Grad(in.name()), ": ", type_string(in)));
-    nodes.push_back({{Grad(in.name())}, "Identity", {it->second}, {{"T", TypeOf(in.name())}}});
+    const std::string name = gradient ? Grad(r.name()) : r.name();
+    ret_def.push_back(absl::StrCat(name, ": ", type_string(r)));
+    nodes.push_back({{name}, "Identity", {it->second}, {{"T", TypeOf(r.name())}}});
   }
   *g = FDH::Define(arg_def, ret_def, attr_def, nodes);
   return absl::OkStatus();

@@ -38,8 +38,13 @@ inline std::string Grad(const std::string& name) { return "d_" + name; }
 
 class GradBuilder {
  public:
+  // What the built function computes: the gradient (signature above), or a surrogate forward
+  // (signature = the op's own: inputs -> outputs; Return() then names an output). See
+  // RegisterSurrogateForward in registry.h.
+  enum class Kind { kGradient, kSurrogateForward };
+
   // `attrs` are the forward node's attrs (what gradient::Creator receives).
-  GradBuilder(const std::string& op_type, const AttrSlice& attrs);
+  GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind = Kind::kGradient);
 
   const std::string& op_type() const { return op_type_; }
   const OpDef& op_def() const { return op_def_; }
@@ -56,7 +61,8 @@ class GradBuilder {
   // Adds a node; returns its first output's name for chaining.
   std::string Add(FDH::Node node);
 
-  // Declares that the gradient for forward input `input` is node output `ref`.
+  // Declares that the gradient for forward input `input` is node output `ref` (for a
+  // surrogate forward: that forward output `input` is `ref`).
   GradBuilder& Return(const std::string& input, const std::string& ref);
 
   // Helpers for the common shapes of a gradient (all add nodes and return their output).
@@ -94,6 +100,7 @@ class GradBuilder {
   const OpDef::ArgDef* FindArg(const std::string& name) const;
 
   std::string op_type_;
+  Kind kind_;
   OpDef op_def_;
   AttrSlice attrs_;
   absl::Status status_;

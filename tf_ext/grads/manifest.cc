@@ -41,6 +41,7 @@ bool RegisterManifest() {
     } else {
       RegisterNoGradient(e.op);
     }
+    if (e.surrogate_forward != nullptr) RegisterSurrogateForward(e.op, e.surrogate_forward);
   }
   return true;
 }

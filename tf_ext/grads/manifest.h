@@ -18,6 +18,9 @@ struct GradientManifestEntry {
   std::vector<const char*> non_differentiable_inputs;  // get zeros
   std::vector<const char*> ignored_output_grads;       // incoming gradients never read
   const char* differentiable_types;                    // e.g. "float, double"
+  // For gradients that are by design not the forward's derivative (STE, reversal): a function
+  // with the op's signature whose derivative is the gradient; see RegisterSurrogateForward.
+  GradientFn surrogate_forward = nullptr;
 };
 
 // Every op this library registers, in registration order. Each is registered (with

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/cc/framework/ops.h"
 #include "tensorflow/cc/ops/array_ops.h"
@@ -122,16 +123,18 @@ GradientKind LookupGradientKind(const std::string& op_type) {
   return creator ? GradientKind::kFunction : GradientKind::kNone;
 }
 
-absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
-  gradient::Creator creator;
-  if (!gradient::GetOpGradientCreator(node.op(), &creator).ok()) {
-    return absl::NotFoundError(absl::StrCat("no C++ gradient is registered for op ", node.op()));
-  }
-  if (!creator) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(node.op(), " is registered as not differentiable"));
-  }
-  // Complete the attrs with the op's defaults, as the runtime would.
+namespace {
+
+absl::Mutex surrogate_mu(absl::kConstInit);
+std::map<std::string, gradient::Creator>* Surrogates() {
+  static auto* m = new std::map<std::string, gradient::Creator>();
+  return m;
+}
+
+// `creator`'s FunctionDef for `node`, with every attr placeholder replaced by the node's value
+// (defaults filled in) and a deterministic name unique per (op, attrs, kind).
+absl::Status Specialize(const gradient::Creator& creator, const NodeDef& node,
+                        const std::string& kind, FunctionDef* fdef) {
   const OpDef* op_def = nullptr;
   TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(node.op(), &op_def));
   NodeDef full = node;
@@ -157,8 +160,41 @@ absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
   for (const auto& kv : sorted) absl::StrAppend(&attr_key, kv.first, "=", kv.second, ";");
   std::string base;
   for (char c : node.op()) base.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  sig->set_name(absl::StrCat(base, "_grad_", absl::Hex(Fnv1a64(attr_key))));
+  sig->set_name(absl::StrCat(base, "_", kind, "_", absl::Hex(Fnv1a64(attr_key))));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator) {
+  absl::MutexLock lock(&surrogate_mu);
+  Surrogates()->emplace(op_type, std::move(creator));  // first registration wins
+  return true;
+}
+
+absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef) {
+  gradient::Creator creator;
+  {
+    absl::MutexLock lock(&surrogate_mu);
+    auto it = Surrogates()->find(node.op());
+    if (it == Surrogates()->end()) {
+      return absl::NotFoundError(absl::StrCat(node.op(), " has no surrogate forward"));
+    }
+    creator = it->second;
+  }
+  return Specialize(creator, node, "surrogate", fdef);
+}
+
+absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
+  gradient::Creator creator;
+  if (!gradient::GetOpGradientCreator(node.op(), &creator).ok()) {
+    return absl::NotFoundError(absl::StrCat("no C++ gradient is registered for op ", node.op()));
+  }
+  if (!creator) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.op(), " is registered as not differentiable"));
+  }
+  return Specialize(creator, node, "grad", fdef);
 }
 
 }  // namespace tensorflow::tf_ext

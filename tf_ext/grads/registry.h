@@ -38,6 +38,16 @@ bool RegisterNoGradient(const std::string& op_type);
 // gradient is in the function registry (tf_ext's, TensorFlow's or a third party's).
 absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef);
 
+// Surrogate forwards. Some gradients are by design not the derivative of their op's forward
+// (a straight-through estimator, gradient reversal). For those, the op may register a
+// surrogate forward: a function with the op's own signature whose true derivative IS the
+// registered gradient (e.g. clamp(x, -clip, clip) for a sign STE). Numeric checkers
+// (CheckGradient, tf_ext_grad --check) difference the surrogate instead of the op, so the
+// C++ gradient is still verified against finite differences.
+bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator);
+// The surrogate forward of `node`'s op specialised to its attrs (NotFound if it has none).
+absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef);
+
 // Whether op_type has: a gradient creator / an explicit no-gradient / nothing.
 enum class GradientKind { kFunction, kNone, kMissing };
 GradientKind LookupGradientKind(const std::string& op_type);

@@ -14,6 +14,7 @@
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/session.h"
+#include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext::testing {
 namespace {
@@ -92,7 +93,8 @@ std::string GradientCheckResult::ToString() const {
   if (nondiff_max_abs != 0) {
     absl::StrAppend(&s, "; non-differentiable inputs got gradient up to ", nondiff_max_abs);
   }
-  absl::StrAppend(&s, numeric_float64 ? " [numeric in float64]" : " [numeric in input dtype]");
+  absl::StrAppend(&s, numeric_float64 ? " [numeric in float64" : " [numeric in input dtype",
+                  numeric_reference.empty() ? "" : ", of the ", numeric_reference, "]");
   return s;
 }
 
@@ -180,6 +182,17 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   (*grad.mutable_attr())["Tin"] = tin;
   (*grad.mutable_attr())["Tout"] = tout;
   *(*grad.mutable_attr())["f"].mutable_func() = f;
+  result->numeric_reference = "op";
+  if (options.use_surrogate_forward) {
+    FunctionDef surrogate;
+    if (SpecializedSurrogateForward(nop, &surrogate).ok()) {
+      // Difference the surrogate (a function call node) instead of the op itself.
+      result->numeric_reference = "surrogate forward " + surrogate.signature().name();
+      nop.set_op(surrogate.signature().name());
+      nop.clear_attr();
+      *graph.mutable_library()->add_function() = surrogate;
+    }
+  }
   *graph.add_node() = op;
   *graph.add_node() = nop;
   *graph.add_node() = grad;

@@ -42,6 +42,9 @@ struct GradientCheckOptions {
   std::vector<std::string> non_differentiable_inputs;
   // Run the numeric pass in float64 when the op allows it (recommended).
   bool numeric_in_float64 = true;
+  // Difference the op's registered surrogate forward (registry.h) when it has one: for
+  // gradients that are by design not the derivative of the forward (STE, reversal).
+  bool use_surrogate_forward = true;
 };
 
 struct GradientCheckResult {
@@ -55,6 +58,7 @@ struct GradientCheckResult {
   int64_t rows = 0;               // Jacobian rows compared
   int64_t columns = 0;            // input elements differenced
   bool numeric_float64 = false;
+  std::string numeric_reference;  // "the op" or "surrogate forward <function name>"
 
   // Passed if max_rel_error <= tol and every non-differentiable gradient is zero.
   bool Passed(double tol) const { return max_rel_error <= tol && nondiff_max_abs == 0; }

@@ -51,10 +51,14 @@ struct NumericCheckResult {
   int64_t worst_element = -1;
   double worst_symbolic = 0, worst_numeric = 0;
   int64_t elements = 0;
+  // Ops whose surrogate forward (see tf_ext/grads/registry.h) was differenced in their place.
+  std::vector<std::string> surrogates;
 };
 
-// Central differences of sum(y) with respect to every element of every x (fed through the same
-// Session), compared with `result.grads`. delta <= 0 picks 1e-6 for double xs, 1e-3 otherwise.
+// Central differences of sum(y) with respect to every element of every x, compared with
+// `result.grads`. Ops with a registered surrogate forward (straight-through estimators,
+// gradient reversal: their gradient is by design not the forward's derivative) are replaced by
+// that surrogate in the differenced graph. delta <= 0 picks 1e-6 for double xs, else 1e-3.
 absl::Status NumericCheck(const GradientRequest& request, const GradientResult& result,
                           double delta, NumericCheckResult* check);
 

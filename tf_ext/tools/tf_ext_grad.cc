@@ -185,6 +185,10 @@ int Main(int argc, char** argv) {
                 << ")";
     }
     std::cout << ", tolerance " << tol << ": " << (pass ? "PASS" : "FAIL") << "\n";
+    for (const std::string& op : check.surrogates) {
+      std::cout << "  (differenced the surrogate forward of " << op
+                << ": its gradient is by design not the derivative of its forward)\n";
+    }
     if (!pass) return 2;
   }
   return 0;
