@@ -22,6 +22,11 @@ from tf_ext import _loader
 TensorLike = Union[tf.Tensor, tf.Variable, np.ndarray, float, int, Sequence[Any]]
 
 
+# AutoGraph must not convert these thin wrappers (nor the loader they call) when a tf.function
+# traces them: they have no tensor-dependent control flow.
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
 class OpNotInLibraryError(NotImplementedError):
     """The loaded op library does not contain the requested op (built from an older tree?)."""
 
@@ -36,6 +41,7 @@ def _wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
     return fn
 
 
+@_not_converted
 def zero_out(to_zero: TensorLike, preserve_index: int = 0, name: str | None = None) -> tf.Tensor:
     """Zeroes every element except the one at flat (row-major) index `preserve_index`.
 
@@ -54,6 +60,7 @@ def zero_out(to_zero: TensorLike, preserve_index: int = 0, name: str | None = No
         to_zero, preserve_index=preserve_index, name=name)
 
 
+@_not_converted
 def roi_pool(data: TensorLike, rois: TensorLike, pooled_height: int, pooled_width: int,
              spatial_scale: float = 1.0,
              name: str | None = None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -79,6 +86,7 @@ def roi_pool(data: TensorLike, rois: TensorLike, pooled_height: int, pooled_widt
     return pooled, argmax
 
 
+@_not_converted
 def median_pool2d(x: TensorLike, ksize: Sequence[int], strides: Sequence[int],
                   padding: str, name: str | None = None) -> tf.Tensor:
     """2-D median pooling over each channel.
@@ -99,6 +107,7 @@ def median_pool2d(x: TensorLike, ksize: Sequence[int], strides: Sequence[int],
         x, ksize=list(ksize), strides=list(strides), padding=padding, name=name)
 
 
+@_not_converted
 def sign_ste(x: TensorLike, clip: float = 1.0, name: str | None = None) -> tf.Tensor:
     """sign(x) with a straight-through gradient estimator.
 
@@ -115,6 +124,7 @@ def sign_ste(x: TensorLike, clip: float = 1.0, name: str | None = None) -> tf.Te
     return _wrapper("TfExt>SignSTE", "tf_ext_sign_ste")(x, clip=clip, name=name)
 
 
+@_not_converted
 def gradient_reversal(x: TensorLike, scale: float = 1.0, name: str | None = None) -> tf.Tensor:
     """Identity forward, scaled and negated gradient backward (domain-adversarial training).
 
@@ -132,6 +142,7 @@ def gradient_reversal(x: TensorLike, scale: float = 1.0, name: str | None = None
         x, scale=scale, name=name)
 
 
+@_not_converted
 def ps_roi_align(features: TensorLike, rois: TensorLike, pooled_height: int,
                  pooled_width: int, spatial_scale: float = 1.0, sampling_ratio: int = 2,
                  name: str | None = None) -> tf.Tensor:
