@@ -56,7 +56,7 @@ _NOT_DIFFERENTIABLE = "registered as not differentiable"
 
 _lock = threading.RLock()
 _status: dict[str, GradientStatus] = {}
-_cache: dict[bytes, Callable[..., list[tf.Tensor]]] = {}
+_cache: dict[bytes, "_Specialised"] = {}
 _function_def_calls = 0  # how often the C++ side was asked (tests check the cache with it)
 
 
@@ -213,21 +213,51 @@ def _node_def(op: Any) -> node_def_pb2.NodeDef:
     return node
 
 
+class _Specialised:
+    """One (op type, attrs)'s C++ gradient: its FunctionDef and a callable built from it."""
+
+    def __init__(self, op_type: str, fdef: function_pb2.FunctionDef) -> None:
+        self.op_type, self.fdef = op_type, fdef
+        self.retired: list[Callable[..., list[tf.Tensor]]] = []
+        self.fn: Callable[..., list[tf.Tensor]] | None = None
+        self._build()
+
+    def _build(self) -> None:
+        if self.fn is not None:
+            # Kept alive on purpose: a collected function is removed from the context, which
+            # then asks remote workers that never had it to remove it too, and that error
+            # poisons later remote calls.
+            self.retired.append(self.fn)
+        self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef)
+        self.server_def = context.context().get_server_def()
+
+    def current(self) -> Callable[..., list[tf.Tensor]]:
+        # Functions registered before connecting to a cluster (set_server_def) never reach
+        # the remote workers, and a reset context forgets them: rebuild from the kept
+        # FunctionDef then (no new C++ request). tf.function has the same limitation.
+        ctx = context.context()
+        if ctx.get_server_def() is not self.server_def or not ctx.has_function(
+                self.function_name):
+            self._build()
+        return self.fn
+
+
 def _specialised(node: node_def_pb2.NodeDef) -> Callable[..., list[tf.Tensor]]:
     key = node.SerializeToString(deterministic=True)
     with _lock:
-        fn = _cache.get(key)
-        if fn is None:
+        entry = _cache.get(key)
+        if entry is None:
             # Errors (e.g. an int32 ZeroOut) keep the C++ status and name both ops.
-            fn = _callable_gradient(node.op, _run_gradient_function_def(node))
-            _cache[key] = fn
-    return fn
+            entry = _Specialised(node.op, _run_gradient_function_def(node))
+            _cache[key] = entry
+        return entry.current()
 
 
-def _callable_gradient(op_type: str,
-                       fdef: function_pb2.FunctionDef) -> Callable[..., list[tf.Tensor]]:
-    """The FunctionDef as a callable ConcreteFunction, made non-differentiable (with a clear
-    error) if one of its nodes has no gradient."""
+def _callable_gradient(
+        op_type: str,
+        fdef: function_pb2.FunctionDef) -> tuple[Callable[..., list[tf.Tensor]], str]:
+    """The FunctionDef as a callable ConcreteFunction (and the name it has in the eager
+    context), made non-differentiable with a clear error if one of its nodes has no gradient."""
     lacking = []
     for node_type in sorted({n.op for n in fdef.node_def}):
         # Body ops with a C++ gradient (tf_ext's or a third party's) get bridged too.
@@ -246,8 +276,9 @@ def _callable_gradient(op_type: str,
         graph.function_captures.capture_types)
     gradient = concrete_function.ConcreteFunction.from_func_graph(
         graph, function_type, attrs={})
+    name = gradient.name.decode() if isinstance(gradient.name, bytes) else gradient.name
     if not lacking:
-        return lambda *args: list(gradient(*args))
+        return (lambda *args: list(gradient(*args))), name
 
     message = (f"{op_type}: its gradient is not differentiable (no second-order gradient): "
                f"the C++ gradient {fdef.signature.name} uses op type(s) {', '.join(lacking)} "
@@ -263,7 +294,7 @@ def _callable_gradient(op_type: str,
             results = list(gradient(*args))
         return results, fail
 
-    return lambda *args: list(first_order_only(*args))
+    return (lambda *args: list(first_order_only(*args))), name
 
 
 def _bridged_gradient(op: Any, *grads: tf.Tensor | None) -> list[tf.Tensor]:
