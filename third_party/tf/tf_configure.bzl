@@ -105,10 +105,13 @@ filegroup(
     srcs = glob(["cuda_include/**"]),
 )
 
+# stub_shebang: Bazel's launcher script defaults to `#!/usr/bin/env python`, which the strict
+# test PATH does not have; the launcher runs fine under the same interpreter.
 py_runtime(
     name = "python_runtime",
     interpreter_path = %r,
     python_version = "PY3",
+    stub_shebang = "#!%s",
 )
 
 py_runtime_pair(
@@ -121,7 +124,7 @@ toolchain(
     toolchain = ":python_runtime_pair",
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
-""" % python)
+""" % (python, python))
 
 tf_configure = repository_rule(
     implementation = _impl,

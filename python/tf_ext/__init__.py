@@ -1,0 +1,38 @@
+"""tf_ext: TensorFlow custom ops whose kernels and gradients are all C++.
+
+    import tf_ext
+    y = tf_ext.zero_out(x, preserve_index=2)   # differentiable with GradientTape/tf.gradients
+
+The op library is loaded on first use (see tf_ext._loader for where it is looked up; set
+TF_EXT_LIBRARY to choose one). `register_cpp_gradients` makes the C++ gradients of any other
+custom-op library usable from Python the same way.
+"""
+
+from tf_ext._bridge import GradientStatus, register_cpp_gradients
+from tf_ext._loader import LibraryLoadError, build_info, library, library_path, op_names
+from tf_ext.ops import (
+    OpNotInLibraryError,
+    gradient_reversal,
+    median_pool2d,
+    ps_roi_align,
+    roi_pool,
+    sign_ste,
+    zero_out,
+)
+
+__all__ = [
+    "GradientStatus",
+    "LibraryLoadError",
+    "OpNotInLibraryError",
+    "build_info",
+    "gradient_reversal",
+    "library",
+    "library_path",
+    "median_pool2d",
+    "op_names",
+    "ps_roi_align",
+    "register_cpp_gradients",
+    "roi_pool",
+    "sign_ste",
+    "zero_out",
+]

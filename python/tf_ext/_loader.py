@@ -1,0 +1,160 @@
+"""Finds and loads tf_ext's op library, once per process.
+
+The library is looked up, in order, at
+  1. $TF_EXT_LIBRARY (a path to the .so), if set;
+  2. `_tf_ext_ops.so` inside this package (an installed wheel);
+  3. `tf_ext/_tf_ext_ops.so` in Bazel runfiles ($RUNFILES_DIR, or this package's runfiles tree);
+  4. `bazel-bin/tf_ext/_tf_ext_ops.so` of the source tree this package lives in.
+
+The path is canonicalised (os.path.realpath) before loading: TensorFlow caches op libraries by
+the path string, and loading the same file under a second path returns a module with no
+wrappers (the ops were registered by the first load), so every caller must use one spelling.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+import types
+
+import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session
+
+LIBRARY_ENV = "TF_EXT_LIBRARY"
+LIBRARY_NAME = "_tf_ext_ops.so"
+_BUILD_INFO = "_build_info.json"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_lock = threading.RLock()
+_module: types.ModuleType | None = None
+_path: str | None = None
+_op_names: tuple[str, ...] = ()
+_ready = False
+
+
+class LibraryLoadError(ImportError):
+    """The op library could not be found or loaded."""
+
+
+def _candidates() -> list[str]:
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        # An explicit choice is never silently replaced by another copy.
+        return [env]
+    paths = [os.path.join(_PACKAGE_DIR, LIBRARY_NAME)]
+    runfiles = os.environ.get("RUNFILES_DIR")
+    if runfiles:
+        paths.append(os.path.join(runfiles, "tf_ext", "tf_ext", LIBRARY_NAME))
+    # python/tf_ext -> the workspace root, both in a runfiles tree and in the source tree.
+    root = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+    paths.append(os.path.join(root, "tf_ext", LIBRARY_NAME))
+    paths.append(os.path.join(root, "bazel-bin", "tf_ext", LIBRARY_NAME))
+    return paths
+
+
+def build_info() -> dict[str, str]:
+    """What the library was built against, from _build_info.json (written by Bazel/the wheel
+    build next to this package); empty if the package runs from a plain source tree."""
+    try:
+        with open(os.path.join(_PACKAGE_DIR, _BUILD_INFO), encoding="utf-8") as f:
+            return dict(json.load(f))
+    except (OSError, ValueError):
+        return {}
+
+
+def _version_note() -> str:
+    built = build_info().get("tensorflow_version", "unknown")
+    return f"the library was built for TensorFlow {built}; this process runs TensorFlow {tf.__version__}"
+
+
+def op_names_in(path: str) -> tuple[str, ...]:
+    """Op types registered by the op library at `path` (loading it if needed).
+
+    TF 2.21's tf.load_op_library module has no OP_LIST; this asks TensorFlow's loader, which
+    caches the list per path, the same way tf.load_op_library builds its wrappers.
+    """
+    handle = pywrap_tf_session.TF_LoadLibrary(path)
+    try:
+        op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetOpList(handle))
+    finally:
+        pywrap_tf_session.TF_DeleteLibraryHandle(handle)
+    return tuple(op.name for op in op_list.op)
+
+
+def _load() -> None:
+    global _module, _path, _op_names
+    tried = _candidates()
+    found = [p for p in tried if os.path.isfile(p)]
+    if not found:
+        raise LibraryLoadError(
+            f"tf_ext: op library {LIBRARY_NAME} not found; tried {tried}. Build it with "
+            f"`bazel build //tf_ext:_tf_ext_ops.so` or set {LIBRARY_ENV} to its path "
+            f"({_version_note()})")
+    path = os.path.realpath(found[0])
+    try:
+        module = tf.load_op_library(path)
+        names = op_names_in(path)
+    except Exception as e:  # TF raises NotFoundError / RuntimeError with the dlerror text.
+        raise LibraryLoadError(
+            f"tf_ext: could not load op library {path}: {e} ({_version_note()})") from e
+    if not names:
+        raise LibraryLoadError(
+            f"tf_ext: op library {path} registered no ops: was the same library already "
+            f"loaded from another path? ({_version_note()})")
+    _module, _path, _op_names = module, path, names
+
+
+def library() -> types.ModuleType:
+    """The loaded op library's module (tf.load_op_library's), loading it on first use.
+
+    The first call also bridges the library's C++ gradients into Python's registry; other
+    threads wait until that is done.
+    """
+    global _module, _ready
+    if _ready:
+        return _module  # type: ignore[return-value]
+    with _lock:
+        if _module is None:
+            _load()
+            from tf_ext import _bridge  # pylint: disable=g-import-not-at-top
+            try:
+                _bridge.register_cpp_gradients(list(_op_names))
+            except BaseException:
+                _module = None
+                raise
+            _ready = True
+        # Also reached re-entrantly by the bridging step above (RLock), before _ready is set.
+        return _module
+
+
+def library_path() -> str:
+    """The canonical path of the loaded op library (loads it if needed)."""
+    library()
+    return _path  # type: ignore[return-value]
+
+
+def c_gradient_function_def(node_def: bytes) -> str | None:
+    """Calls the library's C entry point TfExtGradientFunctionDef (the C twin of the
+    TfExt>GradientFunctionDef op) and returns None on success, else its error message."""
+    c_lib = ctypes.CDLL(library_path())  # the already loaded library: dlopen is idempotent
+    fn = c_lib.TfExtGradientFunctionDef
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                   ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t]
+    out = ctypes.c_void_p()
+    out_len = ctypes.c_size_t()
+    error = ctypes.create_string_buffer(1024)
+    if fn(node_def, len(node_def), ctypes.byref(out), ctypes.byref(out_len), error,
+          len(error)) != 0:
+        return error.value.decode("utf-8", "replace")
+    c_lib.TfExtFree(out)
+    return None
+
+
+def op_names() -> tuple[str, ...]:
+    """Op types the loaded library registers, e.g. ("TfExt>GradientFunctionDef", ...)."""
+    library()
+    return _op_names
