@@ -23,5 +23,12 @@ demo: setup
 test: setup
 	$(BAZEL) test //... $(BAZEL_TEST_FLAGS)
 
+# tf_ext_gradcheck over tf_ext's library and over TensorFlow's own FDH gradients.
+TF_CORE_OPS := Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Cos,Neg,Reciprocal,Asin,Acos,Atan,Atanh,Asinh,Acosh,Sinh,Cosh,Log1p,Expm1,Maximum,Minimum,SquaredDifference,Pow,MatMul,BatchMatMulV2,Sum,Mean,Max,Softmax,LogSoftmax,Relu,Conv2D,MaxPool,AvgPool,BiasAdd,Transpose,Reshape,Sign,Softplus,Erf,Tile
+gradcheck: setup
+	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
+	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/gradcheck_spec.txt
+	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
+
 clean:
 	$(BAZEL) clean
