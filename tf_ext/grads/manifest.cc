@@ -14,6 +14,17 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
       {"TfExt>ZeroOut", &ZeroOutGrad,
        "d(to_zero) = ZeroOut(d(zeroed), preserve_index): dy routed to preserve_index only",
        {}, {}, "float, double"},
+      {"TfExt>MedianPool2D", &MedianPool2DGrad,
+       "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's (lower, first "
+       "in row-major order) median element",
+       {}, {}, "float, double"},
+      {"TfExt>MedianPool2DGrad", nullptr, "backward op of MedianPool2D (not differentiable)",
+       {"x", "dy"}, {}, ""},
+      {"TfExt>SignSTE", &SignSTEGrad,
+       "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator)", {}, {},
+       "half, float, double"},
+      {"TfExt>GradientReversal", &GradientReversalGrad, "d(x) = -scale * d(y)", {}, {},
+       "half, float, double"},
       {"TfExt>GradientFunctionDef", nullptr, "utility op (returns a FunctionDef)",
        {"node_def"}, {}, ""},
   };
