@@ -4,9 +4,11 @@
 // Definition. For output (n, oh, ow, c) the window is rows [oh*sh - pad_top, +kh) and columns
 // [ow*sw - pad_left, +kw) of image n, channel c, clipped to the image: padding never counts.
 // Its m elements are ordered by the key (value, position), position being the element's
-// row-major place in the window (equivalently in the image), and the output is the element of
-// rank (m-1)/2: the median for odd m, the LOWER median for even m. So the output is always
-// one real input element, and among equal values the first in row-major order wins.
+// row-major place in the window (equivalently in the image), i.e. a stable sort by value, and
+// the output is the element of rank (m-1)/2: the median for odd m, the LOWER median for even
+// m. So the output is always one real input element, and ties are broken by row-major order.
+// Note this is the stable sort's rank, not "the first element equal to the median value":
+// in [2,1,2,2,9,0,2,7,8] the order is 0 1 2(0) 2(2) [2(3)] 2(6) 7 8 9, so index 3 is chosen.
 // NaN: sorts after every number (NaNs among themselves by position), so a window's median is
 // NaN only when NaNs fill its upper half. The gradient routes d(y) to that same element.
 #ifndef TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_

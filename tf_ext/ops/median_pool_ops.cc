@@ -84,9 +84,10 @@ y: [batch, out_height, out_width, channels]; sizes follow MaxPool (VALID: ceil((
 ksize: [window_height, window_width], each >= 1.
 strides: [stride_height, stride_width], each >= 1.
 padding: SAME pads (with nothing: padded places are skipped) as MaxPool does; VALID does not.
-Ties pick the first element in row-major window order; with an even count the lower of the
-two middle values is taken; NaN sorts after every number. The gradient routes d(y) to the
-chosen element (see TfExt>MedianPool2DGrad).
+The window is sorted stably by value (equal values keep row-major window order, NaN sorts
+after every number) and its element of rank (count-1)/2 is taken: the median, or the lower of
+the two middle values for an even count. The gradient routes d(y) to exactly that element
+(see TfExt>MedianPool2DGrad).
 )doc");
 
 REGISTER_OP("TfExt>MedianPool2DGrad")
