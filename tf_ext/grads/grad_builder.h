@@ -117,7 +117,8 @@ V GradBuilder::GetAttr(const std::string& name) {
   V value{};
   absl::Status s = GetNodeAttr(AttrSlice(&attrs_with_defaults_), name, &value);
   if (!s.ok()) {
-    Fail(absl::InvalidArgumentError(absl::StrCat(op_type_, ": ", s.message())));
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat(op_type_, ": gradient needs attr '", name, "': ", s.message())));
     return V{};
   }
   return value;
