@@ -177,6 +177,7 @@ const std::vector<Config>& Configs() {
       {2, 3, 4, 2, 7, 9, 1, 1, "SAME"},   // window larger than the image, SAME
       {1, 3, 4, 2, 7, 9, 2, 3, "SAME"},
       {1, 11, 10, 3, 5, 5, 2, 2, "SAME"},
+      {1, 9, 10, 2, 7, 7, 1, 1, "SAME"},  // up to 49 elements: beyond the rank-count path
       {0, 5, 5, 3, 3, 3, 1, 1, "SAME"},   // empty batch
       {0, 5, 5, 3, 3, 3, 1, 1, "VALID"},
       {2, 0, 5, 3, 3, 3, 1, 1, "SAME"},   // empty image
@@ -276,24 +277,18 @@ TYPED_TEST(MedianPoolTyped, LargeInputsMatchBruteForce) {
 
 template <typename T>
 void ExpectNetworkAgrees(const T (&values)[9]) {
-  T v[9];
-  int64_t pos[9];
-  std::pair<T, int64_t> items[9];
+  using Key = functor::median_pool_internal::WindowKey<T>;
+  typename Key::type keys[9];
   std::vector<std::pair<double, int64_t>> sorted;
   for (int i = 0; i < 9; ++i) {
-    // Positions as the kernel forms them (NHWC flat indices of a window, channel stride 3).
-    v[i] = values[i];
-    pos[i] = 100 + 3 * i;
-    items[i] = {values[i], pos[i]};
-    sorted.push_back({static_cast<double>(values[i]), pos[i]});
+    keys[i] = Key::Make(values[i], i);
+    sorted.push_back({static_cast<double>(values[i]), i});
   }
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return !std::isnan(a.first) && (std::isnan(b.first) || a.first < b.first);
   });
-  const int64_t network = functor::median_pool_internal::LowerMedian9(v, pos);
-  const int64_t general = functor::median_pool_internal::LowerMedianSelect(items, 9);
-  ASSERT_EQ(network, sorted[4].second);
-  ASSERT_EQ(general, sorted[4].second);
+  ASSERT_EQ(functor::median_pool_internal::LowerMedian9(values), sorted[4].second);
+  ASSERT_EQ(functor::median_pool_internal::LowerMedianSelect<T>(keys, 9), sorted[4].second);
 }
 
 TEST(MedianPoolSelection, NetworkMatchesOnEveryPermutationOfDistinctValues) {
@@ -308,15 +303,45 @@ TEST(MedianPoolSelection, NetworkMatchesOnEveryPermutationOfDistinctValues) {
 }
 
 TEST(MedianPoolSelection, NetworkMatchesOnEveryWindowOfThreeValuesIncludingNaN) {
-  // All 3^9 windows over {0, 1, 2} (ties everywhere) and over {0, 1, NaN}.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const float third : {2.f, nan}) {
-    const float alphabet[3] = {0.f, 1.f, third};
+  // All 3^9 windows over {0, 1, 2} (ties everywhere), over {-0, +0, NaN} (equal zeros, NaN
+  // payloads and signs) and over {-inf, 1, -NaN}, in both dtypes.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double alphabets[3][3] = {{0, 1, 2}, {-0.0, 0.0, nan}, {-inf, 1, -nan}};
+  for (const auto& alphabet : alphabets) {
     for (int code = 0; code < 19683; ++code) {
-      float values[9];
-      for (int i = 0, c = code; i < 9; ++i, c /= 3) values[i] = alphabet[c % 3];
+      double values[9];
+      float fvalues[9];
+      for (int i = 0, c = code; i < 9; ++i, c /= 3) {
+        values[i] = alphabet[c % 3];
+        fvalues[i] = static_cast<float>(values[i]);
+      }
       ExpectNetworkAgrees(values);
+      ExpectNetworkAgrees(fvalues);
       if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(MedianPoolSelection, GeneralSelectionMatchesFullSortOnLargerWindows) {
+  std::mt19937 rng(3);
+  for (int64_t m : {1, 2, 3, 4, 8, 16, 25, 32, 33, 49, 100}) {  // rank count, nth_element
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> v(m);
+      std::vector<uint64_t> keys(m);
+      std::vector<std::pair<double, int64_t>> sorted;
+      for (int64_t i = 0; i < m; ++i) {
+        v[i] = rng() % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                              : static_cast<float>(rng() % 5) - 2.f;
+        keys[i] = functor::median_pool_internal::WindowKey<float>::Make(v[i], i);
+        sorted.push_back({v[i], i});
+      }
+      std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+        return !std::isnan(a.first) && (std::isnan(b.first) || a.first < b.first);
+      });
+      ASSERT_EQ(functor::median_pool_internal::LowerMedianSelect<float>(keys.data(), m),
+                sorted[(m - 1) / 2].second)
+          << "m=" << m;
     }
   }
 }

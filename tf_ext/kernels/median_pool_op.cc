@@ -46,6 +46,13 @@ class MedianPool2DBase : public OpKernel {
                                   &p->pad_top);
     functor::MedianPoolOutputSize(p->in_width, ksize_[1], strides_[1], same_, &p->out_width,
                                   &p->pad_left);
+    if (functor::median_pool_internal::MaxWindowElements(*p) >
+        functor::median_pool_internal::kMaxWindowElements) {
+      return OpError(ctx, "a window would hold ",
+                     functor::median_pool_internal::MaxWindowElements(*p),
+                     " in-image elements; at most 2^32-1 are supported (ksize [", ksize_[0], ", ",
+                     ksize_[1], "], x shape ", x.shape().DebugString(), ")");
+    }
     return absl::OkStatus();
   }
 
