@@ -53,6 +53,15 @@ def tf_ext_cc_test(name, copts = [], deps = [], **kwargs):
         **kwargs
     )
 
+# A C (not C++) program against TensorFlow's C API: TensorFlow's C++ flags do not apply.
+def tf_ext_c_test(name, deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = ["-std=c11", "-Wall"],
+        deps = deps + [TF_CC],
+        **kwargs
+    )
+
 def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
     """Compiles *.cu.cc files with nvcc into a static archive (only with --config=cuda).
 

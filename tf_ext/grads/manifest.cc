@@ -14,11 +14,23 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
       {"TfExt>ZeroOut", &ZeroOutGrad,
        "d(to_zero) = ZeroOut(d(zeroed), preserve_index): dy routed to preserve_index only",
        {}, {}, "float, double"},
+      {"TfExt>RoiPool", &RoiPoolGrad,
+       "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each ROI's "
+       "image at argmax (argmax recomputed by a forward node)",
+       {"rois"}, {"argmax"}, "float, double"},
+      {"TfExt>RoiPoolGrad", nullptr, "backward op of RoiPool (not differentiable further)",
+       {"data", "rois", "argmax", "d_pooled"}, {}, ""},
+      {"TfExt>PsRoiAlign", &PsRoiAlignGrad,
+       "d(features) = PsRoiAlignGrad(features, rois, d(output)): each bilinear sample adds "
+       "weight * d(output) / (grid_h * grid_w) into the pixels it read",
+       {"rois"}, {}, "float, double"},
+      {"TfExt>PsRoiAlignGrad", nullptr, "backward op of PsRoiAlign (not differentiable further)",
+       {"features", "rois", "d_output"}, {}, ""},
       {"TfExt>MedianPool2D", &MedianPool2DGrad,
-       "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's (lower, first "
-       "in row-major order) median element",
+       "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's median element "
+       "(rank (m-1)/2 of a stable sort by value; argmedian recomputed by the grad op)",
        {}, {}, "float, double"},
-      {"TfExt>MedianPool2DGrad", nullptr, "backward op of MedianPool2D (not differentiable)",
+      {"TfExt>MedianPool2DGrad", nullptr, "backward op of MedianPool2D (not differentiable further)",
        {"x", "dy"}, {}, ""},
       {"TfExt>SignSTE", &SignSTEGrad,
        "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator)", {}, {},

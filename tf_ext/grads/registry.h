@@ -47,13 +47,14 @@ GradientKind LookupGradientKind(const std::string& op_type);
 #define TF_EXT_REGISTER_GRADIENT(op_type, fn) \
   TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, fn)
 #define TF_EXT_REGISTER_NO_GRADIENT(op_type) \
-  TF_EXT_REGISTER_NO_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type)
+  TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, nullptr)
+// Two levels so that __COUNTER__ is expanded before ## pastes it.
 #define TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(ctr, op_type, fn) \
-  static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] =  \
-      ::tensorflow::tf_ext::RegisterGradient(op_type, fn)
-#define TF_EXT_REGISTER_NO_GRADIENT_UNIQ_HELPER(ctr, op_type) \
-  static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] = \
-      ::tensorflow::tf_ext::RegisterNoGradient(op_type)
+  TF_EXT_REGISTER_GRADIENT_UNIQ(ctr, op_type, fn)
+#define TF_EXT_REGISTER_GRADIENT_UNIQ(ctr, op_type, fn)                       \
+  static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] =            \
+      (fn) == nullptr ? ::tensorflow::tf_ext::RegisterNoGradient(op_type)      \
+                      : ::tensorflow::tf_ext::RegisterGradient(op_type, (fn))
 
 // C entry point (for ctypes/FFI users): serialized NodeDef in, serialized FunctionDef out.
 // Returns 0 on success; otherwise non-zero with a message in `error` (NUL-terminated, at most

@@ -1,0 +1,96 @@
+// End-to-end tests of tf_ext_gradcheck on tf_ext's library, on a flawed third-party library
+// and on TensorFlow's own ops.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct ToolRun {
+  int code = -1;
+  std::string output;
+};
+
+ToolRun Gradcheck(const std::string& args) {
+  const std::string cmd = "tf_ext/tf_ext_gradcheck " + args + " 2>&1";
+  ToolRun r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The table row of `op` for `dtype` ends with `result`.
+bool HasRow(const std::string& out, const std::string& op, const std::string& dtype,
+            const std::string& result) {
+  const std::regex row("\\| " + op + " +\\| [^|]+\\| " +
+                       dtype + " +\\|[^\\n]*\\| " + result + " +\\|");
+  return std::regex_search(out, row);
+}
+
+TEST(Gradcheck, TfExtLibraryAllPass) {
+  ToolRun r = Gradcheck("--library=tf_ext/_tf_ext_ops.so --spec=tf_ext/tools/gradcheck_spec.txt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExt>ZeroOut", "float", "PASS")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExt>ZeroOut", "double", "PASS")) << r.output;
+  for (const char* op : {"TfExt>RoiPool", "TfExt>PsRoiAlign", "TfExt>MedianPool2D",
+                         "TfExt>SignSTE", "TfExt>GradientReversal"}) {
+    EXPECT_TRUE(HasRow(r.output, op, "float", "PASS")) << op << "\n" << r.output;
+    EXPECT_TRUE(HasRow(r.output, op, "double", "PASS")) << op << "\n" << r.output;
+  }
+  for (const char* op : {"TfExt>GradientFunctionDef", "TfExt>RoiPoolGrad", "TfExt>PsRoiAlignGrad",
+                         "TfExt>MedianPool2DGrad"}) {
+    EXPECT_TRUE(HasRow(r.output, op, "-", "no-grad")) << op << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << r.output;
+}
+
+TEST(Gradcheck, FlawedLibraryIsReported) {
+  ToolRun r = Gradcheck("--library=tests/_badgrad_ops.so");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExtTest>BadScale", "float", "FAIL")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExtTest>BadScale", "double", "FAIL")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExtTest>NoGradYet", "-", "missing")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "TfExtTest>Frozen", "-", "no-grad")) << r.output;
+  // The note says where: symbolic 3 against numeric 2.
+  EXPECT_NE(r.output.find("symbolic 3, numeric 2"), std::string::npos) << r.output;
+}
+
+// TensorFlow ops whose FDH gradients are right.
+constexpr char kGoodTfOps[] =
+    "Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Cos,Neg,Reciprocal,Asin,"
+    "Acos,Atan,Atanh,Sinh,Cosh,Log1p,Expm1,Maximum,Minimum,SquaredDifference,Pow,MatMul,"
+    "BatchMatMulV2,Sum,Mean,Max,Softmax,LogSoftmax,Relu,Conv2D,MaxPool,AvgPool,BiasAdd,"
+    "Transpose,Reshape,Sign";
+
+TEST(Gradcheck, TensorFlowCoreOps) {
+  ToolRun r = Gradcheck(std::string("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=") +
+                        kGoodTfOps);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradcheck: 86 passed, 0 failed"), std::string::npos) << r.output;
+}
+
+TEST(Gradcheck, FindsTensorFlowsWrongAsinhAndAcoshGradients) {
+  // TensorFlow 2.21's FDH gradients (core/ops/math_grad.cc) multiply dy by cosh(y) / sinh(y)
+  // where the derivative is 1/cosh(y) / 1/sinh(y); the checker must flag both.
+  ToolRun r = Gradcheck("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Asinh,Acosh");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "Asinh", "double", "FAIL")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "Acosh", "double", "FAIL")) << r.output;
+}
+
+TEST(Gradcheck, UsageErrors) {
+  EXPECT_EQ(Gradcheck("").code, 2);
+  ToolRun r = Gradcheck("--library=/nonexistent.so");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("cannot load '/nonexistent.so'"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,88 @@
+// The gradient manifest is the one list of tf_ext ops: every registered TfExt> op is in it
+// exactly once, and what it says matches every C++ gradient registry.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "tensorflow/cc/framework/grad_op_registry.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/kernel_def.pb.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ext/grads/manifest.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+std::vector<OpDef> TfExtOps() {
+  std::vector<OpDef> ops;
+  OpRegistry::Global()->GetRegisteredOps(&ops);
+  std::vector<OpDef> out;
+  for (const OpDef& op : ops) {
+    if (absl::StartsWith(op.name(), "TfExt>")) out.push_back(op);
+  }
+  return out;
+}
+
+TEST(Manifest, ListsEveryTfExtOpExactlyOnce) {
+  std::map<std::string, int> count;
+  for (const auto& e : GradientManifest()) ++count[e.op];
+  std::vector<OpDef> ops = TfExtOps();
+  ASSERT_GE(ops.size(), 2u);
+  for (const OpDef& op : ops) EXPECT_EQ(count[op.name()], 1) << op.name();
+  for (const auto& [name, n] : count) {
+    const OpDef* def = nullptr;
+    EXPECT_TRUE(OpRegistry::Global()->LookUpOpDef(name, &def).ok()) << name << " is not an op";
+  }
+}
+
+TEST(Manifest, MatchesEveryRegistry) {
+  for (const auto& e : GradientManifest()) {
+    gradient::Creator creator;
+    ASSERT_TRUE(gradient::GetOpGradientCreator(e.op, &creator).ok()) << e.op;
+    EXPECT_EQ(creator != nullptr, e.gradient != nullptr) << e.op;
+    ops::GradFunc fn = nullptr;
+    ASSERT_TRUE(ops::GradOpRegistry::Global()->Lookup(e.op, &fn).ok()) << e.op;
+    EXPECT_EQ(fn != nullptr, e.gradient != nullptr) << e.op;
+    EXPECT_NE(std::string(e.rule), "") << e.op;
+  }
+}
+
+TEST(Manifest, NamedInputsAndOutputsExist) {
+  for (const auto& e : GradientManifest()) {
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(e.op, &def).ok());
+    std::set<std::string> inputs, outputs;
+    for (const auto& a : def->input_arg()) inputs.insert(a.name());
+    for (const auto& a : def->output_arg()) outputs.insert(a.name());
+    for (const char* in : e.non_differentiable_inputs) EXPECT_TRUE(inputs.count(in)) << e.op << " " << in;
+    for (const char* out : e.ignored_output_grads) EXPECT_TRUE(outputs.count(out)) << e.op << " " << out;
+  }
+}
+
+TEST(Manifest, EveryDeclaredTypeHasACpuKernel) {
+  // An op must not promise a dtype it has no kernel for.
+  for (const OpDef& op : TfExtOps()) {
+    for (const auto& attr : op.attr()) {
+      if (attr.type() != "type" || !attr.has_allowed_values()) continue;
+      for (int t : attr.allowed_values().list().type()) {
+        NodeDef node;
+        node.set_name("n");
+        node.set_op(op.name());
+        (*node.mutable_attr())[attr.name()].set_type(static_cast<DataType>(t));
+        AddDefaultsToNodeDef(op, &node);
+        const KernelDef* kdef = nullptr;
+        absl::Status s = FindKernelDef(DeviceType(DEVICE_CPU), node, &kdef, nullptr);
+        EXPECT_TRUE(s.ok()) << op.name() << " declares " << attr.name() << "="
+                            << DataTypeString(static_cast<DataType>(t)) << " but: " << s;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensorflow::tf_ext

@@ -1,0 +1,206 @@
+#include "tf_ext/tools/gradcheck_spec.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tensorflow::tf_ext::tools {
+namespace {
+
+absl::Status Bad(const std::string& what, const std::string& text) {
+  return absl::InvalidArgumentError(absl::StrCat("gradcheck spec: bad ", what, " '", text, "'"));
+}
+
+absl::StatusOr<std::vector<double>> Numbers(absl::string_view text) {
+  std::vector<double> out;
+  for (absl::string_view v : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double d;
+    if (!absl::SimpleAtod(v, &d)) return Bad("number", std::string(v));
+    out.push_back(d);
+  }
+  return out;
+}
+
+absl::StatusOr<InputSpec> ParseInput(const std::string& text) {
+  InputSpec s;
+  absl::string_view t = text;
+  if (absl::ConsumePrefix(&t, "values:")) {
+    s.kind = InputSpec::kValues;
+    auto v = Numbers(t);
+    if (!v.ok()) return v.status();
+    s.values = *v;
+    s.shape = {static_cast<int64_t>(s.values.size())};
+    return s;
+  }
+  if (absl::ConsumePrefix(&t, "scalar:")) {
+    s.kind = InputSpec::kValues;
+    s.scalar = true;
+    auto v = Numbers(t);
+    if (!v.ok() || v->size() != 1) return Bad("scalar", text);
+    s.values = *v;
+    s.shape = {};
+    return s;
+  }
+  if (absl::ConsumePrefix(&t, "rois:")) {
+    s.kind = InputSpec::kRois;
+    if (!absl::SimpleAtoi(t, &s.rois) || s.rois < 0) return Bad("rois count", text);
+    s.shape = {s.rois, 5};
+    return s;
+  }
+  std::vector<std::string> parts = absl::StrSplit(t, '@');
+  if (parts.size() == 2) {
+    std::vector<std::string> range = absl::StrSplit(parts[1], ':');
+    if (range.size() != 2 || !absl::SimpleAtod(range[0], &s.lo) ||
+        !absl::SimpleAtod(range[1], &s.hi) || !(s.lo < s.hi)) {
+      return Bad("range", text);
+    }
+  }
+  s.shape.clear();
+  if (parts[0] == "scalar") {
+    s.scalar = true;
+    return s;
+  }
+  for (absl::string_view d : absl::StrSplit(parts[0], 'x')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(d, &v) || v < 0) return Bad("shape", text);
+    s.shape.push_back(v);
+  }
+  return s;
+}
+
+template <typename T>
+void Fill(Tensor* t, const std::vector<double>& v) {
+  auto f = t->flat<T>();
+  for (int64_t i = 0; i < f.size(); ++i) f(i) = static_cast<T>(v[i]);
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text) {
+  std::map<std::string, OpSpec> specs;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = line.substr(0, line.find('#'));
+    std::vector<std::string> tokens = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (tokens.empty()) continue;
+    OpSpec spec;
+    spec.op = tokens[0];
+    for (size_t i = 1; i < tokens.size(); ++i) {
+      const std::string& tok = tokens[i];
+      const size_t eq = tok.find('=');
+      if (eq == std::string::npos) return Bad("token", tok);
+      const std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
+      if (absl::StartsWith(key, "attr.")) {
+        spec.attrs[key.substr(5)] = value;
+      } else if (key == "nondiff") {
+        spec.nondiff = absl::StrSplit(value, ',', absl::SkipEmpty());
+      } else if (key == "dtypes") {
+        spec.dtypes = absl::StrSplit(value, ',', absl::SkipEmpty());
+      } else {
+        auto in = ParseInput(value);
+        if (!in.ok()) return in.status();
+        spec.inputs[key] = *in;
+      }
+    }
+    specs[spec.op] = spec;
+  }
+  return specs;
+}
+
+absl::StatusOr<AttrValue> ParseAttrValue(const OpDef::AttrDef& def, const std::string& text) {
+  AttrValue v;
+  const std::string& type = def.type();
+  if (type == "int") {
+    int64_t i;
+    if (!absl::SimpleAtoi(text, &i)) return Bad("int attr " + def.name(), text);
+    v.set_i(i);
+  } else if (type == "float") {
+    float f;
+    if (!absl::SimpleAtof(text, &f)) return Bad("float attr " + def.name(), text);
+    v.set_f(f);
+  } else if (type == "bool") {
+    if (text != "true" && text != "false") return Bad("bool attr " + def.name(), text);
+    v.set_b(text == "true");
+  } else if (type == "string") {
+    v.set_s(text);
+  } else if (type == "type") {
+    DataType dt;
+    if (!DataTypeFromString(text, &dt)) return Bad("type attr " + def.name(), text);
+    v.set_type(dt);
+  } else if (type == "list(int)") {
+    absl::string_view t = text;
+    if (!absl::ConsumePrefix(&t, "[") || !absl::ConsumeSuffix(&t, "]")) {
+      return Bad("list(int) attr " + def.name(), text);
+    }
+    for (absl::string_view p : absl::StrSplit(t, ',', absl::SkipEmpty())) {
+      int64_t i;
+      if (!absl::SimpleAtoi(p, &i)) return Bad("list(int) attr " + def.name(), text);
+      v.mutable_list()->add_i(i);
+    }
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat("gradcheck spec: attr ", def.name(), " of type ", type, " is not supported"));
+  }
+  return v;
+}
+
+absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
+                                 const std::vector<int64_t>& image_shape, uint64_t seed) {
+  TensorShape shape;
+  for (int64_t d : spec.shape) shape.AddDim(d);
+  const int64_t n = shape.num_elements();
+  std::vector<double> v(n);
+  std::mt19937_64 rng(seed);
+  switch (spec.kind) {
+    case InputSpec::kValues:
+      v = spec.values;
+      break;
+    case InputSpec::kRandom: {
+      // A shuffled evenly spaced grid: distinct, well separated values.
+      std::vector<int64_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int64_t i = 0; i < n; ++i) {
+        v[i] = spec.lo + (spec.hi - spec.lo) * (order[i] + 0.5) / static_cast<double>(n);
+      }
+      break;
+    }
+    case InputSpec::kRois: {
+      if (image_shape.size() != 4) {
+        return absl::InvalidArgumentError("gradcheck spec: rois need an NHWC input first");
+      }
+      const double h = image_shape[1], w = image_shape[2];
+      std::uniform_real_distribution<double> u(0, 1);
+      for (int64_t r = 0; r < spec.rois; ++r) {
+        v[r * 5] = static_cast<double>(rng() % std::max<int64_t>(image_shape[0], 1));
+        double x1 = u(rng) * (w - 1), x2 = u(rng) * (w - 1);
+        double y1 = u(rng) * (h - 1), y2 = u(rng) * (h - 1);
+        v[r * 5 + 1] = std::min(x1, x2);
+        v[r * 5 + 2] = std::min(y1, y2);
+        v[r * 5 + 3] = std::max(x1, x2) + 1;
+        v[r * 5 + 4] = std::max(y1, y2) + 1;
+      }
+      break;
+    }
+  }
+  Tensor t(dtype, shape);
+  switch (dtype) {
+    case DT_FLOAT: Fill<float>(&t, v); break;
+    case DT_DOUBLE: Fill<double>(&t, v); break;
+    case DT_HALF: Fill<Eigen::half>(&t, v); break;
+    case DT_INT32: Fill<int32>(&t, v); break;
+    case DT_INT64: Fill<int64_t>(&t, v); break;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("gradcheck: cannot make inputs of type ", DataTypeString(dtype)));
+  }
+  return t;
+}
+
+}  // namespace tensorflow::tf_ext::tools

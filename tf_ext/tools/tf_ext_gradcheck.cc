@@ -1,0 +1,305 @@
+// tf_ext_gradcheck: checks the C++ (FDH) gradients of every op of a custom-op library - or of
+// TensorFlow's own ops - against float64 central differences, with no Python.
+//
+//   tf_ext_gradcheck --library=PATH [--ops=A,B] [--spec=FILE] [--seed=N]
+//   tf_ext_gradcheck --ops=Tanh,Sigmoid,Mul [--spec=FILE]      (ops already in TensorFlow)
+//
+// For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
+// nothing registered; for ops with a gradient, one row per dtype with the max errors and
+// PASS/FAIL. Exit status 1 if any row FAILs or cannot run, 0 otherwise.
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tensorflow/c/c_api.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/platform/env.h"
+#include "tf_ext/grads/registry.h"
+#include "tf_ext/testing/gradient_checker.h"
+#include "tf_ext/tools/gradcheck_spec.h"
+
+namespace tensorflow::tf_ext::tools {
+namespace {
+
+constexpr char kUsage[] = R"(usage: tf_ext_gradcheck [--library=PATH] [--ops=A,B,...] [--spec=FILE]
+                        [--seed=N] [--tol_float=1e-3] [--tol_double=1e-6]
+  --library=PATH  custom-op library to load; its ops are checked (all, or those in --ops)
+  --ops=A,B       ops to check (required without --library: e.g. TensorFlow's own ops)
+  --spec=FILE     input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h
+)";
+
+struct Row {
+  std::string op, gradient, dtype, size, abs_err, rel_err, result, note;
+};
+
+std::string Sci(double v) {
+  std::ostringstream s;
+  s << std::setprecision(2) << std::scientific << v;
+  return s.str();
+}
+
+bool IsFloat(DataType t) { return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF; }
+
+// The dtypes to check: the spec's, else float and double where the op's type attr allows.
+std::vector<DataType> Dtypes(const OpDef& def, const OpSpec* spec, std::string* type_attr) {
+  std::vector<DataType> out;
+  for (const auto& in : def.input_arg()) {
+    if (!in.type_attr().empty()) {
+      *type_attr = in.type_attr();
+      break;
+    }
+  }
+  if (spec != nullptr && !spec->dtypes.empty()) {
+    for (const std::string& s : spec->dtypes) {
+      DataType dt;
+      if (DataTypeFromString(s, &dt)) out.push_back(dt);
+    }
+    return out;
+  }
+  if (type_attr->empty()) return {DT_INVALID};  // fixed input types: one row
+  for (const auto& a : def.attr()) {
+    if (a.name() != *type_attr) continue;
+    for (DataType dt : {DT_FLOAT, DT_DOUBLE}) {
+      const auto& allowed = a.allowed_values().list().type();
+      if (!a.has_allowed_values() ||
+          std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) {
+        out.push_back(dt);
+      }
+    }
+  }
+  return out;
+}
+
+void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double tol_float,
+             double tol_double, std::vector<Row>* rows) {
+  const OpDef* def = nullptr;
+  if (!OpRegistry::Global()->LookUpOpDef(op, &def).ok()) {
+    rows->push_back({op, "-", "-", "-", "-", "-", "ERROR", "op is not registered"});
+    return;
+  }
+  switch (LookupGradientKind(op)) {
+    case GradientKind::kNone:
+      rows->push_back({op, "none", "-", "-", "-", "-", "no-grad", "explicitly not differentiable"});
+      return;
+    case GradientKind::kMissing:
+      rows->push_back({op, "MISSING", "-", "-", "-", "-", "missing", "no C++ gradient registered"});
+      return;
+    case GradientKind::kFunction:
+      break;
+  }
+  std::string type_attr;
+  std::vector<DataType> dtypes = Dtypes(*def, spec, &type_attr);
+  if (dtypes.empty()) {
+    rows->push_back({op, "FDH", "-", "-", "-", "-", "unchecked",
+                     "no float/double variant to difference"});
+    return;
+  }
+  for (DataType dt : dtypes) {
+    Row row{op, "FDH", dt == DT_INVALID ? "fixed" : DataTypeString(dt)};
+    testing::OpAttrs attrs;
+    std::string problem;
+    if (!type_attr.empty() && dt != DT_INVALID) attrs.push_back({type_attr, dt});
+    if (spec != nullptr) {
+      for (const auto& [name, text] : spec->attrs) {
+        const OpDef::AttrDef* ad = nullptr;
+        for (const auto& a : def->attr()) {
+          if (a.name() == name) ad = &a;
+        }
+        if (ad == nullptr) {
+          problem = absl::StrCat("spec names unknown attr '", name, "'");
+          break;
+        }
+        auto v = ParseAttrValue(*ad, text);
+        if (!v.ok()) {
+          problem = std::string(v.status().message());
+          break;
+        }
+        FunctionDefHelper::AttrValueWrapper w;
+        w.proto = *v;
+        attrs.push_back({name, w});
+      }
+    }
+    std::vector<Tensor> inputs;
+    std::vector<int64_t> image_shape;
+    for (int i = 0; i < def->input_arg_size() && problem.empty(); ++i) {
+      const auto& arg = def->input_arg(i);
+      DataType in_type = arg.type_attr().empty() ? arg.type() : dt;
+      if (!arg.type_attr().empty() && arg.type_attr() != type_attr) {
+        // A second type attr (e.g. Tidx of reduction indices): its default, if it has one.
+        in_type = DT_INVALID;
+        for (const auto& a : def->attr()) {
+          if (a.name() == arg.type_attr() && a.has_default_value()) in_type = a.default_value().type();
+        }
+      }
+      if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+        problem = absl::StrCat("list input '", arg.name(), "'");
+        break;
+      }
+      InputSpec in_spec;
+      const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
+      if (has_spec) in_spec = spec->inputs.at(arg.name());
+      if (in_type == DT_INVALID || (!IsFloat(in_type) && !has_spec)) {
+        problem = absl::StrCat("input '", arg.name(), "' (",
+                               in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
+                               ") needs a spec");
+        break;
+      }
+      if (image_shape.empty() && in_spec.shape.size() == 4) image_shape = in_spec.shape;
+      auto t = MakeInput(in_spec, in_type, image_shape, seed + i);
+      if (!t.ok()) {
+        problem = std::string(t.status().message());
+        break;
+      }
+      inputs.push_back(*t);
+    }
+    if (!problem.empty()) {
+      row.size = row.abs_err = row.rel_err = "-";
+      row.result = "unchecked";
+      row.note = problem;
+      rows->push_back(row);
+      continue;
+    }
+    testing::GradientCheckOptions opts;
+    opts.seed = seed;
+    if (spec != nullptr) opts.non_differentiable_inputs = spec->nondiff;
+    testing::GradientCheckResult r;
+    absl::Status s = testing::CheckGradient(op, attrs, inputs, opts, &r);
+    if (!s.ok()) {
+      row.size = row.abs_err = row.rel_err = "-";
+      row.result = "ERROR";
+      row.note = std::string(s.message()).substr(0, 160);
+      rows->push_back(row);
+      continue;
+    }
+    const double tol = dt == DT_DOUBLE ? tol_double : tol_float;
+    row.size = absl::StrCat(r.rows, "x", r.columns);
+    row.abs_err = Sci(r.max_abs_error);
+    row.rel_err = Sci(r.max_rel_error);
+    row.result = r.Passed(tol) && r.columns > 0 ? "PASS" : "FAIL";
+    if (r.columns == 0) row.note = "nothing was differenced";
+    if (!r.Passed(tol)) row.note = r.ToString();
+    rows->push_back(row);
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string library, ops_flag, spec_path;
+  uint64_t seed = 1;
+  double tol_float = 1e-3, tol_double = 1e-6;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto take = [&](const char* name, std::string* out) {
+      const std::string prefix = absl::StrCat("--", name, "=");
+      if (!absl::StartsWith(a, prefix)) return false;
+      *out = a.substr(prefix.size());
+      return true;
+    };
+    std::string v;
+    if (take("library", &library) || take("ops", &ops_flag) || take("spec", &spec_path)) {
+    } else if (take("seed", &v) && absl::SimpleAtoi(v, &seed)) {
+    } else if (take("tol_float", &v) && absl::SimpleAtod(v, &tol_float)) {
+    } else if (take("tol_double", &v) && absl::SimpleAtod(v, &tol_double)) {
+    } else {
+      std::cerr << "tf_ext_gradcheck: error: bad argument '" << a << "'\n" << kUsage;
+      return 2;
+    }
+  }
+  std::vector<std::string> ops;
+  if (!ops_flag.empty()) ops = absl::StrSplit(ops_flag, ',', absl::SkipEmpty());
+  if (library.empty() && ops.empty()) {
+    std::cerr << "tf_ext_gradcheck: error: give --library and/or --ops\n" << kUsage;
+    return 2;
+  }
+  if (!library.empty()) {
+    TF_Status* status = TF_NewStatus();
+    TF_Library* lib = TF_LoadLibrary(library.c_str(), status);
+    if (TF_GetCode(status) != TF_OK) {
+      std::cerr << "tf_ext_gradcheck: error: cannot load '" << library
+                << "': " << TF_Message(status) << "\n";
+      TF_DeleteStatus(status);
+      return 2;
+    }
+    TF_DeleteStatus(status);
+    TF_Buffer list = TF_GetOpList(lib);
+    OpList op_list;
+    op_list.ParseFromArray(list.data, static_cast<int>(list.length));
+    std::vector<std::string> lib_ops;
+    for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
+    std::cout << "library " << library << ": " << lib_ops.size() << " ops\n";
+    if (ops.empty()) ops = lib_ops;
+  }
+  std::map<std::string, OpSpec> specs;
+  if (!spec_path.empty()) {
+    std::string text;
+    if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &text); !s.ok()) {
+      std::cerr << "tf_ext_gradcheck: error: cannot read spec '" << spec_path << "'\n";
+      return 2;
+    }
+    auto parsed = ParseSpecs(text);
+    if (!parsed.ok()) {
+      std::cerr << "tf_ext_gradcheck: error: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    specs = *parsed;
+  }
+
+  std::vector<Row> rows;
+  for (const std::string& op : ops) {
+    auto it = specs.find(op);
+    CheckOp(op, it == specs.end() ? nullptr : &it->second, seed, tol_float, tol_double, &rows);
+  }
+
+  const std::vector<std::string> header = {"op", "gradient", "dtype", "rows x cols",
+                                           "max abs err", "max rel err", "result"};
+  std::vector<size_t> width(header.size());
+  auto cells = [](const Row& r) {
+    return std::vector<std::string>{r.op, r.gradient, r.dtype, r.size, r.abs_err, r.rel_err,
+                                    r.result};
+  };
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const Row& r : rows) {
+    auto cs = cells(r);
+    for (size_t c = 0; c < cs.size(); ++c) width[c] = std::max(width[c], cs[c].size());
+  }
+  auto print = [&](const std::vector<std::string>& cs) {
+    std::cout << "|";
+    for (size_t c = 0; c < cs.size(); ++c) std::cout << " " << std::left << std::setw(width[c]) << cs[c] << " |";
+    std::cout << "\n";
+  };
+  print(header);
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  print(rule);
+  int pass = 0, fail = 0, other = 0;
+  for (const Row& r : rows) {
+    print(cells(r));
+    if (r.result == "PASS") {
+      ++pass;
+    } else if (r.result == "FAIL" || r.result == "ERROR") {
+      ++fail;
+    } else {
+      ++other;
+    }
+  }
+  for (const Row& r : rows) {
+    if (!r.note.empty()) std::cout << "note: " << r.op << " (" << r.dtype << "): " << r.note << "\n";
+  }
+  std::cout << "gradcheck: " << pass << " passed, " << fail << " failed, " << other
+            << " without a checkable gradient\n";
+  return fail == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace tensorflow::tf_ext::tools
+
+int main(int argc, char** argv) { return tensorflow::tf_ext::tools::Main(argc, argv); }
