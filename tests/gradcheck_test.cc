@@ -40,11 +40,13 @@ TEST(Gradcheck, TfExtLibraryAllPass) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(HasRow(r.output, "TfExt>ZeroOut", "float", "PASS")) << r.output;
   EXPECT_TRUE(HasRow(r.output, "TfExt>ZeroOut", "double", "PASS")) << r.output;
-  for (const char* op : {"TfExt>RoiPool", "TfExt>PsRoiAlign"}) {
+  for (const char* op : {"TfExt>RoiPool", "TfExt>PsRoiAlign", "TfExt>MedianPool2D",
+                         "TfExt>SignSTE", "TfExt>GradientReversal"}) {
     EXPECT_TRUE(HasRow(r.output, op, "float", "PASS")) << op << "\n" << r.output;
     EXPECT_TRUE(HasRow(r.output, op, "double", "PASS")) << op << "\n" << r.output;
   }
-  for (const char* op : {"TfExt>GradientFunctionDef", "TfExt>RoiPoolGrad", "TfExt>PsRoiAlignGrad"}) {
+  for (const char* op : {"TfExt>GradientFunctionDef", "TfExt>RoiPoolGrad", "TfExt>PsRoiAlignGrad",
+                         "TfExt>MedianPool2DGrad"}) {
     EXPECT_TRUE(HasRow(r.output, op, "-", "no-grad")) << op << "\n" << r.output;
   }
   EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << r.output;

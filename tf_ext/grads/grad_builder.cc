@@ -19,6 +19,7 @@ FDH::AttrValueWrapper Placeholder(const std::string& name) {
 
 GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind)
     : op_type_(op_type), kind_(kind), attrs_(attrs) {
+  for (const auto& kv : attrs) attrs_with_defaults_[kv.first] = kv.second;
   const OpDef* def = nullptr;
   absl::Status s = OpRegistry::Global()->LookUpOpDef(op_type, &def);
   if (!s.ok()) {
@@ -26,6 +27,11 @@ GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kin
     return;
   }
   op_def_ = *def;
+  for (const OpDef::AttrDef& a : op_def_.attr()) {
+    if (a.has_default_value() && attrs_with_defaults_.count(a.name()) == 0) {
+      attrs_with_defaults_[a.name()] = a.default_value();
+    }
+  }
   for (const auto* args : {&op_def_.input_arg(), &op_def_.output_arg()}) {
     for (const OpDef::ArgDef& arg : *args) {
       if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.pb.h"
 
@@ -52,6 +54,13 @@ class GradBuilder {
   // Fails the build (a clear InvalidArgument) unless type attr `attr` is one of `allowed`;
   // e.g. RequireTypes("T", {DT_FLOAT, DT_DOUBLE}) for ops whose int flavour has no gradient.
   GradBuilder& RequireTypes(const std::string& attr, std::initializer_list<DataType> allowed);
+
+  // The value of forward attr `name` (float, int64_t, bool, std::string, DataType, lists...):
+  // the node's, else the OpDef's default. For gradients whose maths depends on an attr value
+  // (e.g. a Const built from a scale attr). A missing or mistyped attr fails the build
+  // (Build returns the error) and yields V().
+  template <typename V>
+  V GetAttr(const std::string& name);
 
   // {"T", "$T"}, ... : attrs passed through unchanged to a node.
   NodeAttrs Forward(std::initializer_list<std::string> names) const;
@@ -103,11 +112,24 @@ class GradBuilder {
   Kind kind_;
   OpDef op_def_;
   AttrSlice attrs_;
+  AttrValueMap attrs_with_defaults_;  // attrs_ plus the OpDef's defaults of absent attrs
   absl::Status status_;
   std::vector<FDH::Node> nodes_;
   std::vector<std::pair<std::string, std::string>> returns_;  // input -> node output
   int counter_ = 0;
 };
+
+template <typename V>
+V GradBuilder::GetAttr(const std::string& name) {
+  V value{};
+  absl::Status s = GetNodeAttr(AttrSlice(&attrs_with_defaults_), name, &value);
+  if (!s.ok()) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat(op_type_, ": gradient needs attr '", name, "': ", s.message())));
+    return V{};
+  }
+  return value;
+}
 
 }  // namespace tensorflow::tf_ext::grad
 

@@ -11,6 +11,9 @@ namespace tensorflow::tf_ext {
 absl::Status ZeroOutGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status MedianPool2DGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g);
 
 }  // namespace tensorflow::tf_ext
 

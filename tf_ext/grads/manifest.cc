@@ -26,6 +26,17 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
        {"rois"}, {}, "float, double"},
       {"TfExt>PsRoiAlignGrad", nullptr, "backward op of PsRoiAlign (not differentiable further)",
        {"features", "rois", "d_output"}, {}, ""},
+      {"TfExt>MedianPool2D", &MedianPool2DGrad,
+       "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's median element "
+       "(rank (m-1)/2 of a stable sort by value; argmedian recomputed by the grad op)",
+       {}, {}, "float, double"},
+      {"TfExt>MedianPool2DGrad", nullptr, "backward op of MedianPool2D (not differentiable further)",
+       {"x", "dy"}, {}, ""},
+      {"TfExt>SignSTE", &SignSTEGrad,
+       "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator)", {}, {},
+       "half, float, double"},
+      {"TfExt>GradientReversal", &GradientReversalGrad, "d(x) = -scale * d(y)", {}, {},
+       "half, float, double"},
       {"TfExt>GradientFunctionDef", nullptr, "utility op (returns a FunctionDef)",
        {"node_def"}, {}, ""},
   };

@@ -1,0 +1,171 @@
+// TfExt>SignSTE: forward per dtype against a reference, validation of clip on every path, and
+// the straight-through gradient through SymbolicGradient in a Session against its closed form.
+// (Not CheckGradient: the numeric Jacobian of sign is 0 almost everywhere; the STE is
+// deliberately not the true derivative.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tests/direct_kernel.h"
+#include "tf_ext/testing/op_runner.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+using ::tensorflow::tf_ext::testing::OpAttrs;
+using ::tensorflow::tf_ext::testing::RunKernelDirect;
+using ::tensorflow::tf_ext::testing::RunOp;
+using ::tensorflow::tf_ext::testing::RunOpOptions;
+using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+
+constexpr char kOp[] = "TfExt>SignSTE";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+template <typename T>
+double D(T v) {
+  return static_cast<double>(v);
+}
+
+// Special values first, then multiples of 0.25 in [-4, 4] (exact in half), cycling.
+template <typename T>
+Tensor MakeX(const TensorShape& shape, uint32_t seed) {
+  static const double kSpecial[] = {0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5,
+                                    kInf, -kInf, kNaN, 0.25, -3.0};
+  std::mt19937 rng(seed);
+  Tensor t(DataTypeToEnum<T>::value, shape);
+  auto f = t.flat<T>();
+  for (int64_t i = 0; i < f.size(); ++i) {
+    const double v = i < 13 ? kSpecial[i] : 0.25 * (static_cast<int>(rng() % 33) - 16);
+    f(i) = static_cast<T>(v);
+  }
+  return t;
+}
+
+template <typename T>
+class SignSTETyped : public ::testing::Test {};
+using Types = ::testing::Types<Eigen::half, float, double>;
+TYPED_TEST_SUITE(SignSTETyped, Types);
+
+const std::vector<TensorShape>& Shapes() {
+  static const auto* shapes = new std::vector<TensorShape>{
+      TensorShape({}),      TensorShape({0}),         TensorShape({13}),
+      TensorShape({3, 0, 2}), TensorShape({2, 3, 4}), TensorShape({5, 1, 7, 2}),
+      TensorShape({(1 << 16) + 3}),  // split across threads
+  };
+  return *shapes;
+}
+
+TYPED_TEST(SignSTETyped, ForwardIsSign) {
+  uint32_t seed = 1;
+  for (const TensorShape& shape : Shapes()) {
+    Tensor x = MakeX<TypeParam>(shape, seed++);
+    for (int path = 0; path < 3; ++path) {
+      auto out = path == 2 ? RunKernelDirect(kOp, {}, {x})
+                           : RunOp(kOp, {{"clip", 0.5f}}, {x}, RunOpOptions{path == 1});
+      ASSERT_TRUE(out.ok()) << out.status();
+      const Tensor& y = (*out)[0];
+      ASSERT_EQ(y.shape(), shape);
+      ASSERT_EQ(y.dtype(), x.dtype());
+      for (int64_t i = 0; i < shape.num_elements(); ++i) {
+        const double xi = D(x.flat<TypeParam>()(i)), yi = D(y.flat<TypeParam>()(i));
+        if (std::isnan(xi)) {
+          EXPECT_TRUE(std::isnan(yi)) << "sign(NaN) must stay NaN, got " << yi;
+        } else if (xi == 0) {
+          EXPECT_EQ(yi, 0.0);
+          EXPECT_EQ(std::signbit(yi), std::signbit(xi)) << "a zero keeps its sign bit";
+        } else {
+          EXPECT_EQ(yi, std::copysign(1.0, xi)) << "x=" << xi;
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(SignSTETyped, GradientIsStraightThroughInsideClip) {
+  uint32_t seed = 50;
+  for (const float clip : {1.0f, 0.5f, 0.0f, 2.5f}) {
+    for (const TensorShape& shape : Shapes()) {
+      Tensor x = MakeX<TypeParam>(shape, seed++);
+      Tensor dy(x.dtype(), shape);
+      std::mt19937 rng(seed++);
+      for (int64_t i = 0; i < shape.num_elements(); ++i) {
+        // Some infinite incoming gradients: outside the band they must still give exactly 0.
+        const double v = i % 17 == 3 ? kInf : static_cast<int>(rng() % 9) - 4;
+        dy.flat<TypeParam>()(i) = static_cast<TypeParam>(v);
+      }
+      auto g = RunSymbolicGradient(kOp, {{"clip", clip}}, {x}, {dy});
+      ASSERT_TRUE(g.ok()) << g.status();
+      const Tensor& dx = (*g)[0];
+      ASSERT_EQ(dx.shape(), shape);
+      ASSERT_EQ(dx.dtype(), x.dtype());
+      for (int64_t i = 0; i < shape.num_elements(); ++i) {
+        const double xi = D(x.flat<TypeParam>()(i));
+        // Closed form: d(x) = d(y) * 1[|x| <= clip]; NaN x compares false.
+        const double want = std::abs(xi) <= clip ? D(dy.flat<TypeParam>()(i)) : 0.0;
+        EXPECT_EQ(D(dx.flat<TypeParam>()(i)), want)
+            << "clip=" << clip << " x=" << xi << " shape " << shape.DebugString() << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(SignSTE, DefaultClipIsOne) {
+  Tensor x(DT_FLOAT, TensorShape({4}));
+  x.flat<float>().setValues({-1.0f, 1.0f, 1.0001f, -3.0f});
+  Tensor dy(DT_FLOAT, TensorShape({4}));
+  dy.flat<float>().setValues({2.0f, 3.0f, 4.0f, 5.0f});
+  auto g = RunSymbolicGradient(kOp, {}, {x}, {dy});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::vector<float> want = {2.0f, 3.0f, 0.0f, 0.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ((*g)[0].flat<float>()(i), want[i]) << i;
+}
+
+void ExpectInvalid(const absl::Status& s, const std::string& value, bool check_code = true) {
+  ASSERT_FALSE(s.ok());
+  if (check_code) EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
+  EXPECT_NE(s.message().find("clip must be finite and >= 0, got " + value), std::string::npos)
+      << s;
+}
+
+TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
+  Tensor x = MakeX<float>(TensorShape({6}), 3);
+  const std::vector<std::pair<float, std::string>> cases = {
+      {-1.0f, "-1"}, {-0.25f, "-0.25"}, {std::numeric_limits<float>::infinity(), "inf"},
+      {std::numeric_limits<float>::quiet_NaN(), "nan"}};
+  for (const auto& [clip, shown] : cases) {
+    SCOPED_TRACE(shown);
+    const OpAttrs attrs = {{"clip", clip}};
+    ExpectInvalid(RunKernelDirect(kOp, attrs, {x}).status(), shown);             // kernel
+    ExpectInvalid(RunOp(kOp, attrs, {x}, RunOpOptions{true}).status(), shown);   // shape fn
+    // The gradient creator refuses too (the function runtime may rewrap the status code).
+    ExpectInvalid(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), shown, false);
+  }
+}
+
+TEST(SignSTE, EveryDeclaredTypeHasACpuKernelAndAGradient) {
+  const OpDef* def = nullptr;
+  ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(kOp, &def).ok());
+  ASSERT_EQ(def->attr(0).name(), "T");
+  const auto& types = def->attr(0).allowed_values().list().type();
+  EXPECT_EQ(types.size(), 3);
+  for (int t : types) {
+    Tensor x(static_cast<DataType>(t), TensorShape({2}));
+    memset(x.data(), 0, x.TotalBytes());
+    EXPECT_TRUE(RunKernelDirect(kOp, {}, {x}).ok()) << DataTypeString(x.dtype());
+    EXPECT_TRUE(RunSymbolicGradient(kOp, {}, {x}, {x}).ok()) << DataTypeString(x.dtype());
+  }
+}
+
+}  // namespace
+}  // namespace tensorflow::tf_ext

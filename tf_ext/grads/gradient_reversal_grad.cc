@@ -1,0 +1,27 @@
+// Gradient of TfExt>GradientReversal, composed from stock ops.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/gradients.h"
+
+namespace tensorflow::tf_ext {
+
+absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TfExt>GradientReversal", attrs);
+  b.RequireTypes("T", {DT_HALF, DT_FLOAT, DT_DOUBLE});
+  const float scale = b.GetAttr<float>("scale");
+  if (!std::isfinite(scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TfExt>GradientReversal: scale must be finite, got ", scale));
+  }
+  // -scale, as T: a constant of the function, since scale is an attr value, not a tensor.
+  const std::string neg_scale = b.TypedConst("neg_scale", -static_cast<double>(scale));
+  b.UnaryCwise({
+      // y = x, but the gradient is reversed by definition: d(x) = -scale * d(y).
+      {{"dx"}, "Mul", {grad::Grad("y"), neg_scale}, b.Forward({"T"})},
+  });
+  return b.Build(g);
+}
+
+}  // namespace tensorflow::tf_ext

@@ -1,0 +1,34 @@
+// Gradient of TfExt>SignSTE: the straight-through estimator, composed from stock ops.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/gradients.h"
+
+namespace tensorflow::tf_ext {
+
+absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TfExt>SignSTE", attrs);
+  b.RequireTypes("T", {DT_HALF, DT_FLOAT, DT_DOUBLE});
+  const float clip = b.GetAttr<float>("clip");
+  if (!(std::isfinite(clip) && clip >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TfExt>SignSTE: clip must be finite and >= 0, got ", clip));
+  }
+  // The true derivative of sign is 0 almost everywhere; the STE instead differentiates
+  // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip].
+  const std::string clip_t = b.TypedConst("clip", clip);  // clip, as T
+  const std::string dy = grad::Grad("y");
+  const grad::NodeAttrs t = b.Forward({"T"});
+  b.UnaryCwise({
+      {{"abs_x"}, "Abs", {"x"}, t},                      // |x|
+      {{"inside"}, "LessEqual", {"abs_x", clip_t}, t},   // 1[|x| <= clip] (false at NaN)
+      {{"zeros"}, "ZerosLike", {dy}, t},                 // 0
+      // d(x) = d(y) * 1[|x| <= clip]; Select, not Mul, so an inf/NaN d(y) outside the band
+      // still gives an exact 0.
+      {{"dx"}, "Select", {"inside", dy, "zeros"}, t},
+  });
+  return b.Build(g);
+}
+
+}  // namespace tensorflow::tf_ext

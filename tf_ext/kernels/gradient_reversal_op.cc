@@ -1,0 +1,37 @@
+// GradientReversalOp: the OpKernel of TfExt>GradientReversal. The forward is the identity and
+// hands the input buffer on (no copy, no functor: there is no work to do on any device).
+#include <cmath>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/kernels/validation.h"
+
+namespace tensorflow::tf_ext {
+
+class GradientReversalOp : public OpKernel {
+ public:
+  explicit GradientReversalOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    // scale only shapes the gradient; rejecting inf/NaN here reports the bug where the op is
+    // built instead of as NaN gradients later.
+    float scale = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale));
+    OP_REQUIRES(ctx, std::isfinite(scale), OpError(ctx, "scale must be finite, got ", scale));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    // y shares x's buffer (reference counted), like Identity: any shape, empty included.
+    ctx->set_output(0, ctx->input(0));
+  }
+};
+
+#define TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(T)                                \
+  REGISTER_KERNEL_BUILDER(                                                      \
+      Name("TfExt>GradientReversal").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
+      GradientReversalOp);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(Eigen::half);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(float);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(double);
+#undef TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU
+
+}  // namespace tensorflow::tf_ext

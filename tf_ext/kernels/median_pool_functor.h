@@ -1,0 +1,300 @@
+// functor::MedianPool2D / functor::MedianPool2DGrad: the maths of TfExt>MedianPool2D and
+// TfExt>MedianPool2DGrad. Must stay compilable by nvcc (no op_kernel.h).
+//
+// Definition. For output (n, oh, ow, c) the window is rows [oh*sh - pad_top, +kh) and columns
+// [ow*sw - pad_left, +kw) of image n, channel c, clipped to the image: padding never counts.
+// Its m elements are ordered by the key (value, position), position being the element's
+// row-major place in the window (equivalently in the image), i.e. a stable sort by value, and
+// the output is the element of rank (m-1)/2: the median for odd m, the LOWER median for even
+// m. So the output is always one real input element, and ties are broken by row-major order.
+// Note this is the stable sort's rank, not "the first element equal to the median value":
+// in [2,1,2,2,9,0,2,7,8] the order is 0 1 2(0) 2(2) [2(3)] 2(6) 7 8 9, so index 3 is chosen.
+// NaN: sorts after every number (NaNs among themselves by position), so a window's median is
+// NaN only when at least m - (m-1)/2 of its m elements are NaN (5 of 9, 2 of 4). The gradient
+// routes d(y) to that same element.
+#ifndef TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_
+#define TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if !defined(__CUDACC__)
+#include <vector>
+
+#include "tf_ext/kernels/cpu_parallel_for.h"
+#endif
+
+namespace tensorflow::tf_ext::functor {
+
+// Output size and leading padding of one spatial dimension, MaxPool's rules:
+//   VALID: out = ceil((in - k + 1) / s) windows lying fully inside, or 0 if none fits
+//          (k > in): an empty output, not an error; pad_before = 0.
+//   SAME:  out = ceil(in / s); pad_before = max((out - 1)*s + k - in, 0) / 2.
+// Requires in >= 0, k >= 1, s >= 1. Written so that no intermediate overflows int64.
+// With SAME every window holds at least one image element (pad_before <= (k-1)/2).
+inline void MedianPoolOutputSize(int64_t in, int64_t k, int64_t s, bool same, int64_t* out,
+                                 int64_t* pad_before) {
+  *pad_before = 0;
+  if (!same) {
+    *out = in >= k ? (in - k) / s + 1 : 0;
+    return;
+  }
+  *out = in == 0 ? 0 : (in - 1) / s + 1;
+  if (*out > 0) {
+    const int64_t covered_by_last = in - (*out - 1) * s;  // in [1, s]
+    *pad_before = std::max<int64_t>(k - covered_by_last, 0) / 2;
+  }
+}
+
+// Geometry of one MedianPool2D call (NHWC). Every count may be 0.
+struct MedianPool2DParams {
+  int64_t batch = 0, in_height = 0, in_width = 0, channels = 0;
+  int64_t out_height = 0, out_width = 0;
+  int64_t window_height = 1, window_width = 1;
+  int64_t stride_height = 1, stride_width = 1;
+  int64_t pad_top = 0, pad_left = 0;
+
+  int64_t InputSize() const { return batch * in_height * in_width * channels; }
+  int64_t OutputSize() const { return batch * out_height * out_width * channels; }
+};
+
+namespace median_pool_internal {
+
+// An unsigned integer whose order is the value order used here: -0 and +0 map alike, NaN (any
+// payload or sign) maps above +inf. The IEEE order-preserving bit trick: positive numbers get
+// the sign bit set, negative ones have every bit complemented (reversing their order).
+inline uint32_t OrderedBits(float v) {
+  if (!(v == v)) return 0xFFFFFFFFu;
+  v = v + 0.0f;  // -0 + +0 == +0
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+inline uint64_t OrderedBits(double v) {
+  if (!(v == v)) return ~uint64_t{0};
+  v = v + 0.0;
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return (b >> 63) ? ~b : (b | (uint64_t{1} << 63));
+}
+
+// The key of a window element as one unsigned integer: the value's OrderedBits in the high
+// half, the element's row-major index in the window in the low half. Indices are distinct, so
+// this is a strict total order (value, then row-major position) and every selection method -
+// network, nth_element, full sort - picks the very same element. Comparisons are plain integer
+// min/max: branch-free in the network (whose comparison outcomes are unpredictable, so
+// branches would mostly mispredict) and cheap in nth_element.
+template <typename T>
+struct WindowKey;
+template <>
+struct WindowKey<float> {
+  using type = uint64_t;
+  static type Make(float v, int64_t index) {
+    return (type{OrderedBits(v)} << 32) | static_cast<uint32_t>(index);
+  }
+  static int64_t Index(type k) { return static_cast<int64_t>(k & 0xFFFFFFFFu); }
+};
+template <>
+struct WindowKey<double> {
+  using type = unsigned __int128;
+  static type Make(double v, int64_t index) {
+    return (static_cast<type>(OrderedBits(v)) << 64) | static_cast<uint64_t>(index);
+  }
+  static int64_t Index(type k) { return static_cast<int64_t>(static_cast<uint64_t>(k)); }
+};
+
+// Window indices must fit the float key's low 32 bits; the kernels reject larger windows (a
+// window clipped to the image holds this many elements only in planes of > 16 GiB).
+constexpr int64_t kMaxWindowElements = int64_t{0xFFFFFFFF};
+
+// The largest number of in-image elements any window can hold.
+inline int64_t MaxWindowElements(const MedianPool2DParams& p) {
+  return std::min(p.window_height, p.in_height) * std::min(p.window_width, p.in_width);
+}
+
+// Window index (0..8, row-major) of the lower median of 9 values given in row-major window
+// order, by the 19-compare-exchange selection network of Paeth (Graphics Gems, "median of
+// 9"), as in Devillard's opt_med9: afterwards slot 4 holds the element of rank 4. It works on
+// whole keys, so by the 0-1 principle ties resolve exactly as in LowerMedianSelect.
+template <typename T>
+inline int64_t LowerMedian9(const T v[9]) {
+  using Key = WindowKey<T>;
+  typename Key::type k[9];
+  for (int i = 0; i < 9; ++i) k[i] = Key::Make(v[i], i);
+  auto cx = [&k](int a, int b) {  // afterwards k[a] < k[b]
+    const typename Key::type lo = k[a] < k[b] ? k[a] : k[b];
+    const typename Key::type hi = k[a] < k[b] ? k[b] : k[a];
+    k[a] = lo;
+    k[b] = hi;
+  };
+  cx(1, 2); cx(4, 5); cx(7, 8);
+  cx(0, 1); cx(3, 4); cx(6, 7);
+  cx(1, 2); cx(4, 5); cx(7, 8);
+  cx(0, 3); cx(5, 8); cx(4, 7);
+  cx(3, 6); cx(1, 4); cx(2, 5);
+  cx(4, 7); cx(4, 2); cx(6, 4);
+  cx(4, 2);
+  return Key::Index(k[4]);
+}
+
+#if !defined(__CUDACC__)
+// Window index of the lower median (rank (m-1)/2) of m >= 1 keys made by WindowKey<T>::Make.
+// Small windows count ranks: O(m^2) compares, but branch-free and vectorisable, measured 2-3x
+// faster than std::nth_element (whose partitioning branches mispredict) up to ~32 elements;
+// larger ones use std::nth_element (expected O(m)), which reorders `keys`.
+template <typename T>
+inline int64_t LowerMedianSelect(typename WindowKey<T>::type* keys, int64_t m) {
+  const int64_t target = (m - 1) / 2;
+  if (m <= 32) {
+    for (int64_t i = 0; i < m; ++i) {
+      int64_t rank = 0;
+      for (int64_t j = 0; j < m; ++j) rank += keys[j] < keys[i];
+      // Keys are distinct, so exactly one has the target rank.
+      if (rank == target) return WindowKey<T>::Index(keys[i]);
+    }
+  }
+  typename WindowKey<T>::type* mid = keys + target;
+  std::nth_element(keys, mid, keys + m);
+  return WindowKey<T>::Index(*mid);
+}
+
+// Flat NHWC index into x of the lower median of output element (n, oh, ow, c). Windows of
+// 3x3 lying fully inside the image take the selection network; all others gather their
+// in-image elements into `scratch` (capacity >= MaxWindowElements) and select.
+template <typename T>
+inline int64_t MedianIndex(const MedianPool2DParams& p, const T* x, int64_t n, int64_t oh,
+                           int64_t ow, int64_t c, typename WindowKey<T>::type* scratch) {
+  const int64_t h_raw = oh * p.stride_height - p.pad_top;
+  const int64_t w_raw = ow * p.stride_width - p.pad_left;
+  const int64_t h0 = std::max<int64_t>(h_raw, 0);
+  const int64_t w0 = std::max<int64_t>(w_raw, 0);
+  // min(raw + k, in) without forming raw + k (k may be huge).
+  const int64_t h1 = p.window_height >= p.in_height - h_raw ? p.in_height : h_raw + p.window_height;
+  const int64_t w1 = p.window_width >= p.in_width - w_raw ? p.in_width : w_raw + p.window_width;
+  const int64_t width = w1 - w0;
+  const int64_t image = n * p.in_height;
+  auto flat = [&](int64_t h, int64_t w) { return ((image + h) * p.in_width + w) * p.channels + c; };
+  if (p.window_height == 3 && p.window_width == 3 && h1 - h0 == 3 && width == 3) {
+    T v[9];
+    for (int i = 0; i < 9; ++i) v[i] = x[flat(h0 + i / 3, w0 + i % 3)];
+    const int64_t i = LowerMedian9(v);
+    return flat(h0 + i / 3, w0 + i % 3);
+  }
+  int64_t m = 0;
+  for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t w = w0; w < w1; ++w, ++m) scratch[m] = WindowKey<T>::Make(x[flat(h, w)], m);
+  }
+  const int64_t i = LowerMedianSelect<T>(scratch, m);
+  return flat(h0 + i / width, w0 + i % width);
+}
+#endif  // !defined(__CUDACC__)
+
+}  // namespace median_pool_internal
+
+// y[n, oh, ow, c] = lower median of the window of (n, oh, ow, c) (see the top of this file).
+//   d: the device whose memory x and y live in.
+//   p: validated geometry; out sizes from MedianPoolOutputSize.
+//   x: [batch, in_height, in_width, channels].  y: [batch, out_height, out_width, channels].
+template <typename Device, typename T>
+struct MedianPool2D {
+  void operator()(const Device& d, const MedianPool2DParams& p, const T* x, T* y) const;
+};
+
+// dx = sum over outputs o of dy[o] * onehot(argmedian(o)): the transpose of the forward's
+// selection. Design (why a dedicated op): the forward has no argmedian output, so the grad
+// op recomputes it. Phase 1 finds argmedian for every output in parallel over output pixels
+// (the costly part, no writes shared) into `argmedian`; phase 2 scatter-adds dy into dx in
+// parallel over (image, channel block): overlapping windows of one image and channel only ever
+// meet inside one work unit, so there are no races and the summation order is fixed
+// (deterministic results).
+//   x: [batch, in_height, in_width, channels].  dy: [batch, out_height, out_width, channels].
+//   argmedian: scratch of p.OutputSize() int64 (flat indices into x).
+//   dx: like x; fully overwritten.
+template <typename Device, typename T>
+struct MedianPool2DGrad {
+  void operator()(const Device& d, const MedianPool2DParams& p, const T* x, const T* dy,
+                  int64_t* argmedian, T* dx) const;
+};
+
+#if !defined(__CUDACC__)
+namespace median_pool_internal {
+
+// Cycles per output pixel (all channels): gather plus selection, ~20 cycles per element.
+inline int64_t PixelCost(const MedianPool2DParams& p) {
+  return std::max<int64_t>(1, 20 * MaxWindowElements(p) * p.channels);
+}
+
+// fn(pixel, n, oh, ow, scratch) over every output pixel (pixel = flat (n, oh, ow) index), in
+// parallel; scratch holds MaxWindowElements keys and belongs to one work shard.
+template <typename T, typename Fn>
+void ForEachOutputPixel(const CPUDevice& d, const MedianPool2DParams& p, const Fn& fn) {
+  const int64_t pixels = p.batch * p.out_height * p.out_width;
+  if (p.channels == 0) return;
+  ParallelFor(d, pixels, PixelCost(p), [&p, &fn](int64_t begin, int64_t end) {
+    std::vector<typename WindowKey<T>::type> scratch(MaxWindowElements(p));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t ow = i % p.out_width;
+      const int64_t oh = (i / p.out_width) % p.out_height;
+      const int64_t n = i / (p.out_width * p.out_height);
+      fn(i, n, oh, ow, scratch.data());
+    }
+  });
+}
+
+}  // namespace median_pool_internal
+
+template <typename T>
+struct MedianPool2D<CPUDevice, T> {
+  void operator()(const CPUDevice& d, const MedianPool2DParams& p, const T* x, T* y) const {
+    median_pool_internal::ForEachOutputPixel<T>(
+        d, p,
+        [&p, x, y](int64_t pixel, int64_t n, int64_t oh, int64_t ow,
+                   typename median_pool_internal::WindowKey<T>::type* scratch) {
+          T* out = y + pixel * p.channels;
+          for (int64_t c = 0; c < p.channels; ++c) {
+            out[c] = x[median_pool_internal::MedianIndex(p, x, n, oh, ow, c, scratch)];
+          }
+        });
+  }
+};
+
+template <typename T>
+struct MedianPool2DGrad<CPUDevice, T> {
+  void operator()(const CPUDevice& d, const MedianPool2DParams& p, const T* x, const T* dy,
+                  int64_t* argmedian, T* dx) const {
+    ParallelFor(d, p.InputSize(), /*cost_per_unit=*/1,
+                [dx](int64_t begin, int64_t end) { std::fill(dx + begin, dx + end, T(0)); });
+    median_pool_internal::ForEachOutputPixel<T>(
+        d, p,
+        [&p, x, argmedian](int64_t pixel, int64_t n, int64_t oh, int64_t ow,
+                           typename median_pool_internal::WindowKey<T>::type* scratch) {
+          int64_t* arg = argmedian + pixel * p.channels;
+          for (int64_t c = 0; c < p.channels; ++c) {
+            arg[c] = median_pool_internal::MedianIndex(p, x, n, oh, ow, c, scratch);
+          }
+        });
+    // Units of (image, block of channels): contiguous channel runs for locality, and units
+    // never share a dx element (argmedian of (n, ., ., c) lies in image n, channel c).
+    constexpr int64_t kChannelBlock = 16;
+    const int64_t blocks = (p.channels + kChannelBlock - 1) / kChannelBlock;
+    const int64_t pixels_per_image = p.out_height * p.out_width;
+    ParallelFor(d, p.batch * blocks, std::max<int64_t>(1, 4 * pixels_per_image * kChannelBlock),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t unit = begin; unit < end; ++unit) {
+                    const int64_t n = unit / blocks;
+                    const int64_t c0 = (unit % blocks) * kChannelBlock;
+                    const int64_t c1 = std::min(c0 + kChannelBlock, p.channels);
+                    for (int64_t q = 0; q < pixels_per_image; ++q) {
+                      const int64_t o = (n * pixels_per_image + q) * p.channels;
+                      for (int64_t c = c0; c < c1; ++c) dx[argmedian[o + c]] += dy[o + c];
+                    }
+                  }
+                });
+  }
+};
+#endif  // !defined(__CUDACC__)
+
+}  // namespace tensorflow::tf_ext::functor
+
+#endif  // TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_

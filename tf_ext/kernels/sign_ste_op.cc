@@ -1,0 +1,44 @@
+// SignSTEOp<Device, T>: the OpKernel of TfExt>SignSTE.
+#define EIGEN_USE_THREADS
+
+#include <cmath>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/kernels/sign_ste_functor.h"
+#include "tf_ext/kernels/validation.h"
+
+namespace tensorflow::tf_ext {
+
+template <typename Device, typename T>
+class SignSTEOp : public OpKernel {
+ public:
+  explicit SignSTEOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    // clip only shapes the gradient, but a graph carrying a meaningless clip is a bug worth
+    // reporting where the op is built rather than as silently zero gradients.
+    float clip = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip", &clip));
+    OP_REQUIRES(ctx, std::isfinite(clip) && clip >= 0,
+                OpError(ctx, "clip must be finite and >= 0, got ", clip));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
+    functor::SignSTE<Device, T>()(ctx->eigen_device<Device>(), x.flat<T>().data(),
+                                  x.NumElements(), y->flat<T>().data());
+  }
+};
+
+#define TF_EXT_REGISTER_SIGN_STE_CPU(T)                                   \
+  REGISTER_KERNEL_BUILDER(                                                \
+      Name("TfExt>SignSTE").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
+      SignSTEOp<CPUDevice, T>);
+TF_EXT_REGISTER_SIGN_STE_CPU(Eigen::half);
+TF_EXT_REGISTER_SIGN_STE_CPU(float);
+TF_EXT_REGISTER_SIGN_STE_CPU(double);
+#undef TF_EXT_REGISTER_SIGN_STE_CPU
+
+}  // namespace tensorflow::tf_ext
