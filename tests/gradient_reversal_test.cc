@@ -143,8 +143,16 @@ TEST(GradientReversal, NumericJacobianOfTheIdentityTimesMinusScale) {
       EXPECT_EQ(r.columns, shape.num_elements());
       if (shape.num_elements() <= 512) EXPECT_EQ(r.rows, shape.num_elements()) << r.ToString();
 
-      if (shape.num_elements() > 512) continue;  // projections mix entries: no single value
+      // Any scale: checked against the registered surrogate forward -scale * x.
       ASSERT_TRUE(CheckGradient(kOp, {{"scale", 0.5f}}, {x}, GradientCheckOptions(), &r).ok());
+      EXPECT_TRUE(r.Passed(tol)) << r.ToString();
+      EXPECT_NE(r.numeric_reference.find("surrogate forward"), std::string::npos);
+
+      if (shape.num_elements() > 512) continue;  // projections mix entries: no single value
+      // Against the op itself (the identity), the reversal is off by exactly 1 + scale.
+      GradientCheckOptions against_op;
+      against_op.use_surrogate_forward = false;
+      ASSERT_TRUE(CheckGradient(kOp, {{"scale", 0.5f}}, {x}, against_op, &r).ok());
       EXPECT_NEAR(r.max_abs_error, 1.5, tol) << r.ToString();
       EXPECT_NEAR(r.worst_symbolic, -0.5 * r.worst_numeric, tol) << r.ToString();
     }

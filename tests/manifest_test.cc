@@ -42,12 +42,29 @@ TEST(Manifest, ListsEveryTfExtOpExactlyOnce) {
 
 TEST(Manifest, MatchesEveryRegistry) {
   for (const auto& e : GradientManifest()) {
+    // A gradient function, or an unimplemented one (which fails when asked), has a creator in
+    // the function registry and a gradient in the client registry; a no-gradient op has null.
+    const bool has_fn = e.gradient != nullptr || e.no_gradient == NoGradient::kUnimplemented;
     gradient::Creator creator;
     ASSERT_TRUE(gradient::GetOpGradientCreator(e.op, &creator).ok()) << e.op;
-    EXPECT_EQ(creator != nullptr, e.gradient != nullptr) << e.op;
+    EXPECT_EQ(creator != nullptr, has_fn) << e.op;
     ops::GradFunc fn = nullptr;
     ASSERT_TRUE(ops::GradOpRegistry::Global()->Lookup(e.op, &fn).ok()) << e.op;
-    EXPECT_EQ(fn != nullptr, e.gradient != nullptr) << e.op;
+    EXPECT_EQ(fn != nullptr, has_fn) << e.op;
+    const GradientKind want = e.gradient != nullptr ? GradientKind::kFunction
+                              : e.no_gradient == NoGradient::kUnimplemented
+                                  ? GradientKind::kUnimplemented
+                                  : GradientKind::kNone;
+    EXPECT_EQ(LookupGradientKind(e.op), want) << e.op;
+    if (want == GradientKind::kUnimplemented) {
+      // Differentiating it fails with the manifest's message, not with zeros.
+      NodeDef node;
+      node.set_op(e.op);
+      FunctionDef f;
+      absl::Status s = SpecializedGradient(node, &f);
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << e.op;
+      EXPECT_NE(s.message().find("not implemented"), std::string::npos) << s;
+    }
     EXPECT_NE(std::string(e.rule), "") << e.op;
   }
 }

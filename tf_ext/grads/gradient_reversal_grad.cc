@@ -24,4 +24,14 @@ absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+absl::Status GradientReversalSurrogate(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TfExt>GradientReversal", attrs,
+                      grad::GradBuilder::Kind::kSurrogateForward);
+  // y ~ -scale * x: its derivative is the reversal's gradient.
+  const std::string neg_scale =
+      b.TypedConst("neg_scale", -static_cast<double>(b.GetAttr<float>("scale")));
+  b.Return("y", b.Add({{"reversed"}, "Mul", {"x", neg_scale}, b.Forward({"T"})}));
+  return b.Build(g);
+}
+
 }  // namespace tensorflow::tf_ext

@@ -13,7 +13,9 @@ absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status MedianPool2DGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g);
 absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status GradientReversalSurrogate(const AttrSlice& attrs, FunctionDef* g);
 
 }  // namespace tensorflow::tf_ext
 

@@ -18,25 +18,33 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
        "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each ROI's "
        "image at argmax (argmax recomputed by a forward node)",
        {"rois"}, {"argmax"}, "float, double"},
-      {"TfExt>RoiPoolGrad", nullptr, "backward op of RoiPool (not differentiable further)",
-       {"data", "rois", "argmax", "d_pooled"}, {}, ""},
+      {"TfExt>RoiPoolGrad", nullptr,
+       "TfExt>RoiPoolGrad is the backward op of TfExt>RoiPool; second-order gradients of TfExt>RoiPool are "
+       "not implemented",
+       {"data", "rois", "argmax", "d_pooled"}, {}, "", nullptr, NoGradient::kUnimplemented},
       {"TfExt>PsRoiAlign", &PsRoiAlignGrad,
        "d(features) = PsRoiAlignGrad(features, rois, d(output)): each bilinear sample adds "
        "weight * d(output) / (grid_h * grid_w) into the pixels it read",
        {"rois"}, {}, "float, double"},
-      {"TfExt>PsRoiAlignGrad", nullptr, "backward op of PsRoiAlign (not differentiable further)",
-       {"features", "rois", "d_output"}, {}, ""},
+      {"TfExt>PsRoiAlignGrad", nullptr,
+       "TfExt>PsRoiAlignGrad is the backward op of TfExt>PsRoiAlign; second-order gradients of TfExt>PsRoiAlign are "
+       "not implemented",
+       {"features", "rois", "d_output"}, {}, "", nullptr, NoGradient::kUnimplemented},
       {"TfExt>MedianPool2D", &MedianPool2DGrad,
        "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's median element "
        "(rank (m-1)/2 of a stable sort by value; argmedian recomputed by the grad op)",
        {}, {}, "float, double"},
-      {"TfExt>MedianPool2DGrad", nullptr, "backward op of MedianPool2D (not differentiable further)",
-       {"x", "dy"}, {}, ""},
+      {"TfExt>MedianPool2DGrad", nullptr,
+       "TfExt>MedianPool2DGrad is the backward op of TfExt>MedianPool2D; second-order gradients of TfExt>MedianPool2D are "
+       "not implemented",
+       {"x", "dy"}, {}, "", nullptr, NoGradient::kUnimplemented},
       {"TfExt>SignSTE", &SignSTEGrad,
-       "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator)", {}, {},
-       "half, float, double"},
-      {"TfExt>GradientReversal", &GradientReversalGrad, "d(x) = -scale * d(y)", {}, {},
-       "half, float, double"},
+       "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator; surrogate forward "
+       "clamp(x, -clip, clip))",
+       {}, {}, "half, float, double", &SignSTESurrogate},
+      {"TfExt>GradientReversal", &GradientReversalGrad,
+       "d(x) = -scale * d(y) (surrogate forward -scale * x)", {}, {}, "half, float, double",
+       &GradientReversalSurrogate},
       {"TfExt>GradientFunctionDef", nullptr, "utility op (returns a FunctionDef)",
        {"node_def"}, {}, ""},
   };
@@ -49,6 +57,8 @@ bool RegisterManifest() {
   for (const GradientManifestEntry& e : GradientManifest()) {
     if (e.gradient != nullptr) {
       RegisterGradient(e.op, e.gradient);
+    } else if (e.no_gradient == NoGradient::kUnimplemented) {
+      RegisterUnimplementedGradient(e.op, e.rule);
     } else {
       RegisterNoGradient(e.op);
     }

@@ -11,6 +11,13 @@ namespace tensorflow::tf_ext {
 
 using GradientFn = absl::Status (*)(const AttrSlice& attrs, FunctionDef* g);
 
+// Why an op has no gradient function (gradient == nullptr).
+enum class NoGradient {
+  kNotDifferentiable,  // gradients stop here (zeros), e.g. a utility op on strings
+  kUnimplemented,      // differentiating it fails with `rule` as the message, e.g. a dedicated
+                       // backward op, whose gradient would be a second derivative
+};
+
 struct GradientManifestEntry {
   const char* op;                  // forward op type
   GradientFn gradient;             // FDH gradient; nullptr = not differentiable at all
@@ -21,6 +28,7 @@ struct GradientManifestEntry {
   // For gradients that are by design not the forward's derivative (STE, reversal): a function
   // with the op's signature whose derivative is the gradient; see RegisterSurrogateForward.
   GradientFn surrogate_forward = nullptr;
+  NoGradient no_gradient = NoGradient::kNotDifferentiable;  // with gradient == nullptr
 };
 
 // Every op this library registers, in registration order. Each is registered (with

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/cc/framework/ops.h"
 #include "tensorflow/cc/ops/array_ops.h"
@@ -48,6 +47,34 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
   TF_RETURN_IF_ERROR(scope.status());
   grad_outputs->assign(grad.output.begin(), grad.output.end());
   return absl::OkStatus();
+}
+
+// Process-wide side tables live in TensorFlow's own gradient registry (one copy, in
+// libtensorflow_framework), under keys no op can have: every DSO that links tf_ext's registry
+// code - the op library, a tool, a third-party library - sees the same entries.
+constexpr char kSurrogateKey[] = "/tf_ext:surrogate_forward";
+constexpr char kUnimplementedKey[] = "/tf_ext:unimplemented";
+
+// The message of an op registered with RegisterUnimplementedGradient (false if it is not).
+bool FindUnimplemented(const std::string& op_type, std::string* message) {
+  gradient::Creator marker;
+  if (!gradient::GetOpGradientCreator(op_type + kUnimplementedKey, &marker).ok() || !marker) {
+    return false;
+  }
+  if (message != nullptr) {
+    FunctionDef unused;
+    *message = std::string(marker(AttrSlice(), &unused).message());
+  }
+  return true;
+}
+
+// The client registry's gradient for ops registered with RegisterUnimplementedGradient: fail
+// while the gradient graph is built, with the registered message.
+absl::Status UnimplementedClientGrad(const Scope&, const Operation& op,
+                                     const std::vector<Output>&, std::vector<Output>*) {
+  std::string message;
+  FindUnimplemented(op.node()->type_string(), &message);
+  return absl::UnimplementedError(message);
 }
 
 bool AlreadyRegistered(const std::string& op_type) {
@@ -117,19 +144,25 @@ bool RegisterNoGradient(const std::string& op_type) {
   return true;
 }
 
-GradientKind LookupGradientKind(const std::string& op_type) {
+bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message) {
+  if (AlreadyRegistered(op_type)) return true;
+  gradient::Creator fail = [message](const AttrSlice&, FunctionDef*) {
+    return absl::UnimplementedError(message);
+  };
+  gradient::RegisterOp(op_type + kUnimplementedKey, fail);
+  gradient::RegisterOp(op_type, fail);
+  ops::GradOpRegistry::Global()->Register(op_type, &UnimplementedClientGrad);
+  return true;
+}
+
+GradientKind LookupGradientKind(const std::string& op_type, std::string* message) {
+  if (FindUnimplemented(op_type, message)) return GradientKind::kUnimplemented;
   gradient::Creator creator;
   if (!gradient::GetOpGradientCreator(op_type, &creator).ok()) return GradientKind::kMissing;
   return creator ? GradientKind::kFunction : GradientKind::kNone;
 }
 
 namespace {
-
-absl::Mutex surrogate_mu(absl::kConstInit);
-std::map<std::string, gradient::Creator>* Surrogates() {
-  static auto* m = new std::map<std::string, gradient::Creator>();
-  return m;
-}
 
 // `creator`'s FunctionDef for `node`, with every attr placeholder replaced by the node's value
 // (defaults filled in) and a deterministic name unique per (op, attrs, kind).
@@ -167,20 +200,16 @@ absl::Status Specialize(const gradient::Creator& creator, const NodeDef& node,
 }  // namespace
 
 bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator) {
-  absl::MutexLock lock(&surrogate_mu);
-  Surrogates()->emplace(op_type, std::move(creator));  // first registration wins
+  gradient::Creator existing;
+  if (gradient::GetOpGradientCreator(op_type + kSurrogateKey, &existing).ok()) return true;
+  gradient::RegisterOp(op_type + kSurrogateKey, std::move(creator));  // first one wins
   return true;
 }
 
 absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef) {
   gradient::Creator creator;
-  {
-    absl::MutexLock lock(&surrogate_mu);
-    auto it = Surrogates()->find(node.op());
-    if (it == Surrogates()->end()) {
-      return absl::NotFoundError(absl::StrCat(node.op(), " has no surrogate forward"));
-    }
-    creator = it->second;
+  if (!gradient::GetOpGradientCreator(node.op() + kSurrogateKey, &creator).ok() || !creator) {
+    return absl::NotFoundError(absl::StrCat(node.op(), " has no surrogate forward"));
   }
   return Specialize(creator, node, "surrogate", fdef);
 }
@@ -227,5 +256,15 @@ int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** f
 }
 
 void TfExtFree(void* p) { std::free(p); }
+
+int TfExtGradientKind(const char* op_type, char* message, size_t message_len) {
+  std::string text;
+  const auto kind = tensorflow::tf_ext::LookupGradientKind(op_type, &text);
+  if (message != nullptr && message_len > 0) {
+    std::strncpy(message, text.c_str(), message_len - 1);
+    message[message_len - 1] = '\0';
+  }
+  return static_cast<int>(kind);
+}
 
 }  // extern "C"

@@ -29,8 +29,12 @@ namespace tensorflow::tf_ext {
 // Registers `creator` as op_type's gradient in every C++ registry. Returns true (for use in
 // static initialisers).
 bool RegisterGradient(const std::string& op_type, gradient::Creator creator);
-// Marks op_type as having no gradient in every C++ registry.
+// Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);
+// op_type has a gradient that is not implemented (e.g. the dedicated backward op of another
+// op: its gradient is a second derivative). Differentiating it fails with `message` in every
+// registry, instead of silently giving zeros as a no-gradient op would.
+bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message);
 
 // The gradient FunctionDef of `node`'s op, specialised to node's attrs: no attr placeholders
 // left, named uniquely per (op, attrs). Fails with NotFound if the op has no gradient creator
@@ -48,9 +52,10 @@ bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator crea
 // The surrogate forward of `node`'s op specialised to its attrs (NotFound if it has none).
 absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef);
 
-// Whether op_type has: a gradient creator / an explicit no-gradient / nothing.
-enum class GradientKind { kFunction, kNone, kMissing };
-GradientKind LookupGradientKind(const std::string& op_type);
+// Whether op_type has: a gradient creator / an explicit no-gradient / nothing / a gradient
+// registered as not implemented (`message`, when given, receives its message).
+enum class GradientKind { kFunction = 0, kNone = 1, kMissing = 2, kUnimplemented = 3 };
+GradientKind LookupGradientKind(const std::string& op_type, std::string* message = nullptr);
 
 }  // namespace tensorflow::tf_ext
 
@@ -73,6 +78,9 @@ extern "C" {
 int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** function_def,
                              size_t* function_def_len, char* error, size_t error_len);
 void TfExtFree(void* p);
+// LookupGradientKind for FFI users: returns the GradientKind value (0 function, 1 none,
+// 2 missing, 3 unimplemented); for 3 the message is copied to `message` (NUL-terminated).
+int TfExtGradientKind(const char* op_type, char* message, size_t message_len);
 }
 
 #endif  // TF_EXT_GRADS_REGISTRY_H_

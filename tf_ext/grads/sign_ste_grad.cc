@@ -31,4 +31,17 @@ absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TfExt>SignSTE", attrs, grad::GradBuilder::Kind::kSurrogateForward);
+  const float clip = b.GetAttr<float>("clip");
+  const grad::NodeAttrs t = b.Forward({"T"});
+  // y ~ clamp(x, -clip, clip): derivative 1[|x| < clip], the STE's gradient (the two differ
+  // only on |x| == clip, a null set a finite-difference check avoids).
+  const std::string lo = b.TypedConst("lo", -static_cast<double>(clip));
+  const std::string hi = b.TypedConst("hi", static_cast<double>(clip));
+  b.Add({{"above_lo"}, "Maximum", {"x", lo}, t});
+  b.Return("y", b.Add({{"clamped"}, "Minimum", {"above_lo", hi}, t}));
+  return b.Build(g);
+}
+
 }  // namespace tensorflow::tf_ext

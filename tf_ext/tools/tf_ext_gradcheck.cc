@@ -87,7 +87,11 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
     rows->push_back({op, "-", "-", "-", "-", "-", "ERROR", "op is not registered"});
     return;
   }
-  switch (LookupGradientKind(op)) {
+  std::string unimplemented;
+  switch (LookupGradientKind(op, &unimplemented)) {
+    case GradientKind::kUnimplemented:
+      rows->push_back({op, "unimpl.", "-", "-", "-", "-", "unimpl.", unimplemented});
+      return;
     case GradientKind::kNone:
       rows->push_back({op, "none", "-", "-", "-", "-", "no-grad", "explicitly not differentiable"});
       return;
@@ -187,6 +191,10 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
     row.rel_err = Sci(r.max_rel_error);
     row.result = r.Passed(tol) && r.columns > 0 ? "PASS" : "FAIL";
     if (r.columns == 0) row.note = "nothing was differenced";
+    if (r.numeric_reference != "op") {
+      row.note = "numeric Jacobian of the " + r.numeric_reference +
+                 " (its gradient is by design not the op's derivative)";
+    }
     if (!r.Passed(tol)) row.note = r.ToString();
     rows->push_back(row);
   }
