@@ -161,7 +161,9 @@ TEST(GradientReversal, NumericJacobianOfTheIdentityTimesMinusScale) {
 
 void ExpectInvalid(const absl::Status& s, const std::string& value, bool check_code = true) {
   ASSERT_FALSE(s.ok());
-  if (check_code) EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  if (check_code) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
   EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
   EXPECT_NE(s.message().find("scale must be finite, got " + value), std::string::npos) << s;
 }

@@ -132,7 +132,9 @@ TEST(SignSTE, DefaultClipIsOne) {
 
 void ExpectInvalid(const absl::Status& s, const std::string& value, bool check_code = true) {
   ASSERT_FALSE(s.ok());
-  if (check_code) EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  if (check_code) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
   EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
   EXPECT_NE(s.message().find("clip must be finite and >= 0, got " + value), std::string::npos)
       << s;
