@@ -8,7 +8,7 @@ TF_EXT_LIBRARY to choose one). `register_cpp_gradients` makes the C++ gradients 
 custom-op library usable from Python the same way.
 """
 
-from tf_ext._bridge import GradientStatus, register_cpp_gradients
+from tf_ext._bridge import GradientNotImplementedError, GradientStatus, register_cpp_gradients
 from tf_ext._loader import LibraryLoadError, build_info, library, library_path, op_names
 from tf_ext.ops import (
     OpNotInLibraryError,
@@ -21,6 +21,7 @@ from tf_ext.ops import (
 )
 
 __all__ = [
+    "GradientNotImplementedError",
     "GradientStatus",
     "LibraryLoadError",
     "OpNotInLibraryError",

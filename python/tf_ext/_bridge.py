@@ -15,7 +15,10 @@ C++. For each op with a C++ gradient this module registers one generic Python gr
 There is no gradient maths in Python. Because the call is a ConcreteFunction built from the
 FunctionDef's own nodes, the gradient is itself differentiable whenever those nodes have
 (Python or bridged) gradients. If one has none, calling the gradient works but differentiating
-it raises a LookupError that names the op and the node type lacking a gradient.
+it raises a LookupError that names the op and the node type lacking a gradient. If one has a
+gradient that C++ registers as not implemented (tf_ext's dedicated backward ops, such as
+TfExt>RoiPoolGrad: their gradient would be a second derivative of TfExt>RoiPool), it raises
+GradientNotImplementedError carrying the C++ message instead.
 """
 
 from __future__ import annotations
@@ -42,20 +45,31 @@ from tensorflow.python.framework import ops
 from tf_ext import _loader
 
 # What register_cpp_gradients did with an op type:
-#   "bridged"      its C++ gradient is now its Python gradient;
-#   "no_gradient"  C++ registers it as not differentiable: tf.no_gradient, like C++;
-#   "missing"      no C++ gradient: left alone, so TensorFlow raises LookupError on use;
-#   "python"       it already had a Python gradient (or no-gradient): left alone.
-GradientStatus = Literal["bridged", "no_gradient", "missing", "python"]
+#   "bridged"        its C++ gradient is now its Python gradient;
+#   "no_gradient"    C++ registers it as not differentiable: tf.no_gradient, like C++;
+#   "missing"        no C++ gradient: left alone, so TensorFlow raises LookupError on use;
+#   "unimplemented"  C++ registers its gradient as not implemented: its Python gradient raises
+#                    GradientNotImplementedError with the C++ message, like C++;
+#   "python"         it already had a Python gradient (or no-gradient): left alone.
+GradientStatus = Literal["bridged", "no_gradient", "missing", "unimplemented", "python"]
 
-# SpecializedGradient's messages for "no gradient creator" (NotFound) and for ops registered
-# with TF_EXT_REGISTER_NO_GRADIENT (InvalidArgument). The same codes also come from gradient
-# creators that fail (e.g. a missing attr is NotFound), so the text tells them apart.
-_MISSING = "no C++ gradient is registered"
-_NOT_DIFFERENTIABLE = "registered as not differentiable"
+# TfExtGradientKind's answers (tf_ext/grads/registry.h, enum GradientKind).
+_KINDS: dict[int, GradientStatus] = {
+    0: "bridged", 1: "no_gradient", 2: "missing", 3: "unimplemented"}
+
+
+class GradientNotImplementedError(tf.errors.UnimplementedError, NotImplementedError):
+    """Differentiating an op whose C++ gradient is registered as not implemented, e.g. a
+    second derivative of TfExt>RoiPool. The message names the op and quotes C++'s.
+
+    Both a tf.errors.UnimplementedError (the C++ status code; tf.function keeps the type) and
+    a NotImplementedError.
+    """
+
 
 _lock = threading.RLock()
 _status: dict[str, GradientStatus] = {}
+_unimplemented: dict[str, str] = {}  # op type -> the C++ registry's message
 _cache: dict[bytes, "_Specialised"] = {}
 _function_def_calls = 0  # how often the C++ side was asked (tests check the cache with it)
 
@@ -145,42 +159,35 @@ def _register(op_type: str) -> GradientStatus:
             ops.RegisterGradient(op_type)(_bridged_gradient)
         elif status == "no_gradient":
             ops.no_gradient(op_type)
+        elif status == "unimplemented":
+            ops.RegisterGradient(op_type)(_unimplemented_gradient)
     _status[op_type] = status
     return status
 
 
 def _probe(op_type: str) -> GradientStatus:
-    """Asks the C++ registry what kind of gradient op_type has. The registry answers "missing"
-    and "not differentiable" before it runs the gradient creator; plausible attrs let the
-    creator succeed too (any other failure still means a gradient exists). Uses the library's
-    C entry point: a failing eager op would log a warning for every probed op."""
-    error = _loader.c_gradient_function_def(_probe_node_def(op_type).SerializeToString())
-    if error is None:
-        return "bridged"
-    if _MISSING in error:
-        return "missing"
-    if _NOT_DIFFERENTIABLE in error:
-        return "no_gradient"
-    return "bridged"
+    """Asks the C++ registries what kind of gradient op_type has (the library's C entry point
+    TfExtGradientKind: no gradient creator runs, nothing is logged)."""
+    kind, message = _loader.c_gradient_kind(op_type)
+    if kind not in _KINDS:
+        raise RuntimeError(f"register_cpp_gradients: TfExtGradientKind({op_type!r}) returned "
+                           f"unknown kind {kind}; is the op library newer than this package?")
+    if _KINDS[kind] == "unimplemented":
+        _unimplemented[op_type] = message
+    return _KINDS[kind]
 
 
-def _probe_node_def(op_type: str) -> node_def_pb2.NodeDef:
-    node = node_def_pb2.NodeDef(op=op_type)
-    op_def = op_def_registry.get(op_type)
-    for attr in op_def.attr if op_def else ():
-        if attr.HasField("default_value"):
-            continue
-        value = node.attr[attr.name]
-        if attr.type == "type":
-            allowed = attr.allowed_values.list.type
-            value.type = allowed[0] if allowed else tf.float32.as_datatype_enum
-        elif attr.type == "int":
-            value.i = max(attr.minimum, 1) if attr.has_minimum else 1
-        elif attr.type == "float":
-            value.f = 1.0
-        elif attr.type == "string" and attr.allowed_values.list.s:
-            value.s = attr.allowed_values.list.s[0]
-    return node
+def _unimplemented_error(op_type: str, context: str = "") -> GradientNotImplementedError:
+    """The error for differentiating op_type; `context` says how op_type was reached."""
+    message = _unimplemented.get(op_type) or f"the gradient of {op_type} is not implemented"
+    lead = (f"{context}{op_type}, whose gradient is not implemented" if context
+            else f"{op_type}: its gradient is not implemented")
+    return GradientNotImplementedError(None, None, f"{lead} ({message})")
+
+
+def _unimplemented_gradient(op: Any, *unused_grads: tf.Tensor | None) -> list[tf.Tensor]:
+    """The Python gradient of ops whose C++ gradient is registered as not implemented."""
+    raise _unimplemented_error(op.type)
 
 
 def _run_gradient_function_def(node_def: node_def_pb2.NodeDef) -> function_pb2.FunctionDef:
@@ -257,13 +264,16 @@ def _callable_gradient(
         op_type: str,
         fdef: function_pb2.FunctionDef) -> tuple[Callable[..., list[tf.Tensor]], str]:
     """The FunctionDef as a callable ConcreteFunction (and the name it has in the eager
-    context), made non-differentiable with a clear error if one of its nodes has no gradient."""
-    lacking = []
+    context), made non-differentiable with a clear error if one of its nodes has no gradient
+    or one registered as not implemented."""
+    lacking, unimplemented = [], []
     for node_type in sorted({n.op for n in fdef.node_def}):
         # Body ops with a C++ gradient (tf_ext's or a third party's) get bridged too.
         if not _has_python_gradient(node_type) and op_def_registry.get(node_type) is not None:
             _register(node_type)
-        if not _has_python_gradient(node_type):
+        if _status.get(node_type) == "unimplemented":
+            unimplemented.append(node_type)
+        elif not _has_python_gradient(node_type):
             lacking.append(node_type)
 
     with ops.Graph().as_default():  # build away from any graph under construction
@@ -277,17 +287,24 @@ def _callable_gradient(
     gradient = concrete_function.ConcreteFunction.from_func_graph(
         graph, function_type, attrs={})
     name = gradient.name.decode() if isinstance(gradient.name, bytes) else gradient.name
-    if not lacking:
+    if not lacking and not unimplemented:
         return (lambda *args: list(gradient(*args))), name
 
-    message = (f"{op_type}: its gradient is not differentiable (no second-order gradient): "
-               f"the C++ gradient {fdef.signature.name} uses op type(s) {', '.join(lacking)} "
-               "which have no gradient")
+    context = (f"{op_type}: its gradient is not differentiable (no second-order gradient): "
+               f"the C++ gradient {fdef.signature.name} uses ")
 
+    def error() -> Exception:
+        if unimplemented:
+            return _unimplemented_error(unimplemented[0], context)
+        return LookupError(f"{context}op type(s) {', '.join(lacking)} which have no gradient")
+
+    # Wrapped even though the unimplemented ops' own Python gradients raise: under nested
+    # tapes a recorded ConcreteFunction builds its backward at once, so the error would come
+    # when only the first derivative is taken.
     @tf.custom_gradient
     def first_order_only(*args):
         def fail(*unused_dys):
-            raise LookupError(message)
+            raise error()
         # Unrecorded: under a tape the ConcreteFunction would build its own backward (and fail
         # with TensorFlow's less specific message) even if nobody asks for it.
         with record.stop_recording():

@@ -136,22 +136,18 @@ def library_path() -> str:
     return _path  # type: ignore[return-value]
 
 
-def c_gradient_function_def(node_def: bytes) -> str | None:
-    """Calls the library's C entry point TfExtGradientFunctionDef (the C twin of the
-    TfExt>GradientFunctionDef op) and returns None on success, else its error message."""
+def c_gradient_kind(op_type: str) -> tuple[int, str]:
+    """Calls the library's C entry point TfExtGradientKind: what kind of gradient the C++
+    registries hold for op_type (any library's op, not only tf_ext's). Returns (kind, message):
+    kind 0 a gradient function, 1 registered as not differentiable, 2 nothing registered,
+    3 registered as not implemented, with the registered message (else "")."""
     c_lib = ctypes.CDLL(library_path())  # the already loaded library: dlopen is idempotent
-    fn = c_lib.TfExtGradientFunctionDef
+    fn = c_lib.TfExtGradientKind
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
-                   ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t]
-    out = ctypes.c_void_p()
-    out_len = ctypes.c_size_t()
-    error = ctypes.create_string_buffer(1024)
-    if fn(node_def, len(node_def), ctypes.byref(out), ctypes.byref(out_len), error,
-          len(error)) != 0:
-        return error.value.decode("utf-8", "replace")
-    c_lib.TfExtFree(out)
-    return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    message = ctypes.create_string_buffer(4096)
+    kind = fn(op_type.encode("utf-8"), message, len(message))
+    return kind, message.value.decode("utf-8", "replace")
 
 
 def op_names() -> tuple[str, ...]:

@@ -49,7 +49,11 @@ class MedianPool2D(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="tf_ext")
 class RoiPool(keras.layers.Layer):
-    """RoI max pooling: call([data, rois]) -> pooled (tf_ext.roi_pool; argmax is dropped)."""
+    """RoI max pooling: call([data, rois]) -> pooled (tf_ext.roi_pool; argmax is dropped).
+
+    rois' batch_index counts images of the same call's data: under model.fit, positions within
+    the batch.
+    """
 
     def __init__(self, pooled_height: int, pooled_width: int, spatial_scale: float = 1.0,
                  **kwargs: Any) -> None:

@@ -3,10 +3,15 @@
 Every function only forwards to the generated wrapper of the loaded op library; shapes are
 checked by the ops' C++ shape functions and kernels, whose errors start with the op type.
 Gradients are the ops' C++ gradients (see tf_ext/grads/manifest.cc), bridged into
-tf.GradientTape / tf.gradients by tf_ext._bridge; nothing here computes a gradient.
+tf.GradientTape / tf.gradients by tf_ext._bridge; nothing here computes a gradient. Second
+derivatives work for zero_out, sign_ste and gradient_reversal; for roi_pool, ps_roi_align and
+median_pool2d (whose gradients are dedicated backward ops) they raise
+tf_ext.GradientNotImplementedError.
 
 Layouts are NHWC. `rois` rows are [batch_index, x1, y1, x2, y2] in input-image coordinates,
-mapped onto the feature map by `spatial_scale`.
+mapped onto the feature map by `spatial_scale`; batch_index must be an integer in [0, N) and
+the coordinates finite. Bad values raise InvalidArgumentError (ValueError while a graph is
+built) whose message starts with the op type and names the value.
 """
 
 from __future__ import annotations
@@ -64,21 +69,29 @@ def zero_out(to_zero: TensorLike, preserve_index: int = 0, name: str | None = No
 def roi_pool(data: TensorLike, rois: TensorLike, pooled_height: int, pooled_width: int,
              spatial_scale: float = 1.0,
              name: str | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-    """Max-pools each region of interest into a fixed pooled_height x pooled_width grid.
+    """Max-pools each region of interest into a fixed pooled_height x pooled_width grid
+    (Fast R-CNN / Caffe RoI pooling).
+
+    Each ROI corner is scaled by `spatial_scale` and rounded to a whole pixel (halves away
+    from zero); the ROI spans the pixels x1..x2, y1..y2 inclusive (at least one). Bin (i, j)
+    covers rows [floor(i * roi_h / pooled_height), ceil((i + 1) * roi_h / pooled_height))
+    from y1 and likewise columns, clipped to the image, and takes each channel's maximum.
 
     Args:
-      data: [N, H, W, C] feature maps, floating point.
+      data: [N, H, W, C] feature maps, float32 or float64.
       rois: [R, 5] float32 regions [batch_index, x1, y1, x2, y2].
       pooled_height, pooled_width: output grid size, >= 1.
-      spatial_scale: feature-map size / input-image size (e.g. 1/16).
+      spatial_scale: feature-map size / input-image size (e.g. 1/16), > 0.
       name: op name.
 
     Returns:
-      (pooled, argmax): pooled [R, pooled_height, pooled_width, C] with data's dtype, and
-      argmax (int32, same shape) locating each bin's maximum in `data`.
+      (pooled, argmax), both [R, pooled_height, pooled_width, C]: pooled has data's dtype;
+      argmax (int32) is the flat position h * W + w of each maximum within its ROI's image
+      (data[batch_index, h, w, c]), the first in row-major order on ties. A bin outside the
+      image is empty: pooled 0, argmax -1.
 
-    Gradient: d(data) scatters d(pooled) to the argmax positions (empty bins give nothing);
-    rois and argmax are not differentiable.
+    Gradient: d(data) scatter-adds d(pooled) at the argmax positions (empty bins add
+    nothing); rois and argmax are not differentiable.
     """
     pooled, argmax = _wrapper("TfExt>RoiPool", "tf_ext_roi_pool")(
         data, rois, pooled_height=pooled_height, pooled_width=pooled_width,
@@ -91,17 +104,25 @@ def median_pool2d(x: TensorLike, ksize: Sequence[int], strides: Sequence[int],
                   padding: str, name: str | None = None) -> tf.Tensor:
     """2-D median pooling over each channel.
 
+    Each output is the lower median of its window's in-image elements (padding never counts):
+    the element of rank (n - 1) // 2 when the n elements are sorted stably by value, the
+    window read in row-major order (so equal values keep that order; NaN sorts last). An
+    even count thus gives the lower of the two middle values; the output is always one of
+    the inputs.
+
     Args:
-      x: [N, H, W, C], floating point.
-      ksize: [window_height, window_width].
-      strides: [stride_height, stride_width].
-      padding: "SAME" or "VALID", as for tf.nn.max_pool2d.
+      x: [N, H, W, C], float32 or float64.
+      ksize: [window_height, window_width], each >= 1.
+      strides: [stride_height, stride_width], each >= 1.
+      padding: "SAME" or "VALID"; output sizes as for tf.nn.max_pool2d (VALID with a window
+        larger than the image gives a size of 0).
       name: op name.
 
     Returns:
       [N, out_height, out_width, C], x's dtype.
 
-    Gradient: each window's d(output) goes to the input element that was its median.
+    Gradient: each window's d(output) goes to exactly the element picked above (with ties,
+    the one of that rank in the stable order), summed over overlapping windows.
     """
     return _wrapper("TfExt>MedianPool2D", "tf_ext_median_pool2d")(
         x, ksize=list(ksize), strides=list(strides), padding=padding, name=name)
@@ -112,14 +133,16 @@ def sign_ste(x: TensorLike, clip: float = 1.0, name: str | None = None) -> tf.Te
     """sign(x) with a straight-through gradient estimator.
 
     Args:
-      x: any shape, floating point.
-      clip: half-width of the band in which the gradient passes.
+      x: any shape, float16, float32 or float64.
+      clip: half-width of the band in which the gradient passes; finite, >= 0 (a float32
+        attr).
       name: op name.
 
     Returns:
-      sign(x), same shape and dtype.
+      sign(x) like tf.sign: -1, 0 or 1 (a zero keeps its sign bit; NaN stays NaN), same shape
+      and dtype.
 
-    Gradient: d(x) = d(y) where |x| <= clip, 0 elsewhere.
+    Gradient: d(x) = d(y) where |x| <= clip (inclusive), 0 elsewhere and at NaN.
     """
     return _wrapper("TfExt>SignSTE", "tf_ext_sign_ste")(x, clip=clip, name=name)
 
@@ -129,12 +152,12 @@ def gradient_reversal(x: TensorLike, scale: float = 1.0, name: str | None = None
     """Identity forward, scaled and negated gradient backward (domain-adversarial training).
 
     Args:
-      x: any shape, floating point.
-      scale: gradient multiplier.
+      x: any shape, float16, float32 or float64.
+      scale: gradient multiplier; finite (a float32 attr, so 0.3 means float32(0.3)).
       name: op name.
 
     Returns:
-      x unchanged.
+      x unchanged (the output shares x's buffer).
 
     Gradient: d(x) = -scale * d(y).
     """
@@ -146,22 +169,30 @@ def gradient_reversal(x: TensorLike, scale: float = 1.0, name: str | None = None
 def ps_roi_align(features: TensorLike, rois: TensorLike, pooled_height: int,
                  pooled_width: int, spatial_scale: float = 1.0, sampling_ratio: int = 2,
                  name: str | None = None) -> tf.Tensor:
-    """Position-sensitive RoI Align (R-FCN): bin (i, j) of each region averages bilinear
-    samples from its own group of channels.
+    """Position-sensitive RoI Align (R-FCN, with Detectron's bilinear sampling): bin (i, j)
+    of output channel d averages bilinear samples of input channel
+    (d * pooled_height + i) * pooled_width + j. So C = D * pooled_height * pooled_width is
+    laid out output-channel-major: each output channel owns a block of pooled_height *
+    pooled_width consecutive input channels, one per bin in row-major bin order.
+
+    The ROI is scaled by `spatial_scale` without rounding, at least 1 x 1; each bin averages
+    grid_h x grid_w samples at the centres of a regular grid over it. A sample with y < -1,
+    y > H, x < -1 or x > W reads 0 but still counts in the average.
 
     Args:
-      features: [N, H, W, C] with C a multiple of pooled_height * pooled_width, floating point.
+      features: [N, H, W, D * pooled_height * pooled_width], float32 or float64.
       rois: [R, 5] float32 regions [batch_index, x1, y1, x2, y2].
       pooled_height, pooled_width: output grid size, >= 1.
-      spatial_scale: feature-map size / input-image size.
-      sampling_ratio: bilinear samples per bin side; 0 = adaptive (ceil(bin size)).
+      spatial_scale: feature-map size / input-image size, > 0.
+      sampling_ratio: samples per bin and axis (grid_h = grid_w = sampling_ratio); 0 =
+        adaptive, ceil(bin size) per ROI and axis.
       name: op name.
 
     Returns:
-      [R, pooled_height, pooled_width, C / (pooled_height * pooled_width)], features' dtype.
+      [R, pooled_height, pooled_width, D], features' dtype.
 
     Gradient: d(features) spreads each bin's d(output) back over its samples with the same
-    bilinear weights; rois are not differentiable.
+    bilinear weights / (grid_h * grid_w); rois are not differentiable.
     """
     return _wrapper("TfExt>PsRoiAlign", "tf_ext_ps_roi_align")(
         features, rois, pooled_height=pooled_height, pooled_width=pooled_width,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +14,22 @@ import tensorflow as tf
 MODES = ("eager", "function", "graph")
 
 Fn = Callable[[tf.Tensor], tf.Tensor]
+
+
+def evaluate(mode: str, f: Callable[..., Any], *args: np.ndarray) -> Any:
+    """f(*args) run in `mode` (eager; a tf.function; a tf.compat.v1 graph with placeholders
+    of the arguments' static shapes, run by a Session), as numpy values."""
+    if mode in ("eager", "function"):
+        fn = tf.function(f) if mode == "function" else f
+        out = fn(*[tf.constant(a) for a in args])
+        return tf.nest.map_structure(lambda t: t.numpy(), out)
+    if mode == "graph":
+        with tf.Graph().as_default():
+            placeholders = [tf.compat.v1.placeholder(a.dtype, a.shape) for a in args]
+            out = f(*placeholders)
+            with tf.compat.v1.Session() as sess:
+                return sess.run(out, dict(zip(placeholders, args)))
+    raise ValueError(mode)
 
 
 def vjp(mode: str, f: Fn, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
