@@ -2,29 +2,17 @@
 // and on TensorFlow's own ops.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <regex>
 #include <string>
-#include <sys/wait.h>
+
+#include "tests/command.h"
 
 namespace {
 
-struct ToolRun {
-  int code = -1;
-  std::string output;
-};
+using ToolRun = ::tensorflow::tf_ext::test::CommandResult;
 
 ToolRun Gradcheck(const std::string& args) {
-  const std::string cmd = "tf_ext/tf_ext_gradcheck " + args + " 2>&1";
-  ToolRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return ::tensorflow::tf_ext::test::RunCommand("tf_ext/tf_ext_gradcheck " + args);
 }
 
 // The table row of `op` for `dtype` ends with `result`.

@@ -1,30 +1,19 @@
 // End-to-end tests of the tf_ext_grad binary: real process, real op library, no Python.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
+
+#include "tests/command.h"
 
 namespace {
 
-struct ToolRun {
-  int code;
-  std::string output;
-};
+using ToolRun = ::tensorflow::tf_ext::test::CommandResult;
+using ::tensorflow::tf_ext::test::RunCommand;
 
 ToolRun RunTool(const std::string& args) {
-  const std::string cmd = "tf_ext/tf_ext_grad --library=tf_ext/_tf_ext_ops.so " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ToolRun r{-1, ""};
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return RunCommand("tf_ext/tf_ext_grad --library=tf_ext/_tf_ext_ops.so " + args);
 }
 
 std::string TmpFile(const std::string& name) {
@@ -103,14 +92,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"--bogus", "unknown argument '--bogus'"}));
 
 TEST(TfExtGrad, MissingLibrary) {
-  FILE* pipe = popen("tf_ext/tf_ext_grad --library=/nonexistent/lib.so 2>&1", "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
-  const int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(out.find("op library '/nonexistent/lib.so' not found"), std::string::npos) << out;
+  ToolRun r = RunCommand("tf_ext/tf_ext_grad --library=/nonexistent/lib.so");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("op library '/nonexistent/lib.so' not found"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

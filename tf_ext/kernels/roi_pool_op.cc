@@ -19,19 +19,8 @@ namespace {
 
 // Reads and checks the attrs shared by RoiPool and RoiPoolGrad.
 void ReadRoiPoolAttrs(OpKernelConstruction* ctx, functor::RoiPoolShape* s) {
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("pooled_height", &s->pooled_height));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("pooled_width", &s->pooled_width));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("spatial_scale", &s->spatial_scale));
-  // The upper bound keeps pooled_height * pooled_width far from int64 overflow.
-  constexpr int64_t kMaxPooled = std::numeric_limits<int32_t>::max();
-  OP_REQUIRES(ctx,
-              s->pooled_height >= 1 && s->pooled_width >= 1 && s->pooled_height <= kMaxPooled &&
-                  s->pooled_width <= kMaxPooled,
-              OpError(ctx, "pooled_height and pooled_width must be in [1, ", kMaxPooled,
-                      "], got ", s->pooled_height, " and ", s->pooled_width));
-  // `!(x > 0)` also rejects NaN.
-  OP_REQUIRES(ctx, s->spatial_scale > 0 && std::isfinite(s->spatial_scale),
-              OpError(ctx, "spatial_scale must be a finite number > 0, got ", s->spatial_scale));
+  OP_REQUIRES_OK(ctx, ReadRoiGridAttrs(ctx, &s->pooled_height, &s->pooled_width,
+                                       &s->spatial_scale));
 }
 
 // Checks data (rank 4, positions that fit argmax's int32) and rois; fills the shape.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/platform/env.h"
+#include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/graph_gradients.h"
 
 namespace tensorflow::tf_ext::tools {
@@ -53,12 +54,7 @@ int Fail(const std::string& msg) {
 bool ParseFlags(int argc, char** argv, Flags* f, std::string* error) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char* name, std::string* out) {
-      const std::string prefix = absl::StrCat("--", name, "=");
-      if (!absl::StartsWith(a, prefix)) return false;
-      *out = a.substr(prefix.size());
-      return true;
-    };
+    auto value = [&](const char* name, std::string* out) { return FlagValue(a, name, out); };
     std::string v;
     if (a == "--check") {
       f->check = true;

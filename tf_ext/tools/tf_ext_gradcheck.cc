@@ -26,6 +26,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/testing/gradient_checker.h"
+#include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/gradcheck_spec.h"
 
 namespace tensorflow::tf_ext::tools {
@@ -206,12 +207,7 @@ int Main(int argc, char** argv) {
   double tol_float = 1e-3, tol_double = 1e-6;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto take = [&](const char* name, std::string* out) {
-      const std::string prefix = absl::StrCat("--", name, "=");
-      if (!absl::StartsWith(a, prefix)) return false;
-      *out = a.substr(prefix.size());
-      return true;
-    };
+    auto take = [&](const char* name, std::string* out) { return FlagValue(a, name, out); };
     std::string v;
     if (take("library", &library) || take("ops", &ops_flag) || take("spec", &spec_path)) {
     } else if (take("seed", &v) && absl::SimpleAtoi(v, &seed)) {
