@@ -27,6 +27,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python requirements into $venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  # (the filter drops pip's notes about find-links folders this machine's pip config names
+  # but does not have)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
 fi

@@ -141,7 +141,9 @@ TEST(GradientReversal, NumericJacobianOfTheIdentityTimesMinusScale) {
       ASSERT_TRUE(CheckGradient(kOp, {{"scale", -1.0f}}, {x}, GradientCheckOptions(), &r).ok());
       EXPECT_TRUE(r.Passed(tol)) << r.ToString();
       EXPECT_EQ(r.columns, shape.num_elements());
-      if (shape.num_elements() <= 512) EXPECT_EQ(r.rows, shape.num_elements()) << r.ToString();
+      if (shape.num_elements() <= 512) {
+        EXPECT_EQ(r.rows, shape.num_elements()) << r.ToString();
+      }
 
       // Any scale: checked against the registered surrogate forward -scale * x.
       ASSERT_TRUE(CheckGradient(kOp, {{"scale", 0.5f}}, {x}, GradientCheckOptions(), &r).ok());
