@@ -74,7 +74,7 @@ def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
         native.genrule(
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
             srcs = [src] + hdrs + deps_hdrs + [
-                "@local_config_tf//:tf_header_lib",
+                "@local_config_tf//:tf_headers",
                 "@local_config_tf//:cuda_include",
             ],
             outs = [obj],
@@ -126,7 +126,10 @@ def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visi
             "//tf_ext:cuda_enabled": ["-DGOOGLE_CUDA=1"],
             "//conditions:default": [],
         }),
-        deps = deps + gpu_deps + [TF_CC],
+        deps = deps + gpu_deps + [TF_CC] + select({
+            "//tf_ext:cuda_enabled": ["@local_config_tf//:cuda_headers"],
+            "//conditions:default": [],
+        }),
         alwayslink = 1,
         visibility = visibility,
     )

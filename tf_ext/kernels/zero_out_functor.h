@@ -9,6 +9,12 @@
 #include "tf_ext/kernels/cpu_parallel_for.h"
 #endif
 
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // out[i] = (i == preserve_index) ? in[i] : 0, for i in [0, n).
@@ -30,6 +36,16 @@ struct ZeroOut<CPUDevice, T> {
                 [out](int64_t begin, int64_t end) { std::fill(out + begin, out + end, T(0)); });
     out[preserve_index] = kept;
   }
+};
+#endif
+
+#if GOOGLE_CUDA
+// Defined in zero_out_op_gpu.cu.cc for float, double and int32 (one grid-stride kernel on d's
+// stream); callable from a standalone harness with an Eigen::GpuDevice on any cudaStream_t.
+template <typename T>
+struct ZeroOut<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const T* in, int64_t n, int64_t preserve_index,
+                  T* out) const;
 };
 #endif
 

@@ -1,5 +1,8 @@
 // ZeroOutOp<Device, T>: the OpKernel of TfExt>ZeroOut.
 #define EIGEN_USE_THREADS
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
@@ -43,5 +46,17 @@ TF_EXT_REGISTER_ZERO_OUT_CPU(float);
 TF_EXT_REGISTER_ZERO_OUT_CPU(double);
 TF_EXT_REGISTER_ZERO_OUT_CPU(int32);
 #undef TF_EXT_REGISTER_ZERO_OUT_CPU
+
+#if GOOGLE_CUDA
+using GPUDevice = Eigen::GpuDevice;
+#define TF_EXT_REGISTER_ZERO_OUT_GPU(T)                                      \
+  REGISTER_KERNEL_BUILDER(                                                   \
+      Name("TfExt>ZeroOut").Device(DEVICE_GPU).TypeConstraint<T>("T"),       \
+      ZeroOutOp<GPUDevice, T>);
+TF_EXT_REGISTER_ZERO_OUT_GPU(float);
+TF_EXT_REGISTER_ZERO_OUT_GPU(double);
+TF_EXT_REGISTER_ZERO_OUT_GPU(int32);
+#undef TF_EXT_REGISTER_ZERO_OUT_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext

@@ -100,9 +100,22 @@ cc_library(
     deps = [":libtensorflow_framework"],
 )
 
+# The headers as plain files, for nvcc genrules (a cc_library in a genrule gives no headers).
+filegroup(
+    name = "tf_headers",
+    srcs = glob(["include/**"], exclude = ["include/**/*.py"]),
+)
+
 filegroup(
     name = "cuda_include",
     srcs = glob(["cuda_include/**"]),
+)
+
+# CUDA runtime headers for host code compiled with GOOGLE_CUDA (kernel registration).
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["cuda_include/third_party/gpus/cuda/include/**"]),
+    includes = ["cuda_include/third_party/gpus/cuda/include"],
 )
 
 # stub_shebang: Bazel's launcher script defaults to `#!/usr/bin/env python`, which the strict
