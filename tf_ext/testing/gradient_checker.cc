@@ -15,6 +15,7 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/session.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::testing {
 namespace {
@@ -23,48 +24,9 @@ bool IsFloat(DataType t) {
   return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF || t == DT_BFLOAT16;
 }
 
-std::vector<double> ToDoubles(const Tensor& t) {
-  std::vector<double> v(t.NumElements());
-  switch (t.dtype()) {
-#define TF_EXT_CASE(DT, T)                                                     \
-  case DT: {                                                                   \
-    auto f = t.flat<T>();                                                      \
-    for (int64_t i = 0; i < f.size(); ++i) v[i] = static_cast<double>(f(i));   \
-    break;                                                                     \
-  }
-    TF_EXT_CASE(DT_FLOAT, float)
-    TF_EXT_CASE(DT_DOUBLE, double)
-    TF_EXT_CASE(DT_HALF, Eigen::half)
-    TF_EXT_CASE(DT_BFLOAT16, bfloat16)
-    TF_EXT_CASE(DT_INT32, int32)
-    TF_EXT_CASE(DT_INT64, int64_t)
-#undef TF_EXT_CASE
-    default:
-      break;
-  }
-  return v;
-}
-
-Tensor FromDoubles(DataType dt, const TensorShape& shape, const std::vector<double>& v) {
-  Tensor t(dt, shape);
-  switch (dt) {
-#define TF_EXT_CASE(DT, T)                                                   \
-  case DT: {                                                                 \
-    auto f = t.flat<T>();                                                    \
-    for (int64_t i = 0; i < f.size(); ++i) f(i) = static_cast<T>(v[i]);      \
-    break;                                                                   \
-  }
-    TF_EXT_CASE(DT_FLOAT, float)
-    TF_EXT_CASE(DT_DOUBLE, double)
-    TF_EXT_CASE(DT_HALF, Eigen::half)
-    TF_EXT_CASE(DT_BFLOAT16, bfloat16)
-    TF_EXT_CASE(DT_INT32, int32)
-    TF_EXT_CASE(DT_INT64, int64_t)
-#undef TF_EXT_CASE
-    default:
-      break;
-  }
-  return t;
+// Values the checker built itself: dtype and size are right by construction.
+Tensor MakeTensor(DataType dtype, const TensorShape& shape, const std::vector<double>& v) {
+  return *FromDoubles(dtype, shape, v);
 }
 
 NodeDef Placeholder(const std::string& name, DataType dt) {
@@ -130,7 +92,18 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   AddDefaultsToNodeDef(*op_def, &op);
   DataTypeVector in_types, out_types;
   TF_RETURN_IF_ERROR(InOutTypesForNode(op, *op_def, &in_types, &out_types));
+  for (DataType t : out_types) {
+    if (!IsNumeric(t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CheckGradient(", op_type, "): outputs of type ", DataTypeString(t), " are not supported"));
+    }
+  }
   for (int i = 0; i < n_in; ++i) {
+    if (!IsNumeric(in_types[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CheckGradient(", op_type, "): input '", op_def->input_arg(i).name(),
+                       "' has unsupported type ", DataTypeString(in_types[i])));
+    }
     if (in_types[i] != inputs[i].dtype()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CheckGradient(", op_type, "): input '", op_def->input_arg(i).name(), "' must be ",
@@ -253,7 +226,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
       if (IsFloat(out_types[j])) {
         std::copy_n(rows[r].begin() + out_offset[j], dy.size(), dy.begin());
       }
-      row_feeds.push_back({absl::StrCat("dy", j), FromDoubles(out_types[j], outs[j].shape(), dy)});
+      row_feeds.push_back({absl::StrCat("dy", j), MakeTensor(out_types[j], outs[j].shape(), dy)});
     }
     std::vector<Tensor> grads;
     TF_RETURN_IF_ERROR(session->Run(row_feeds, grad_names, {}, &grads));
@@ -279,7 +252,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   std::vector<std::vector<double>> base(n_in);
   for (int i = 0; i < n_in; ++i) {
     base[i] = ToDoubles(inputs[i]);
-    nfeeds.push_back({absl::StrCat("nx", i), FromDoubles(nin_types[i], inputs[i].shape(), base[i])});
+    nfeeds.push_back({absl::StrCat("nx", i), MakeTensor(nin_types[i], inputs[i].shape(), base[i])});
   }
   std::vector<std::string> nout_names;
   for (size_t j = 0; j < out_types.size(); ++j) nout_names.push_back(absl::StrCat("nop:", j));
@@ -301,10 +274,10 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
     for (int64_t k = 0; k < inputs[i].NumElements(); ++k) {
       std::vector<double> x = base[i];
       x[k] = base[i][k] + delta;
-      nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), x);
+      nfeeds[i].second = MakeTensor(nin_types[i], inputs[i].shape(), x);
       TF_RETURN_IF_ERROR(eval(&plus));
       x[k] = base[i][k] - delta;
-      nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), x);
+      nfeeds[i].second = MakeTensor(nin_types[i], inputs[i].shape(), x);
       TF_RETURN_IF_ERROR(eval(&minus));
       ++result->columns;
       for (int64_t r = 0; r < n_rows; ++r) {
@@ -326,7 +299,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
         }
       }
     }
-    nfeeds[i].second = FromDoubles(nin_types[i], inputs[i].shape(), base[i]);
+    nfeeds[i].second = MakeTensor(nin_types[i], inputs[i].shape(), base[i]);
   }
   return session->Close();
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tensorflow/core/framework/types.h"
+#include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -75,11 +76,6 @@ absl::StatusOr<InputSpec> ParseInput(const std::string& text) {
   return s;
 }
 
-template <typename T>
-void Fill(Tensor* t, const std::vector<double>& v) {
-  auto f = t->flat<T>();
-  for (int64_t i = 0; i < f.size(); ++i) f(i) = static_cast<T>(v[i]);
-}
 
 }  // namespace
 
@@ -189,18 +185,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
       break;
     }
   }
-  Tensor t(dtype, shape);
-  switch (dtype) {
-    case DT_FLOAT: Fill<float>(&t, v); break;
-    case DT_DOUBLE: Fill<double>(&t, v); break;
-    case DT_HALF: Fill<Eigen::half>(&t, v); break;
-    case DT_INT32: Fill<int32>(&t, v); break;
-    case DT_INT64: Fill<int64_t>(&t, v); break;
-    default:
-      return absl::UnimplementedError(
-          absl::StrCat("gradcheck: cannot make inputs of type ", DataTypeString(dtype)));
-  }
-  return t;
+  return testing::FromDoubles(dtype, shape, v);
 }
 
 }  // namespace tensorflow::tf_ext::tools

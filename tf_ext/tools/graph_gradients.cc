@@ -16,42 +16,20 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/tensor.pb.h"
-#include "tensorflow/core/framework/tensor_util.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
 
 bool IsFloat(DataType t) { return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF; }
 
-double Get(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DT_FLOAT: return t.flat<float>()(i);
-    case DT_DOUBLE: return t.flat<double>()(i);
-    case DT_HALF: return static_cast<double>(t.flat<Eigen::half>()(i));
-    case DT_INT32: return t.flat<int32>()(i);
-    case DT_INT64: return static_cast<double>(t.flat<int64_t>()(i));
-    default: return NAN;
-  }
-}
-
-void Set(Tensor* t, int64_t i, double v) {
-  switch (t->dtype()) {
-    case DT_FLOAT: t->flat<float>()(i) = static_cast<float>(v); break;
-    case DT_DOUBLE: t->flat<double>()(i) = v; break;
-    case DT_HALF: t->flat<Eigen::half>()(i) = static_cast<Eigen::half>(v); break;
-    case DT_INT32: t->flat<int32>()(i) = static_cast<int32>(v); break;
-    case DT_INT64: t->flat<int64_t>()(i) = static_cast<int64_t>(v); break;
-    default: break;
-  }
-}
-
 double Sum(const Tensor& t) {
   double s = 0;
-  for (int64_t i = 0; i < t.NumElements(); ++i) s += Get(t, i);
+  for (double v : testing::ToDoubles(t)) s += v;
   return s;
 }
 
@@ -182,16 +160,17 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
   for (const NodeDef& n : graph.node()) {
     if (n.name() == ref->node && n.attr().contains("dtype")) dtype = n.attr().at("dtype").type();
   }
-  Tensor t(dtype, shape);
-  for (size_t i = 0; i < vals.size(); ++i) Set(&t, i, vals[i]);
-  return std::make_pair(*ref, t);
+  auto t = testing::FromDoubles(dtype, shape, vals);
+  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", t.status().message()));
+  return std::make_pair(*ref, *t);
 }
 
 std::string FormatTensor(const Tensor& t, int max_values) {
   std::vector<std::string> vals;
   const int64_t n = t.NumElements();
-  for (int64_t i = 0; i < std::min<int64_t>(n, max_values); ++i) {
-    vals.push_back(absl::StrCat(Get(t, i)));
+  const std::vector<double> values = testing::ToDoubles(t);
+  for (int64_t i = 0; i < std::min<int64_t>(values.size(), max_values); ++i) {
+    vals.push_back(absl::StrCat(values[i]));
   }
   if (n > max_values) vals.push_back(absl::StrCat("... (", n - max_values, " more)"));
   return absl::StrCat(DataTypeString(t.dtype()), " ", t.shape().DebugString(), " = [",
@@ -308,18 +287,22 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
                                [&](const auto& f) { return f.first == name; }),
                 feeds.end());
     feeds.push_back({name, Tensor()});
+    const std::vector<double> base_values = testing::ToDoubles(base);
+    const std::vector<double> grad_values = testing::ToDoubles(result.grads[i]);
     for (int64_t k = 0; k < base.NumElements(); ++k) {
       double f[2];
       for (int side = 0; side < 2; ++side) {
-        Tensor x = tensor::DeepCopy(base);
-        Set(&x, k, Get(base, k) + (side == 0 ? h : -h));
-        feeds.back().second = x;
+        std::vector<double> x = base_values;
+        x[k] += side == 0 ? h : -h;
+        auto fed = testing::FromDoubles(base.dtype(), base.shape(), x);
+        if (!fed.ok()) return fed.status();
+        feeds.back().second = *fed;
         std::vector<Tensor> y;
         TF_RETURN_IF_ERROR(session->Run(feeds, {request.y.ToString()}, {}, &y));
         f[side] = Sum(y[0]);
       }
       const double num = (f[0] - f[1]) / (2 * h);
-      const double sym = Get(result.grads[i], k);
+      const double sym = grad_values[k];
       const double abs_err = std::abs(sym - num);
       const double rel_err = abs_err / std::max(1.0, std::abs(num));
       ++check->elements;

@@ -1,0 +1,26 @@
+// Reading and writing numeric tensors as doubles: the common currency of tf_ext's gradient
+// checks and tools (float, double, half, bfloat16, int32, int64).
+#ifndef TF_EXT_TESTING_TENSOR_DOUBLES_H_
+#define TF_EXT_TESTING_TENSOR_DOUBLES_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tensorflow::tf_ext::testing {
+
+// Whether ToDoubles/FromDoubles handle `dtype`.
+bool IsNumeric(DataType dtype);
+
+// Every element of `t` as a double (empty for an unsupported dtype).
+std::vector<double> ToDoubles(const Tensor& t);
+
+// A `dtype` tensor of `shape` holding `values` (cast per element); fails for an unsupported
+// dtype or a size mismatch.
+absl::StatusOr<Tensor> FromDoubles(DataType dtype, const TensorShape& shape,
+                                   const std::vector<double>& values);
+
+}  // namespace tensorflow::tf_ext::testing
+
+#endif  // TF_EXT_TESTING_TENSOR_DOUBLES_H_
