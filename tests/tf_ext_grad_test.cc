@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/platform/env.h"
 #include "tests/command.h"
 
 namespace {
@@ -35,6 +37,19 @@ TEST(TfExtGrad, GraphFileGradientAndSave) {
   std::stringstream contents;
   contents << in.rdbuf();
   EXPECT_EQ(contents.str(), "x:0 double [3] = [0 -36 0]\n");
+}
+
+TEST(TfExtGrad, BinaryGraphFile) {
+  tensorflow::GraphDef graph;
+  ASSERT_TRUE(tensorflow::ReadTextProto(tensorflow::Env::Default(),
+                                        "tests/data/zero_out_graph.pbtxt", &graph)
+                  .ok());
+  const std::string binary = TmpFile("zero_out_graph.pb");
+  ASSERT_TRUE(tensorflow::WriteBinaryProto(tensorflow::Env::Default(), binary, graph).ok());
+  ToolRun r = RunTool("--graph=" + binary + " --feed=x=3:1.5,-2,4 --y=sq --x=x --check");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d x:0: double [3] = [0 -36 0]"), std::string::npos)
+      << r.output;
 }
 
 TEST(TfExtGrad, IntermediateAndInputTogether) {
