@@ -25,11 +25,11 @@ test: setup
 	$(BAZEL) test //... $(BAZEL_TEST_FLAGS)
 	$(MAKE) --no-print-directory cuda
 
-# The op library with its CUDA kernels (bazel-out/k8-opt-cuda); it still loads on CPU-only
+# The op library with its CUDA kernels (in `bazel info --config=cuda bazel-bin`); it still loads on CPU-only
 # TensorFlow, where only the CPU kernels run.
 cuda: setup
 	$(BAZEL) build --config=cuda //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
-	$(PYTHON_BIN_PATH) -c "import tensorflow as tf; lib = tf.load_op_library('$(ROOT)/bazel-out/k8-opt-cuda/bin/tf_ext/_tf_ext_ops.so'); assert list(lib.tf_ext_zero_out([1., 2.], preserve_index=1).numpy()) == [0., 2.]; print('cuda: op library with CUDA kernels builds and loads')"
+	$(PYTHON_BIN_PATH) -c "import tensorflow as tf; lib = tf.load_op_library('$$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so'); assert list(lib.tf_ext_zero_out([1., 2.], preserve_index=1).numpy()) == [0., 2.]; print('cuda: op library with CUDA kernels builds and loads')"
 
 # tf_ext_gradcheck over tf_ext's library and over TensorFlow's own FDH gradients.
 TF_CORE_OPS := Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Cos,Neg,Reciprocal,Asin,Acos,Atan,Atanh,Asinh,Acosh,Sinh,Cosh,Log1p,Expm1,Maximum,Minimum,SquaredDifference,Pow,MatMul,BatchMatMulV2,Sum,Mean,Max,Softmax,LogSoftmax,Relu,Conv2D,MaxPool,AvgPool,BiasAdd,Transpose,Reshape,Sign,Softplus,Erf,Tile
