@@ -2,8 +2,8 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <map>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"

@@ -20,10 +20,6 @@
 namespace tensorflow::tf_ext::testing {
 namespace {
 
-bool IsFloat(DataType t) {
-  return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF || t == DT_BFLOAT16;
-}
-
 // Values the checker built itself: dtype and size are right by construction.
 Tensor MakeTensor(DataType dtype, const TensorShape& shape, const std::vector<double>& v) {
   return *FromDoubles(dtype, shape, v);
@@ -118,11 +114,11 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   for (const OpDef::AttrDef& a : op_def->attr()) {
     if (a.type() != "type") continue;
     const AttrValue& v = op.attr().at(a.name());
-    if (IsFloat(v.type()) && v.type() != DT_DOUBLE && !AllowsDouble(a)) f64 = false;
+    if (IsFloatingPoint(v.type()) && v.type() != DT_DOUBLE && !AllowsDouble(a)) f64 = false;
   }
   if (f64) {
     for (const OpDef::AttrDef& a : op_def->attr()) {
-      if (a.type() == "type" && IsFloat(op.attr().at(a.name()).type())) {
+      if (a.type() == "type" && IsFloatingPoint(op.attr().at(a.name()).type())) {
         (*nop.mutable_attr())[a.name()].set_type(DT_DOUBLE);
       }
     }
@@ -186,7 +182,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   int64_t total_out = 0;
   for (size_t j = 0; j < out_types.size(); ++j) {
     out_offset[j] = total_out;
-    if (IsFloat(out_types[j])) total_out += outs[j].NumElements();
+    if (IsFloatingPoint(out_types[j])) total_out += outs[j].NumElements();
   }
   const bool one_hot = total_out <= options.max_rows;
   const int64_t n_rows = one_hot ? total_out : options.num_projections;
@@ -203,7 +199,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   auto row_name = [&](int64_t r) {
     if (!one_hot) return absl::StrCat("projection ", r);
     for (size_t j = out_types.size(); j-- > 0;) {
-      if (IsFloat(out_types[j]) && r >= out_offset[j]) {
+      if (IsFloatingPoint(out_types[j]) && r >= out_offset[j]) {
         return absl::StrCat("output[", j, "][", r - out_offset[j], "]");
       }
     }
@@ -223,7 +219,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
     auto row_feeds = feeds;
     for (size_t j = 0; j < out_types.size(); ++j) {
       std::vector<double> dy(outs[j].NumElements(), 0.0);
-      if (IsFloat(out_types[j])) {
+      if (IsFloatingPoint(out_types[j])) {
         std::copy_n(rows[r].begin() + out_offset[j], dy.size(), dy.begin());
       }
       row_feeds.push_back({absl::StrCat("dy", j), MakeTensor(out_types[j], outs[j].shape(), dy)});
@@ -262,7 +258,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
     TF_RETURN_IF_ERROR(session->Run(nfeeds, nout_names, {}, &y));
     flat_out->assign(total_out, 0.0);
     for (size_t j = 0; j < out_types.size(); ++j) {
-      if (!IsFloat(out_types[j])) continue;
+      if (!IsFloatingPoint(out_types[j])) continue;
       std::vector<double> v = ToDoubles(y[j]);
       std::copy(v.begin(), v.end(), flat_out->begin() + out_offset[j]);
     }
@@ -270,7 +266,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   };
   std::vector<double> plus, minus;
   for (int i = 0; i < n_in; ++i) {
-    if (!IsFloat(in_types[i]) || is_nondiff(i)) continue;
+    if (!IsFloatingPoint(in_types[i]) || is_nondiff(i)) continue;
     for (int64_t k = 0; k < inputs[i].NumElements(); ++k) {
       std::vector<double> x = base[i];
       x[k] = base[i][k] + delta;

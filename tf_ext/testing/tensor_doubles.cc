@@ -13,6 +13,10 @@ namespace tensorflow::tf_ext::testing {
   CASE(DT_INT32, int32)              \
   CASE(DT_INT64, int64_t)
 
+bool IsFloatingPoint(DataType dtype) {
+  return dtype == DT_FLOAT || dtype == DT_DOUBLE || dtype == DT_HALF || dtype == DT_BFLOAT16;
+}
+
 bool IsNumeric(DataType dtype) {
   switch (dtype) {
 #define TF_EXT_CASE(DT, T) case DT:

@@ -10,6 +10,9 @@
 
 namespace tensorflow::tf_ext::testing {
 
+// float, double, half or bfloat16: the dtypes that have gradients (all numeric, below).
+bool IsFloatingPoint(DataType dtype);
+
 // Whether ToDoubles/FromDoubles handle `dtype`.
 bool IsNumeric(DataType dtype);
 

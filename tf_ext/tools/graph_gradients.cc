@@ -25,8 +25,6 @@
 namespace tensorflow::tf_ext::tools {
 namespace {
 
-bool IsFloat(DataType t) { return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF; }
-
 double Sum(const Tensor& t) {
   double s = 0;
   for (double v : testing::ToDoubles(t)) s += v;
@@ -189,7 +187,7 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
   for (Node* n : g.op_nodes()) nodes[n->name()] = n;
   auto y = FindNode(nodes, request.y, "--y");
   if (!y.ok()) return y.status();
-  if (!IsFloat((*y)->output_type(request.y.index))) {
+  if (!testing::IsFloatingPoint((*y)->output_type(request.y.index))) {
     return absl::InvalidArgumentError(absl::StrCat("--y '", request.y.ToString(), "' is ",
                                                    DataTypeString((*y)->output_type(request.y.index)),
                                                    "; only floating-point tensors have gradients"));
@@ -278,7 +276,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
   }
   for (size_t i = 0; i < request.xs.size(); ++i) {
     const Tensor& base = result.xs[i];
-    if (!IsFloat(base.dtype())) continue;
+    if (!testing::IsFloatingPoint(base.dtype())) continue;
     const double h = delta > 0 ? delta : (base.dtype() == DT_DOUBLE ? 1e-6 : 1e-3);
     const std::string name = request.xs[i].ToString();
     // Feeding x overrides whatever computed it (placeholder or intermediate tensor).

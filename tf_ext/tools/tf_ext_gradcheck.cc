@@ -26,6 +26,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/testing/gradient_checker.h"
+#include "tf_ext/testing/tensor_doubles.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/gradcheck_spec.h"
 
@@ -48,8 +49,6 @@ std::string Sci(double v) {
   s << std::setprecision(2) << std::scientific << v;
   return s.str();
 }
-
-bool IsFloat(DataType t) { return t == DT_FLOAT || t == DT_DOUBLE || t == DT_HALF; }
 
 // The dtypes to check: the spec's, else float and double where the op's type attr allows.
 std::vector<DataType> Dtypes(const OpDef& def, const OpSpec* spec, std::string* type_attr) {
@@ -153,7 +152,7 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
       InputSpec in_spec;
       const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
       if (has_spec) in_spec = spec->inputs.at(arg.name());
-      if (in_type == DT_INVALID || (!IsFloat(in_type) && !has_spec)) {
+      if (in_type == DT_INVALID || (!testing::IsFloatingPoint(in_type) && !has_spec)) {
         problem = absl::StrCat("input '", arg.name(), "' (",
                                in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
                                ") needs a spec");
