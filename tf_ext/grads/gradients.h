@@ -17,6 +17,10 @@ absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g);
 absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status GradientReversalSurrogate(const AttrSlice& attrs, FunctionDef* g);
 
+// TensorFlow core ops with no C++ gradient in either registry (core_grads.cc).
+absl::Status IdentityNGrad(const AttrSlice& attrs, FunctionDef* g);
+absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g);
+
 }  // namespace tensorflow::tf_ext
 
 #endif  // TF_EXT_GRADS_GRADIENTS_H_

@@ -4,8 +4,11 @@
 // registered under "TfExt>" appears here exactly once.
 #include "tf_ext/grads/manifest.h"
 
+#include "tensorflow/core/platform/logging.h"
+
 #include "tf_ext/grads/gradients.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/unify.h"
 
 namespace tensorflow::tf_ext {
 
@@ -63,6 +66,11 @@ bool RegisterManifest() {
       RegisterNoGradient(e.op);
     }
     if (e.surrogate_forward != nullptr) RegisterSurrogateForward(e.op, e.surrogate_forward);
+  }
+  // Loading the library also makes every TensorFlow op differentiable through both C++
+  // registries (see unify.h): tf_ext_grad, Sessions and TF_AddGradients then agree.
+  if (absl::Status s = UnifyGradientRegistries(); !s.ok()) {
+    LOG(ERROR) << "tf_ext: unifying the gradient registries failed: " << s;
   }
   return true;
 }

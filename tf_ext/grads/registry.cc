@@ -21,34 +21,6 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-// The C++ client registry's gradient for every tf_ext-registered op: one SymbolicGradient node
-// whose function is the op itself with the node's attrs, so the FDH creator does the work.
-absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
-                                        const std::vector<Output>& grad_inputs,
-                                        std::vector<Output>* grad_outputs) {
-  const Node* node = op.node();
-  NameAttrList f;
-  f.set_name(node->type_string());
-  for (const auto& kv : node->attrs()) {
-    if (!kv.first.empty() && kv.first[0] == '_') continue;  // placement/internal attrs
-    (*f.mutable_attr())[kv.first] = kv.second;
-  }
-  std::vector<Output> inputs;
-  for (int i = 0; i < op.num_inputs(); ++i) inputs.push_back(op.input(i));
-  for (int i = 0; i < op.num_outputs(); ++i) {
-    // An output nobody differentiated arrives as NoGradient: its incoming gradient is zero.
-    if (i < static_cast<int>(grad_inputs.size()) && grad_inputs[i].node() != nullptr) {
-      inputs.push_back(grad_inputs[i]);
-    } else {
-      inputs.push_back(ops::ZerosLike(scope, op.output(i)).y);
-    }
-  }
-  ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
-  TF_RETURN_IF_ERROR(scope.status());
-  grad_outputs->assign(grad.output.begin(), grad.output.end());
-  return absl::OkStatus();
-}
-
 // Process-wide side tables live in TensorFlow's own gradient registry (one copy, in
 // libtensorflow_framework), under keys no op can have: every DSO that links tf_ext's registry
 // code - the op library, a tool, a third-party library - sees the same entries.
@@ -129,6 +101,34 @@ absl::Status SpecializeArg(const AttrSlice& attrs, OpDef::ArgDef* arg) {
 }
 
 }  // namespace
+
+// The C++ client registry's gradient for every tf_ext-registered op: one SymbolicGradient node
+// whose function is the op itself with the node's attrs, so the FDH creator does the work.
+absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
+                                        const std::vector<Output>& grad_inputs,
+                                        std::vector<Output>* grad_outputs) {
+  const Node* node = op.node();
+  NameAttrList f;
+  f.set_name(node->type_string());
+  for (const auto& kv : node->attrs()) {
+    if (!kv.first.empty() && kv.first[0] == '_') continue;  // placement/internal attrs
+    (*f.mutable_attr())[kv.first] = kv.second;
+  }
+  std::vector<Output> inputs;
+  for (int i = 0; i < op.num_inputs(); ++i) inputs.push_back(op.input(i));
+  for (int i = 0; i < op.num_outputs(); ++i) {
+    // An output nobody differentiated arrives as NoGradient: its incoming gradient is zero.
+    if (i < static_cast<int>(grad_inputs.size()) && grad_inputs[i].node() != nullptr) {
+      inputs.push_back(grad_inputs[i]);
+    } else {
+      inputs.push_back(ops::ZerosLike(scope, op.output(i)).y);
+    }
+  }
+  ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
+  TF_RETURN_IF_ERROR(scope.status());
+  grad_outputs->assign(grad.output.begin(), grad.output.end());
+  return absl::OkStatus();
+}
 
 bool RegisterGradient(const std::string& op_type, gradient::Creator creator) {
   if (AlreadyRegistered(op_type)) return true;

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tensorflow/cc/framework/ops.h"
+#include "tensorflow/cc/framework/scope.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 
@@ -35,6 +37,14 @@ bool RegisterNoGradient(const std::string& op_type);
 // op: its gradient is a second derivative). Differentiating it fails with `message` in every
 // registry, instead of silently giving zeros as a no-gradient op would.
 bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message);
+
+// The C++ client registry's gradient that RegisterGradient installs (and that
+// UnifyGradientRegistries installs for function-only ops, see unify.h): one SymbolicGradient
+// node whose function is the op itself with the node's attrs, so the op's function-registry
+// gradient does the work. Outputs nobody differentiated get zeros as incoming gradients.
+absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
+                                        const std::vector<Output>& grad_inputs,
+                                        std::vector<Output>* grad_outputs);
 
 // The gradient FunctionDef of `node`'s op, specialised to node's attrs: no attr placeholders
 // left, named uniquely per (op, attrs). Fails with NotFound if the op has no gradient creator

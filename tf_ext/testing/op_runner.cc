@@ -24,24 +24,44 @@ NodeDef InputNode(const std::string& name, const Tensor& t, bool constant) {
   return n;
 }
 
+// The node for `op_type` applied to `inputs`, flattened: a list argument (N * T, or a type
+// list) takes as many consecutive inputs as its length attr (from `attrs`) says.
 absl::Status BuildOpNode(const std::string& op_type, const OpAttrs& attrs,
                          const std::vector<Tensor>& inputs, NodeDef* op, const OpDef** op_def) {
   TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op_type, op_def));
-  if ((*op_def)->input_arg_size() != static_cast<int>(inputs.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("RunOp(", op_type, "): op has ",
-                                                   (*op_def)->input_arg_size(), " inputs, got ",
-                                                   inputs.size()));
-  }
   op->set_name("op");
   op->set_op(op_type);
   for (const auto& [name, value] : attrs) (*op->mutable_attr())[name] = value.proto;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    op->add_input(absl::StrCat("x", i));
-    const std::string& type_attr = (*op_def)->input_arg(i).type_attr();
-    if (!type_attr.empty() && !op->attr().contains(type_attr)) {
-      (*op->mutable_attr())[type_attr].set_type(inputs[i].dtype());
+  size_t next = 0;
+  for (const OpDef::ArgDef& arg : (*op_def)->input_arg()) {
+    int64_t count = 1;
+    if (!arg.number_attr().empty()) {
+      if (!op->attr().contains(arg.number_attr())) {
+        return absl::InvalidArgumentError(absl::StrCat("RunOp(", op_type, "): list input '",
+                                                       arg.name(), "' needs attr ",
+                                                       arg.number_attr()));
+      }
+      count = op->attr().at(arg.number_attr()).i();
+    } else if (!arg.type_list_attr().empty()) {
+      if (!op->attr().contains(arg.type_list_attr())) {
+        auto* list = (*op->mutable_attr())[arg.type_list_attr()].mutable_list();
+        for (size_t i = next; i < inputs.size(); ++i) list->add_type(inputs[i].dtype());
+      }
+      count = op->attr().at(arg.type_list_attr()).list().type_size();
     }
+    if (count < 0 || next + count > inputs.size()) break;
+    if (!arg.type_attr().empty() && count > 0 && !op->attr().contains(arg.type_attr())) {
+      (*op->mutable_attr())[arg.type_attr()].set_type(inputs[next].dtype());
+    }
+    next += count;
   }
+  if (next != inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RunOp(", op_type, "): op has ",
+                                                   (*op_def)->input_arg_size(),
+                                                   " input arguments, which do not take ",
+                                                   inputs.size(), " input tensors"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) op->add_input(absl::StrCat("x", i));
   AddDefaultsToNodeDef(**op_def, op);
   return absl::OkStatus();
 }

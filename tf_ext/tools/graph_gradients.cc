@@ -4,14 +4,22 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
+#include <random>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tensorflow/core/common_runtime/function_body.h"
+#include "tensorflow/core/common_runtime/function_def_utils.h"
 #include "tensorflow/core/common_runtime/gradients.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/common_runtime/inline_function_utils.h"
+#include "tensorflow/core/common_runtime/shape_refiner.h"
+#include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -19,8 +27,12 @@
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/platform/env.h"
+#include "absl/strings/match.h"
+#include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/tools/npy_io.h"
+#include "tf_ext_python_gradients.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -31,9 +43,27 @@ double Sum(const Tensor& t) {
   return s;
 }
 
-// Every op strictly between the xs and y must have a gradient function; find the first that
-// has none, so the user gets "op Foo (node n) has no gradient" instead of a runtime failure.
-absl::Status CheckPathHasGradients(const Graph& g, Node* y, const std::vector<Node*>& xs) {
+
+double Seconds() { return EnvTime::NowMicros() * 1e-6; }
+
+bool InList(const char* const* list, const std::string& op) {
+  for (; *list != nullptr; ++list) {
+    if (op == *list) return true;
+  }
+  return false;
+}
+
+// Control-flow loops: TensorFlow has no C++ gradient for them in either registry.
+bool IsLoopOp(const std::string& op) {
+  static const auto* loop_ops = new std::set<std::string>{
+      "While", "StatelessWhile", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
+      "Merge", "RefMerge", "NextIteration", "RefNextIteration", "LoopCond"};
+  return loop_ops->count(op) > 0 || absl::StartsWith(op, "TensorList");
+}
+
+}  // namespace
+
+absl::Status CheckPathHasGradients(const Graph& g, const Node* y, const std::vector<Node*>& xs) {
   std::set<const Node*> from_x, to_y;
   std::deque<const Node*> q(xs.begin(), xs.end());
   while (!q.empty()) {
@@ -53,18 +83,212 @@ absl::Status CheckPathHasGradients(const Graph& g, Node* y, const std::vector<No
       if (!e->IsControlEdge()) q.push_back(e->src());
     }
   }
+  std::map<std::string, std::vector<std::string>> missing;  // op type -> nodes
   for (const Node* n : g.op_nodes()) {
     if (!from_x.count(n) || !to_y.count(n)) continue;
     if (std::find(xs.begin(), xs.end(), n) != xs.end()) continue;
     gradient::Creator creator;
     if (!gradient::GetOpGradientCreator(n->type_string(), &creator).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op ", n->type_string(), " (node '", n->name(),
-          "') lies between x and y but has no gradient registered"));
+      missing[n->type_string()].push_back(n->name());
     }
   }
-  return absl::OkStatus();
+  if (missing.empty()) return absl::OkStatus();
+  std::vector<std::string> lines, loops;
+  int nodes = 0;
+  for (const auto& [op, names] : missing) {
+    nodes += names.size();
+    std::string line = absl::StrCat("  ", op, " (", names.size(), " node",
+                                    names.size() == 1 ? "" : "s", ": '", names[0], "'",
+                                    names.size() > 1 ? ", ..." : "", ")");
+    if (IsLoopOp(op)) {
+      loops.push_back(op);
+      absl::StrAppend(&line, ": control-flow loop op");
+    } else if (InList(kTfExtPythonGradientOps, op)) {
+      absl::StrAppend(&line, ": TensorFlow has a gradient for it only in Python");
+    } else if (InList(kTfExtPythonNoGradientOps, op)) {
+      absl::StrAppend(&line, ": TensorFlow's Python registry marks it not differentiable");
+    } else {
+      absl::StrAppend(&line, ": no gradient in any TensorFlow registry");
+    }
+    lines.push_back(line);
+  }
+  std::string msg = absl::StrCat(missing.size(), " op type", missing.size() == 1 ? "" : "s",
+                                 " (", nodes, " node", nodes == 1 ? "" : "s",
+                                 ") between x and y have no C++ gradient:\n",
+                                 absl::StrJoin(lines, "\n"));
+  if (!loops.empty()) {
+    absl::StrAppend(&msg, "\nloops are not differentiated by tf_ext_grad (",
+                    absl::StrJoin(loops, ", "),
+                    "): unroll them before freezing, e.g. Keras RNN layers with unroll=True");
+  }
+  return absl::InvalidArgumentError(msg);
 }
+
+absl::StatusOr<int> InlineFunctionCalls(Graph* g) {
+  const FunctionLibraryDefinition& flib = g->flib_def();
+  int inlined = 0;
+  for (int depth = 0;; ++depth) {
+    std::vector<Node*> calls;
+    for (Node* n : g->op_nodes()) {
+      if (n->IsPartitionedCall() || flib.Find(n->type_string()) != nullptr) calls.push_back(n);
+    }
+    if (calls.empty()) return inlined;
+    if (depth == 100) {
+      return absl::InvalidArgumentError("function calls nested over 100 deep (recursion?)");
+    }
+    for (Node* n : calls) {
+      NameAttrList func;
+      if (n->IsPartitionedCall()) {
+        TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "f", &func));
+      } else {
+        func.set_name(n->type_string());
+        for (const auto& [k, v] : n->attrs()) (*func.mutable_attr())[k] = v;
+      }
+      const FunctionDef* fdef = flib.Find(func.name());
+      if (fdef == nullptr) {
+        return absl::NotFoundError(absl::StrCat("node '", n->name(), "' calls function '",
+                                                func.name(), "', which the graph's library lacks"));
+      }
+      std::unique_ptr<FunctionBody> body;
+      TF_RETURN_IF_ERROR(FunctionDefToBodyHelper(*fdef, AttrSlice(&func.attr()), &flib, &body));
+      InlineFunctionBodyOptions options;
+      options.ignore_noinline = true;
+      options.inline_impl_selection_group_functions = true;
+      // Keep an IdentityN named like the call, so `--y`/`--x` may name its outputs.
+      options.keep_caller_node = InlineFunctionBodyOptions::KeepCallerNode::kFetchable;
+      if (n->IsPartitionedCall()) {
+        options.output_control_src = InlineFunctionBodyOptions::OutputControlSource::kControlOutputs;
+        options.inlined_function_body_placer = InlinedFunctionBodyPlacer::MultiDevice();
+      }
+      const std::string name = n->name();
+      if (absl::Status s = InlineFunctionBody(flib, g, n, body.get(), options); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("cannot inline function '", func.name(),
+                                                   "' called by node '", name, "': ", s.message()));
+      }
+      ++inlined;
+    }
+  }
+}
+
+namespace {
+
+// Constant negative reduction indices of `n` made non-negative (true if rewritten).
+absl::StatusOr<bool> NormalizeReductionIndices(Graph* g, Node* n,
+                                               shape_inference::InferenceContext* ctx) {
+  const Edge* edge = nullptr;
+  if (!n->input_edge(1, &edge).ok() || edge->src()->type_string() != "Const") return false;
+  if (!ctx->RankKnown(ctx->input(0))) return false;
+  const int64_t rank = ctx->Rank(ctx->input(0));
+  Tensor indices;
+  if (!indices.FromProto(edge->src()->def().attr().at("value").tensor())) return false;
+  if (indices.dtype() != DT_INT32 && indices.dtype() != DT_INT64) return false;
+  std::vector<double> values = testing::ToDoubles(indices);
+  bool negative = false;
+  for (double& v : values) {
+    if (v < 0 && v >= -rank) {
+      v += rank;
+      negative = true;
+    }
+  }
+  if (!negative) return false;
+  auto fixed = testing::FromDoubles(indices.dtype(), indices.shape(), values);
+  if (!fixed.ok()) return false;
+  Node* c = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/nonnegative_axes")), "Const")
+                         .Attr("dtype", indices.dtype())
+                         .Attr("value", *fixed)
+                         .Finalize(g, &c));
+  TF_RETURN_IF_ERROR(g->UpdateEdge(c, 0, n, 1));
+  return true;
+}
+
+// A Conv2D with one input channel per group as DepthwiseConv2dNative (true if rewritten).
+absl::StatusOr<bool> GroupedConvAsDepthwise(Graph* g, Node* n,
+                                            shape_inference::InferenceContext* ctx) {
+  std::string format, padding;
+  if (!GetNodeAttr(n->attrs(), "data_format", &format).ok() || format != "NHWC") return false;
+  if (!GetNodeAttr(n->attrs(), "padding", &padding).ok() || padding == "EXPLICIT") return false;
+  shape_inference::ShapeHandle x = ctx->input(0), f = ctx->input(1);
+  if (!ctx->RankKnown(x) || !ctx->RankKnown(f) || ctx->Rank(x) != 4 || ctx->Rank(f) != 4) {
+    return false;
+  }
+  const int64_t channels = ctx->Value(ctx->Dim(x, 3));
+  const int64_t kh = ctx->Value(ctx->Dim(f, 0)), kw = ctx->Value(ctx->Dim(f, 1)),
+                f_in = ctx->Value(ctx->Dim(f, 2)), f_out = ctx->Value(ctx->Dim(f, 3));
+  if (channels <= 1 || f_in != 1 || kh < 0 || kw < 0 || f_out <= 0 || f_out % channels != 0) {
+    return false;  // not grouped with one channel per group (or shapes unknown)
+  }
+  const Edge *x_edge = nullptr, *f_edge = nullptr;
+  TF_RETURN_IF_ERROR(n->input_edge(0, &x_edge));
+  TF_RETURN_IF_ERROR(n->input_edge(1, &f_edge));
+  const std::string name = n->name();
+  Tensor shape(DT_INT32, TensorShape({4}));
+  auto s = shape.vec<int32_t>();
+  s(0) = kh, s(1) = kw, s(2) = channels, s(3) = f_out / channels;
+  Node *shape_node = nullptr, *filter = nullptr, *depthwise = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(name + "/depthwise_filter_shape"), "Const")
+                         .Attr("dtype", DT_INT32)
+                         .Attr("value", shape)
+                         .Finalize(g, &shape_node));
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(name + "/depthwise_filter"), "Reshape")
+                         .Input(f_edge->src(), f_edge->src_output())
+                         .Input(shape_node)
+                         .Finalize(g, &filter));
+  // (destination, input; -1 = control). Copied: RemoveNode frees the edges.
+  std::vector<std::pair<Node*, int>> consumers;
+  for (const Edge* e : n->out_edges()) {
+    consumers.push_back({e->dst(), e->IsControlEdge() ? -1 : e->dst_input()});
+  }
+  NodeBuilder builder(name, "DepthwiseConv2dNative");
+  builder.Input(x_edge->src(), x_edge->src_output()).Input(filter);
+  for (const char* attr : {"T", "strides", "padding", "data_format", "dilations"}) {
+    if (const AttrValue* v = n->attrs().Find(attr)) builder.Attr(attr, *v);
+  }
+  for (const Edge* e : n->in_edges()) {
+    if (e->IsControlEdge()) builder.ControlInput(e->src());
+  }
+  const std::string device = n->requested_device();
+  g->RemoveNode(n);  // frees the name for the replacement
+  TF_RETURN_IF_ERROR(builder.Device(device).Finalize(g, &depthwise));
+  for (const auto& [dst, input] : consumers) {
+    if (input < 0) {
+      g->AddControlEdge(depthwise, dst);
+    } else {
+      g->AddEdge(depthwise, 0, dst, input);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g) {
+  static const auto* reductions =
+      new std::set<std::string>{"Sum", "Mean", "Prod", "Max", "Min", "EuclideanNorm"};
+  ShapeRefiner refiner(g->versions(), g->op_registry());
+  std::vector<Node*> order;
+  GetReversePostOrder(*g, &order);
+  // A node whose shape function fails (or whose inputs' did) just has no context and is left
+  // alone.
+  for (Node* n : order) refiner.AddNode(n).IgnoreError();
+  GradientWorkarounds done;
+  for (Node* n : order) {
+    shape_inference::InferenceContext* ctx = refiner.GetContext(n);
+    if (ctx == nullptr) continue;
+    if (reductions->count(n->type_string()) && n->num_inputs() == 2) {
+      auto rewritten = NormalizeReductionIndices(g, n, ctx);
+      if (!rewritten.ok()) return rewritten.status();
+      done.negative_axes += *rewritten;
+    } else if (n->type_string() == "Conv2D") {
+      auto rewritten = GroupedConvAsDepthwise(g, n, ctx);  // may delete n
+      if (!rewritten.ok()) return rewritten.status();
+      done.grouped_convs += *rewritten;
+    }
+  }
+  return done;
+}
+
+namespace {
 
 absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const TensorRef& ref,
                                const char* role) {
@@ -105,7 +329,10 @@ absl::Status LoadGraph(const std::string& path, GraphDef* graph) {
   if (!Env::Default()->FileExists(path).ok()) {
     return absl::NotFoundError(absl::StrCat("graph file '", path, "' does not exist"));
   }
-  absl::Status s = ReadTextOrBinaryProto(Env::Default(), path, graph);
+  // Binary first: ReadTextProto logs every parse error of a binary file.
+  if (ReadBinaryProto(Env::Default(), path, graph).ok()) return absl::OkStatus();
+  graph->Clear();
+  absl::Status s = ReadTextProto(Env::Default(), path, graph);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is not a GraphDef (text or binary): ", s.message()));
@@ -113,30 +340,152 @@ absl::Status LoadGraph(const std::string& path, GraphDef* graph) {
   return absl::OkStatus();
 }
 
+namespace {
+
+const NodeDef* FindNodeDef(const GraphDef& graph, const std::string& name) {
+  for (const NodeDef& n : graph.node()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+// The placeholder's shape attr, when fully known.
+std::optional<TensorShape> KnownShape(const NodeDef* n) {
+  if (n == nullptr || !n->attr().contains("shape")) return std::nullopt;
+  const PartialTensorShape shape(n->attr().at("shape").shape());
+  TensorShape full;
+  if (!shape.AsTensorShape(&full)) return std::nullopt;
+  return full;
+}
+
+absl::StatusOr<Tensor> RandomTensor(DataType dtype, const TensorShape& shape, uint64_t seed) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  std::mt19937_64 gen(seq);
+  std::normal_distribution<double> normal;
+  std::vector<double> values(shape.num_elements());
+  const bool real = testing::IsFloatingPoint(dtype);
+  for (double& v : values) v = real ? normal(gen) : static_cast<double>(gen() % 10);
+  return testing::FromDoubles(dtype, shape, values);
+}
+
+absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& node,
+                                    const std::string& file, const std::string& dims,
+                                    bool has_dims, DataType dtype, const NodeDef* placeholder) {
+  std::string path = file, key;
+  if (const size_t npz = file.find(".npz:"); npz != std::string::npos) {
+    path = file.substr(0, npz + 4);
+    key = file.substr(npz + 5);
+  }
+  auto check_dtype = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
+    if (t.dtype() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': the array is ",
+                                                     DataTypeString(t.dtype()), ", '", node,
+                                                     "' takes ", DataTypeString(dtype)));
+    }
+    return t;
+  };
+  if (absl::EndsWith(path, ".npy")) {
+    auto t = ReadNpy(path);
+    if (!t.ok()) return t.status();
+    return check_dtype(*t);
+  }
+  if (absl::EndsWith(path, ".npz")) {
+    auto arrays = ReadNpz(path);
+    if (!arrays.ok()) return arrays.status();
+    std::vector<std::string> names;
+    for (const auto& [name, t] : *arrays) {
+      names.push_back(name);
+      if (name == (key.empty() ? node : key)) return check_dtype(t);
+    }
+    if (key.empty() && arrays->size() == 1) return check_dtype(arrays->front().second);
+    return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", path, " has no array '",
+                                                   key.empty() ? node : key, "' (it has: ",
+                                                   absl::StrJoin(names, ", "), ")"));
+  }
+  // Raw bytes of the placeholder's dtype.
+  TensorShape shape;
+  if (has_dims) {
+    for (absl::string_view d : absl::StrSplit(dims, 'x')) {
+      int64_t v;
+      if (!absl::SimpleAtoi(d, &v) || v < 0 || !shape.AddDimWithStatus(v).ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
+      }
+    }
+  } else if (auto known = KnownShape(placeholder)) {
+    shape = *known;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feed '", spec, "': raw file needs a shape (e.g. ", node, "=2x3:@", file,
+        ") because '", node, "' has no fully known shape"));
+  }
+  std::string bytes;
+  TF_RETURN_IF_ERROR(ReadFileToString(Env::Default(), path, &bytes));
+  if (!DataTypeCanUseMemcpy(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': raw ", DataTypeString(dtype),
+                                                   " files are not supported"));
+  }
+  Tensor t(dtype, shape);
+  if (bytes.size() != t.TotalBytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", path, " has ", bytes.size(),
+                                                   " bytes; ", DataTypeString(dtype), " ",
+                                                   shape.DebugString(), " needs ", t.TotalBytes()));
+  }
+  if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
+  return t;
+}
+
+}  // namespace
+
 absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
                                                        const GraphDef& graph) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("feed '", spec, "' must look like name=2x3:1,2,3,4,5,6"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feed '", spec, "' must look like name=2x3:1,2,3,4,5,6, name=@file.npy or name=random"));
   }
   auto ref = TensorRef::Parse(spec.substr(0, eq));
   if (!ref.ok()) return ref.status();
+  const NodeDef* placeholder = FindNodeDef(graph, ref->node);
+  DataType dtype = DT_FLOAT;
+  if (placeholder != nullptr && placeholder->attr().contains("dtype")) {
+    dtype = placeholder->attr().at("dtype").type();
+  }
   std::string rest = spec.substr(eq + 1);
-  std::string values = rest;
-  TensorShape shape;
+  if (rest == "random" || absl::StartsWith(rest, "random:")) {
+    uint64_t seed = 0;
+    if (rest != "random" && !absl::SimpleAtoi(rest.substr(7), &seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad seed"));
+    }
+    auto shape = KnownShape(placeholder);
+    if (!shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feed '", spec, "': '", ref->node, "' is not a placeholder of fully known shape"));
+    }
+    auto t = RandomTensor(dtype, *shape, seed);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", t.status().message()));
+    return std::make_pair(*ref, *t);
+  }
+  std::string values = rest, dims;
   bool explicit_shape = false;
-  if (const size_t colon = rest.find(':'); colon != std::string::npos) {
-    explicit_shape = true;
-    values = rest.substr(colon + 1);
-    const std::string dims = rest.substr(0, colon);
-    if (dims != "scalar") {
-      for (absl::string_view d : absl::StrSplit(dims, 'x')) {
-        int64_t v;
-        if (!absl::SimpleAtoi(d, &v) || v < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
-        }
-        shape.AddDim(v);
+  if (!absl::StartsWith(rest, "@")) {
+    if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+      explicit_shape = true;
+      values = rest.substr(colon + 1);
+      dims = rest.substr(0, colon);
+    }
+  }
+  if (absl::StartsWith(values, "@")) {
+    auto t = FeedFromFile(spec, ref->node, values.substr(1), dims, explicit_shape, dtype,
+                          placeholder);
+    if (!t.ok()) return t.status();
+    return std::make_pair(*ref, *t);
+  }
+  TensorShape shape;
+  if (explicit_shape && dims != "scalar") {
+    for (absl::string_view d : absl::StrSplit(dims, 'x')) {
+      int64_t v;
+      if (!absl::SimpleAtoi(d, &v) || v < 0 || !shape.AddDimWithStatus(v).ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
       }
     }
   }
@@ -154,13 +503,50 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
                                                    " needs ", shape.num_elements(), " values, got ",
                                                    vals.size()));
   }
-  DataType dtype = DT_FLOAT;
-  for (const NodeDef& n : graph.node()) {
-    if (n.name() == ref->node && n.attr().contains("dtype")) dtype = n.attr().at("dtype").type();
-  }
   auto t = testing::FromDoubles(dtype, shape, vals);
   if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", t.status().message()));
   return std::make_pair(*ref, *t);
+}
+
+std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed) {
+  std::vector<std::string> fed;
+  for (const NodeDef& n : request->graph.node()) {
+    if (n.op() != "Placeholder") continue;
+    bool has_feed = false;
+    for (const auto& [ref, t] : request->feeds) has_feed |= ref.node == n.name();
+    if (has_feed) continue;
+    auto shape = KnownShape(&n);
+    if (!shape || !n.attr().contains("dtype")) continue;
+    auto t = RandomTensor(n.attr().at("dtype").type(), *shape, seed);
+    if (!t.ok()) continue;
+    request->feeds.push_back({TensorRef{n.name(), 0}, *t});
+    fed.push_back(n.name());
+  }
+  return fed;
+}
+
+absl::Status SaveGradients(const std::string& path, const GradientRequest& request,
+                           const GradientResult& result) {
+  std::vector<std::pair<std::string, Tensor>> arrays = {{"y", result.y}};
+  for (size_t i = 0; i < request.xs.size(); ++i) {
+    const TensorRef& x = request.xs[i];
+    std::string name = "d_" + x.node;
+    if (x.index != 0) absl::StrAppend(&name, "_", x.index);
+    for (char& c : name) {
+      if (c == '/' || c == ':') c = '_';
+    }
+    arrays.push_back({name, result.grads[i]});
+  }
+  if (absl::EndsWith(path, ".npz")) return WriteNpz(path, arrays);
+  std::string text;
+  for (const auto& [name, t] : arrays) {
+    std::vector<std::string> dims, values;
+    for (int d = 0; d < t.dims(); ++d) dims.push_back(absl::StrCat(t.dim_size(d)));
+    for (double v : testing::ToDoubles(t)) values.push_back(absl::StrFormat("%.17g", v));
+    absl::StrAppend(&text, name, " ", DataTypeString(t.dtype()), " [", absl::StrJoin(dims, ","),
+                    "] ", absl::StrJoin(values, " "), "\n");
+  }
+  return WriteStringToFile(Env::Default(), path, text);
 }
 
 std::string FormatTensor(const Tensor& t, int max_values) {
@@ -176,6 +562,7 @@ std::string FormatTensor(const Tensor& t, int max_values) {
 }
 
 absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResult* result) {
+  const double start = Seconds();
   Graph g(OpRegistry::Global());
   GraphConstructorOptions opts;
   absl::Status s = ConvertGraphDefToGraph(opts, request.graph, &g);
@@ -183,6 +570,12 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
     return absl::Status(s.code(), absl::StrCat("cannot import the graph: ", s.message(),
                                                " (is the op library that defines it loaded?)"));
   }
+  auto inlined = InlineFunctionCalls(&g);
+  if (!inlined.ok()) return inlined.status();
+  result->inlined_calls = *inlined;
+  auto workarounds = WorkAroundGradientBugs(&g);
+  if (!workarounds.ok()) return workarounds.status();
+  result->workarounds = *workarounds;
   std::map<std::string, Node*> nodes;
   for (Node* n : g.op_nodes()) nodes[n->name()] = n;
   auto y = FindNode(nodes, request.y, "--y");
@@ -222,7 +615,9 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
     grads.push_back(grad[0]);
   }
   g.ToGraphDef(&result->backward_graph);
+  result->build_seconds = Seconds() - start;
 
+  const double run_start = Seconds();
   result->session.reset(NewSession(SessionOptions()));
   if (result->session == nullptr) return absl::InternalError("could not create a Session");
   TF_RETURN_IF_ERROR(result->session->Create(result->backward_graph));
@@ -249,11 +644,13 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
     const Tensor* f = fed(ref.ToString());
     result->xs.push_back(f != nullptr ? *f : outs[next++]);
   }
+  result->run_seconds = Seconds() - run_start;
   return absl::OkStatus();
 }
 
 absl::Status NumericCheck(const GradientRequest& request, const GradientResult& result,
-                          double delta, NumericCheckResult* check) {
+                          const NumericCheckOptions& options, NumericCheckResult* check) {
+  const double start = Seconds();
   *check = NumericCheckResult();
   GraphDef numeric = request.graph;
   std::set<std::string> in_library;
@@ -274,10 +671,11 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
     TF_RETURN_IF_ERROR(numeric_session->Create(numeric));
     session = numeric_session.get();
   }
+  std::mt19937_64 gen(options.seed);
   for (size_t i = 0; i < request.xs.size(); ++i) {
     const Tensor& base = result.xs[i];
     if (!testing::IsFloatingPoint(base.dtype())) continue;
-    const double h = delta > 0 ? delta : (base.dtype() == DT_DOUBLE ? 1e-6 : 1e-3);
+    const double h = options.delta > 0 ? options.delta : (base.dtype() == DT_DOUBLE ? 1e-6 : 1e-3);
     const std::string name = request.xs[i].ToString();
     // Feeding x overrides whatever computed it (placeholder or intermediate tensor).
     auto feeds = Feeds(request);
@@ -287,11 +685,26 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
     feeds.push_back({name, Tensor()});
     const std::vector<double> base_values = testing::ToDoubles(base);
     const std::vector<double> grad_values = testing::ToDoubles(result.grads[i]);
-    for (int64_t k = 0; k < base.NumElements(); ++k) {
+    const int64_t n = base.NumElements();
+    const int projections = options.projections >= 0 ? options.projections : (n <= 256 ? 0 : 16);
+    if (projections > 0) check->projections = projections;
+    // Elementwise: direction e_k. Projection: direction v in {-1, +1}^n; d sum(y) along v is
+    // <grad, v>.
+    const int64_t directions = projections > 0 ? projections : n;
+    std::vector<double> v(n);
+    for (int64_t k = 0; k < directions; ++k) {
+      if (projections > 0) {
+        for (double& e : v) e = (gen() & 1) ? 1.0 : -1.0;
+      }
       double f[2];
       for (int side = 0; side < 2; ++side) {
         std::vector<double> x = base_values;
-        x[k] += side == 0 ? h : -h;
+        const double step = side == 0 ? h : -h;
+        if (projections > 0) {
+          for (int64_t e = 0; e < n; ++e) x[e] += step * v[e];
+        } else {
+          x[k] += step;
+        }
         auto fed = testing::FromDoubles(base.dtype(), base.shape(), x);
         if (!fed.ok()) return fed.status();
         feeds.back().second = *fed;
@@ -300,7 +713,12 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
         f[side] = Sum(y[0]);
       }
       const double num = (f[0] - f[1]) / (2 * h);
-      const double sym = grad_values[k];
+      double sym = 0;
+      if (projections > 0) {
+        for (int64_t e = 0; e < n; ++e) sym += grad_values[e] * v[e];
+      } else {
+        sym = grad_values[k];
+      }
       const double abs_err = std::abs(sym - num);
       const double rel_err = abs_err / std::max(1.0, std::abs(num));
       ++check->elements;
@@ -314,6 +732,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
       }
     }
   }
+  check->seconds = Seconds() - start;
   return absl::OkStatus();
 }
 

@@ -1,13 +1,12 @@
 // tf_ext_grad: gradients of a forward GraphDef computed entirely in C++ (no Python).
 //
-//   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=2x3:1,2,...]...
-//               [--library=PATH] [--check] [--delta=H] [--tolerance=TOL] [--save=PATH]
-//               [--max_values=N] [--dump_backward=PATH]
+//   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
+//               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
+//               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/tools/flags.h"
@@ -28,12 +28,21 @@ constexpr char kUsage[] = R"(usage: tf_ext_grad [flags]
   --graph=PATH          forward GraphDef (text or binary); default: the built-in example
   --y=NODE[:IDX]        tensor to differentiate (its sum, i.e. incoming gradient = ones)
   --x=NODE[:IDX],...    tensors to differentiate with respect to
-  --feed=NAME=[SHAPE:]V1,V2,...   a value for a placeholder (repeatable), SHAPE like 2x3
+  --feed=NAME=VALUE     a value for a placeholder (repeatable). VALUE is one of
+                          [SHAPE:]V1,V2,...  SHAPE like 2x3 (omitted: 1-D; "scalar")
+                          @FILE.npy | @FILE.npz[:KEY] | [SHAPE:]@FILE (raw, placeholder dtype)
+                          random[:SEED]      standard normal, the placeholder's shape
+                        Placeholders of fully known shape that get no --feed are fed random
+                        values (seed --seed, printed).
+  --seed=N              seed of the default random feeds and of --check's projections (0)
   --library=PATH        op library to load (default: $TF_EXT_LIBRARY, then next to this binary)
   --check               also compare with central differences and print PASS/FAIL
+  --projections=N       --check along N random +-1 directions per x (default: elementwise for
+                        xs of <= 256 elements, else 16); 0: always elementwise
   --delta=H             finite-difference step (default 1e-3 float, 1e-6 double)
   --tolerance=TOL       max relative error for PASS (default 1e-2 float graphs, 1e-6 double)
-  --save=PATH           write every gradient in full (one line each: name dtype shape values)
+  --save=PATH           y and every gradient at full precision: PATH.npz (np.savez: y,
+                        d_<x>), else text (name dtype [shape] values, 17 digits)
   --dump_backward=PATH  write the forward+backward GraphDef (text) that was run
   --max_values=N        values printed per tensor (default 8)
 )";
@@ -44,6 +53,8 @@ struct Flags {
   bool check = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
+  int projections = -1;
+  uint64_t seed = 0;
 };
 
 int Fail(const std::string& msg) {
@@ -67,6 +78,12 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* error) {
       if (!absl::SimpleAtod(v, &f->delta)) return *error = "bad --delta " + v, false;
     } else if (value("tolerance", &v)) {
       if (!absl::SimpleAtod(v, &f->tolerance)) return *error = "bad --tolerance " + v, false;
+    } else if (value("projections", &v)) {
+      if (!absl::SimpleAtoi(v, &f->projections) || f->projections < 0) {
+        return *error = "bad --projections " + v, false;
+      }
+    } else if (value("seed", &v)) {
+      if (!absl::SimpleAtoi(v, &f->seed)) return *error = "bad --seed " + v, false;
     } else if (value("max_values", &v)) {
       if (!absl::SimpleAtoi(v, &f->max_values)) return *error = "bad --max_values " + v, false;
     } else {
@@ -140,10 +157,27 @@ int Main(int argc, char** argv) {
     request.feeds.push_back(*feed);
   }
 
+  for (const std::string& name : AddRandomFeeds(&request, flags.seed)) {
+    std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
+              << "; reproduce with --feed=" << name << "=random:" << flags.seed << ")\n";
+  }
+
   GradientResult result;
   if (absl::Status s = ComputeGraphGradients(request, &result); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  std::cout << "built the backward graph in " << absl::StrFormat("%.2f", result.build_seconds)
+            << " s (" << result.backward_graph.node_size() << " nodes";
+  if (result.inlined_calls > 0) std::cout << ", " << result.inlined_calls << " function calls inlined";
+  if (result.workarounds.negative_axes > 0) {
+    std::cout << ", " << result.workarounds.negative_axes
+              << " negative reduction axes made non-negative";
+  }
+  if (result.workarounds.grouped_convs > 0) {
+    std::cout << ", " << result.workarounds.grouped_convs
+              << " grouped Conv2D as DepthwiseConv2dNative";
+  }
+  std::cout << "), ran it in " << absl::StrFormat("%.2f", result.run_seconds) << " s\n";
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {
@@ -151,11 +185,9 @@ int Main(int argc, char** argv) {
               << FormatTensor(result.grads[i], flags.max_values) << "\n";
   }
   if (!flags.save.empty()) {
-    std::ofstream out(flags.save);
-    for (size_t i = 0; i < request.xs.size(); ++i) {
-      out << request.xs[i].ToString() << " " << FormatTensor(result.grads[i], INT32_MAX) << "\n";
+    if (absl::Status s = SaveGradients(flags.save, request, result); !s.ok()) {
+      return Fail(absl::StrCat("cannot write '", flags.save, "': ", s.message()));
     }
-    if (!out) return Fail(absl::StrCat("cannot write '", flags.save, "'"));
   }
   if (!flags.dump_backward.empty()) {
     if (absl::Status s = WriteTextProto(Env::Default(), flags.dump_backward, result.backward_graph);
@@ -165,19 +197,29 @@ int Main(int argc, char** argv) {
   }
   if (flags.check) {
     NumericCheckResult check;
-    if (absl::Status s = NumericCheck(request, result, flags.delta, &check); !s.ok()) {
+    NumericCheckOptions options;
+    options.delta = flags.delta;
+    options.projections = flags.projections;
+    options.seed = flags.seed;
+    if (absl::Status s = NumericCheck(request, result, options, &check); !s.ok()) {
       return Fail(absl::StrCat("numeric check failed to run: ", s.message()));
     }
     bool all_double = true;
     for (const Tensor& x : result.xs) all_double &= x.dtype() == DT_DOUBLE;
     const double tol = flags.tolerance >= 0 ? flags.tolerance : (all_double ? 1e-6 : 1e-2);
     const bool pass = check.max_rel_error <= tol;
-    std::cout << "numeric check (central differences, " << check.elements
-              << " elements): max abs error " << check.max_abs_error << ", max rel error "
+    std::cout << "numeric check (central differences, "
+              << (check.projections > 0
+                      ? absl::StrCat(check.elements, " directions: ", check.projections,
+                                     " random projections per x over 256 elements, each element "
+                                     "of smaller xs")
+                      : absl::StrCat(check.elements, " elements"))
+              << ", " << absl::StrFormat("%.2f", check.seconds) << " s): max abs error " << check.max_abs_error << ", max rel error "
               << check.max_rel_error;
     if (check.worst_x >= 0) {
-      std::cout << " at " << request.xs[check.worst_x].ToString() << "[" << check.worst_element
-                << "] (symbolic " << check.worst_symbolic << ", numeric " << check.worst_numeric
+      std::cout << " at " << request.xs[check.worst_x].ToString()
+                << (check.projections > 0 ? " direction " : "[") << check.worst_element
+                << (check.projections > 0 ? "" : "]") << " (symbolic " << check.worst_symbolic << ", numeric " << check.worst_numeric
                 << ")";
     }
     std::cout << ", tolerance " << tol << ": " << (pass ? "PASS" : "FAIL") << "\n";

@@ -3,11 +3,14 @@
 //
 //   tf_ext_gradcheck --library=PATH [--ops=A,B] [--spec=FILE] [--seed=N]
 //   tf_ext_gradcheck --ops=Tanh,Sigmoid,Mul [--spec=FILE]      (ops already in TensorFlow)
+//   tf_ext_gradcheck --registries[=full] [--library=PATH]      (the registry report)
 //
 // For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
 // nothing registered; for ops with a gradient, one row per dtype with the max errors and
 // PASS/FAIL. Exit status 1 if any row FAILs or cannot run, 0 otherwise.
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -25,6 +28,7 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/unify.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/tensor_doubles.h"
 #include "tf_ext/tools/flags.h"
@@ -38,6 +42,10 @@ constexpr char kUsage[] = R"(usage: tf_ext_gradcheck [--library=PATH] [--ops=A,B
   --library=PATH  custom-op library to load; its ops are checked (all, or those in --ops)
   --ops=A,B       ops to check (required without --library: e.g. TensorFlow's own ops)
   --spec=FILE     input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h
+  --registries    instead of checking: how many ops have a function gradient, a client
+                  gradient, both or neither, before and after tf_ext unifies TensorFlow's two
+                  C++ gradient registries (after loading --library, if given); =full also
+                  lists every op still lacking in each registry
 )";
 
 struct Row {
@@ -200,8 +208,45 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
   }
 }
 
+// --registries: counts before (TensorFlow's own registrations: this binary does not link the
+// op library) and after loading `library` and unifying.
+int RegistriesReport(const std::string& library, bool full) {
+  RegistryReport report;
+  std::vector<std::string> lacking_function, lacking_client;
+  report.before = CountGradientRegistries(&lacking_function, &lacking_client);
+  if (!library.empty()) {
+    void* handle = nullptr;
+    if (absl::Status s = Env::Default()->LoadDynamicLibrary(library.c_str(), &handle); !s.ok()) {
+      std::cerr << "tf_ext_gradcheck: error: cannot load '" << library << "': " << s.message()
+                << "\n";
+      return 2;
+    }
+  }
+  RegistryReport unified;
+  if (absl::Status s = UnifyGradientRegistries(&unified); !s.ok()) {
+    std::cerr << "tf_ext_gradcheck: error: " << s.message() << "\n";
+    return 1;
+  }
+  report.after = unified.after;
+  report.lacking_function = unified.lacking_function;
+  report.lacking_client = unified.lacking_client;
+  // Added = lacking before, not after (by the library's load-time unification or this call).
+  auto added = [](const std::vector<std::string>& before, const std::vector<std::string>& after) {
+    std::vector<std::string> out;
+    std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
+                        std::back_inserter(out));
+    return out;
+  };
+  report.added_function = added(lacking_function, report.lacking_function);
+  report.added_client = added(lacking_client, report.lacking_client);
+  std::cout << report.ToString(full);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::string library, ops_flag, spec_path;
+  std::string registries;
+  bool registries_flag = false;
   uint64_t seed = 1;
   double tol_float = 1e-3, tol_double = 1e-6;
   for (int i = 1; i < argc; ++i) {
@@ -209,6 +254,12 @@ int Main(int argc, char** argv) {
     auto take = [&](const char* name, std::string* out) { return FlagValue(a, name, out); };
     std::string v;
     if (take("library", &library) || take("ops", &ops_flag) || take("spec", &spec_path)) {
+    } else if (a == "--registries" || take("registries", &registries)) {
+      registries_flag = true;
+      if (a != "--registries" && registries != "full") {
+        std::cerr << "tf_ext_gradcheck: error: --registries takes no value or =full\n";
+        return 2;
+      }
     } else if (take("seed", &v) && absl::SimpleAtoi(v, &seed)) {
     } else if (take("tol_float", &v) && absl::SimpleAtod(v, &tol_float)) {
     } else if (take("tol_double", &v) && absl::SimpleAtod(v, &tol_double)) {
@@ -217,6 +268,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  if (registries_flag) return RegistriesReport(library, registries == "full");
   std::vector<std::string> ops;
   if (!ops_flag.empty()) ops = absl::StrSplit(ops_flag, ',', absl::SkipEmpty());
   if (library.empty() && ops.empty()) {

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Differentiates frozen Keras models with tf_ext_grad (C++, no Python in that process) and
+compares with TensorFlow's Python gradient of the same function.
+
+    check_keras_models.py --tf_ext_grad=BIN --library=SO --work=DIR [--models=A,B] [--modes=...]
+                          [--table=FILE.md] [--json=FILE]
+
+Each (model, mode) is frozen by freeze_keras_model.py into DIR/<model>_<mode> (kept as a
+cache), then `tf_ext_grad --graph=model.pb --y=y --x=x --feed=x=@input.npy --save=grad.npz`
+runs and the result is compared with expected.npz: relative error = max|g - ref| / max|ref|.
+PASS when <= --tolerance (1e-3). Exit 1 if any row fails.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Every image model in tf.keras.applications (smallest input size each accepts) and a
+# Transformer encoder block.
+ALL_MODELS = [
+    "MobileNet", "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large",
+    "ResNet50", "ResNet50V2", "ResNet101", "ResNet101V2", "ResNet152", "ResNet152V2",
+    "DenseNet121", "DenseNet169", "DenseNet201",
+    "EfficientNetB0", "EfficientNetB1", "EfficientNetB2", "EfficientNetB3", "EfficientNetB4",
+    "EfficientNetB5", "EfficientNetB6", "EfficientNetB7",
+    "EfficientNetV2B0", "EfficientNetV2B1", "EfficientNetV2B2", "EfficientNetV2B3",
+    "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L",
+    "VGG16", "VGG19", "NASNetMobile", "NASNetLarge",
+    "ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtXLarge",
+    "InceptionV3", "InceptionResNetV2", "Xception", "TransformerEncoder",
+]
+MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71, "TransformerEncoder": 16}
+
+
+def freeze(model, mode, out, python):
+    if os.path.exists(os.path.join(out, "info.json")):
+        return None
+    cmd = [python, os.path.join(HERE, "freeze_keras_model.py"), model, "--out=" + out,
+           "--size=%d" % MIN_SIZE.get(model, 32)]
+    if mode == "training":
+        cmd.append("--training")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return "freezing failed: " + r.stderr.strip().splitlines()[-1]
+    return None
+
+
+def check(model, mode, args):
+    out = os.path.join(args.work, "%s_%s" % (model, mode))
+    row = dict(model=model, mode=mode)
+    err = freeze(model, mode, out, sys.executable)
+    if err:
+        row.update(result="ERROR", note=err)
+        return row
+    info = json.load(open(os.path.join(out, "info.json")))
+    row.update(params=info["params"], nodes=info["nodes"], input=info["input_shape"])
+    grad = os.path.join(out, "grad.npz")
+    if os.path.exists(grad):
+        os.remove(grad)
+    cmd = [args.tf_ext_grad, "--library=" + args.library, "--graph=" + os.path.join(out, "model.pb"),
+           "--y=y", "--x=x", "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    row["tf_ext_grad_s"] = round(time.time() - t0, 2)
+    if r.returncode != 0:
+        msg = [l for l in r.stderr.splitlines() if "tf_ext_grad: error" in l or l.startswith("  ")]
+        row.update(result="ERROR", note=" ".join(msg)[:400])
+        return row
+    for line in r.stdout.splitlines():
+        if line.startswith("built the backward graph"):
+            row["timing"] = line
+    got = np.load(grad)["d_x"]
+    ref = np.load(os.path.join(out, "expected.npz"))["dy_dx"]
+    scale = float(np.abs(ref).max())
+    rel = float(np.abs(got - ref).max() / scale) if scale > 0 else float(np.abs(got).max())
+    row["rel_error"] = rel
+    row["result"] = "PASS" if rel <= args.tolerance and scale > 0 else "FAIL"
+    if scale == 0:
+        row["note"] = "reference gradient is identically zero"
+    return row
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tf_ext_grad", required=True)
+    p.add_argument("--library", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--models", default=",".join(ALL_MODELS))
+    p.add_argument("--modes", default="inference,training")
+    p.add_argument("--tolerance", type=float, default=1e-3)
+    p.add_argument("--table")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    rows = []
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            row = check(model, mode, args)
+            rows.append(row)
+            print("%-20s %-9s %-5s %s %s" % (model, mode, row["result"],
+                                             "%.2e" % row["rel_error"] if "rel_error" in row else "",
+                                             row.get("note", "")), flush=True)
+    failed = [r for r in rows if r["result"] != "PASS"]
+    print("%d passed, %d failed" % (len(rows) - len(failed), len(failed)))
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=1)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write("| model | mode | input | params | rel. error vs Python | tf_ext_grad wall | result |\n")
+            f.write("|---|---|---|---|---|---|---|\n")
+            for r in rows:
+                f.write("| %s | %s | %s | %s | %s | %s s | %s |\n" % (
+                    r["model"], r["mode"], "x".join(map(str, r.get("input", []))),
+                    "{:,}".format(r["params"]) if "params" in r else "",
+                    "%.1e" % r["rel_error"] if "rel_error" in r else "",
+                    r.get("tf_ext_grad_s", ""), r["result"] + (" " + r["note"] if r.get("note") else "")))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Freezes a model to a GraphDef that tf_ext_grad can differentiate, with its reference gradients.
+
+    freeze_keras_model.py MODEL --out=DIR [--size=S] [--batch=B] [--training] [--seed=N]
+
+MODEL is a tf.keras.applications name (e.g. MobileNetV2, ResNet50, ConvNeXtTiny) built with
+weights=None (nothing is downloaded), or `TransformerEncoder` (a Keras MultiHeadAttention
+encoder block). The frozen function is
+
+    y = sum(model(x, training) * r)          r: a fixed random [batch, classes] projection
+
+(a random projection, because the sum of a softmax is constant). In training mode BatchNorm
+uses batch statistics; the model is called through `stateless_call`, so the moving-average
+updates become unused outputs instead of variable assignments that freezing cannot keep.
+
+DIR receives:
+  model.pb      the frozen GraphDef (binary): placeholder `x`, scalar output node `y`
+  input.npy     the input x (random normal, seeded)
+  expected.npz  TensorFlow's Python gradient of the same function: the frozen GraphDef imported
+                into a wrapped function and differentiated with tf.gradients (Python's
+                gradient registry): dy_dx and y. (Not an eager call of the Keras model: in
+                training mode its dropout draws fresh random masks on every call, while the
+                frozen graph has one seed baked in.) keras_y is the eager model's y, equal to
+                y for deterministic models.
+  info.json     node names, op types, sizes and timings
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def build_model(name, size, classes):
+    import keras
+    import tensorflow as tf
+
+    if name == "TransformerEncoder":
+        # A Transformer encoder block: MHA + residual + LayerNorm + GELU MLP + residual +
+        # LayerNorm, then mean-pool and a dense head. Input [batch, tokens, features].
+        seq, dim = size, 32
+        inp = keras.Input((seq, dim))
+        att = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp)
+        h = keras.layers.LayerNormalization()(inp + att)
+        mlp = keras.layers.Dense(64, activation="gelu")(h)
+        mlp = keras.layers.Dense(dim)(mlp)
+        h = keras.layers.LayerNormalization()(h + mlp)
+        out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
+        return keras.Model(inp, out), (seq, dim)
+    ctor = getattr(tf.keras.applications, name)
+    kwargs = dict(weights=None, input_shape=(size, size, 3), classes=classes)
+    try:
+        model = ctor(classifier_activation=None, **kwargs)
+    except TypeError:  # applications without the argument
+        model = ctor(**kwargs)
+    return model, (size, size, 3)
+
+
+def reference_gradient(graph_def, in_name, x_val):
+    """TensorFlow's Python gradient of the frozen graph: (y, dy/dx) as numpy arrays."""
+    import tensorflow as tf
+
+    # IdentityN nodes made by tf.custom_gradient (Keras' swish) name a Python gradient closure
+    # of the original trace (_gradient_op_type), unusable outside it: drop it, so Python uses
+    # IdentityN's stock pass-through gradient and differentiates the forward ops themselves.
+    ref_graph = type(graph_def)()
+    ref_graph.CopyFrom(graph_def)
+    for n in ref_graph.node:
+        n.attr.pop("_gradient_op_type", None)
+
+    def reference(x):
+        (y,) = tf.compat.v1.import_graph_def(ref_graph, input_map={in_name + ":0": x},
+                                             return_elements=["y:0"], name="frozen")
+        return y, tf.gradients(y, x)[0]
+
+    wrapped = tf.compat.v1.wrap_function(reference, [tf.TensorSpec(x_val.shape, tf.float32)])
+    y, dy_dx = wrapped(tf.constant(x_val))
+    return y.numpy(), dy_dx.numpy()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a tf.keras.applications name, TransformerEncoder, or with "
+                   "--reference_only an existing DIR")
+    p.add_argument("--out", required=True)
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--training", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reference_only", action="store_true",
+                   help="recompute DIR/expected.npz from DIR/model.pb and DIR/input.npy")
+    args = p.parse_args(argv)
+    if args.reference_only:
+        import json as _json
+        from tensorflow.core.framework import graph_pb2
+        graph_def = graph_pb2.GraphDef()
+        graph_def.ParseFromString(open(os.path.join(args.out, "model.pb"), "rb").read())
+        x_val = np.load(os.path.join(args.out, "input.npy"))
+        info = _json.load(open(os.path.join(args.out, "info.json")))
+        y, dy_dx = reference_gradient(graph_def, info["x"], x_val)
+        np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx, y=np.float32(y))
+        return 0
+
+    import tensorflow as tf
+    from tensorflow.python.framework import convert_to_constants
+
+    t0 = time.time()
+    tf.keras.utils.set_random_seed(args.seed)
+    model, in_shape = build_model(args.model, args.size, args.classes)
+    rng = np.random.default_rng(args.seed)
+    x_val = rng.standard_normal((args.batch,) + tuple(in_shape)).astype(np.float32)
+    r = tf.constant(rng.standard_normal((args.batch, args.classes)).astype(np.float32))
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    def forward(x):
+        if args.training:
+            out, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+        else:
+            out = model(x, training=False)
+        return tf.reduce_sum(out * r)
+
+    @tf.function(input_signature=[tf.TensorSpec(x_val.shape, tf.float32, name="x")])
+    def fn(x):
+        return {"y": forward(x)}
+
+    concrete = fn.get_concrete_function()
+    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    graph_def = frozen.graph.as_graph_def()
+    # Name the output node `y` (the frozen function ends in Identity nodes).
+    out_name = frozen.outputs[0].name.split(":")[0]
+    in_name = frozen.inputs[0].name.split(":")[0]
+    for n in graph_def.node:
+        if n.name == out_name:
+            n.name = "y"
+        for i, s in enumerate(n.input):
+            if s.split(":")[0].lstrip("^") == out_name:
+                n.input[i] = s.replace(out_name, "y")
+    t_freeze = time.time() - t0
+
+    t1 = time.time()
+    keras_y = forward(tf.constant(x_val))
+
+    y, dy_dx = reference_gradient(graph_def, in_name, x_val)
+    t_grad = time.time() - t1
+
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "model.pb"), "wb") as f:
+        f.write(graph_def.SerializeToString())
+    np.save(os.path.join(args.out, "input.npy"), x_val)
+    np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx, y=np.float32(y),
+             keras_y=np.float32(keras_y.numpy()))
+    op_types = sorted({n.op for n in graph_def.node} |
+                      {n.op for f in graph_def.library.function for n in f.node_def})
+    info = dict(model=args.model, size=args.size, batch=args.batch, training=args.training,
+                x=in_name, y="y", input_shape=list(x_val.shape), nodes=len(graph_def.node),
+                functions=len(graph_def.library.function), op_types=op_types,
+                params=int(model.count_params()), freeze_s=round(t_freeze, 2),
+                python_grad_s=round(t_grad, 2))
+    with open(os.path.join(args.out, "info.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps({k: v for k, v in info.items() if k != "op_types"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

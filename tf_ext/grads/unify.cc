@@ -1,0 +1,234 @@
+#include "tf_ext/grads/unify.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensorflow/cc/framework/ops.h"
+#include "tensorflow/cc/framework/scope.h"
+#include "tensorflow/cc/ops/array_ops.h"
+#include "tensorflow/core/framework/graph_to_functiondef.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def_util.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/graph/node_builder.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+bool HasFunctionEntry(const std::string& op) {
+  gradient::Creator unused;
+  return gradient::GetOpGradientCreator(op, &unused).ok();
+}
+
+bool HasClientEntry(const std::string& op, ops::GradFunc* fn = nullptr) {
+  ops::GradFunc unused;
+  return ops::GradOpRegistry::Global()->Lookup(op, fn != nullptr ? fn : &unused).ok();
+}
+
+std::vector<std::string> RegisteredOps() {
+  std::vector<OpDef> defs;
+  OpRegistry::Global()->GetRegisteredOps(&defs);
+  std::vector<std::string> names;
+  names.reserve(defs.size());
+  for (const OpDef& d : defs) names.push_back(d.name());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::Status OpError(const std::string& op_type, absl::string_view what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(op_type, ": cannot turn its C++ client gradient into "
+                                                      "a function gradient: ", what, ": ",
+                                             s.message()));
+}
+
+// Adds an _Arg (or _Retval) node of type `type` at position `index` to the scope's graph.
+absl::StatusOr<Node*> AddArg(const Scope& scope, const std::string& name, DataType type,
+                             int index) {
+  Node* node = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(name, FunctionLibraryDefinition::kArgOp)
+                         .Attr("T", type)
+                         .Attr("index", index)
+                         .Finalize(scope.graph(), &node));
+  TF_RETURN_IF_ERROR(scope.DoShapeInference(node));
+  return node;
+}
+
+}  // namespace
+
+absl::Status ClientGradientAsFunction(const std::string& op_type, ops::GradFunc grad_fn,
+                                      const AttrSlice& attrs, FunctionDef* fdef) {
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op_type, &op_def));
+  // The forward node: the attrs SymbolicGradient passes, plus the OpDef's defaults.
+  NodeDef forward;
+  forward.set_name("forward");
+  forward.set_op(op_type);
+  for (const auto& [name, value] : attrs) {
+    if (!name.empty() && name[0] != '_') (*forward.mutable_attr())[name] = value;
+  }
+  AddDefaultsToNodeDef(*op_def, &forward);
+  DataTypeVector in_types, out_types;
+  if (absl::Status s = InOutTypesForNode(forward, *op_def, &in_types, &out_types); !s.ok()) {
+    return OpError(op_type, "attrs", s);
+  }
+  for (DataType t : in_types) {
+    if (IsRefType(t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op_type, ": has reference-typed inputs; no gradient function"));
+    }
+  }
+  NameRangeMap in_ranges, out_ranges;
+  TF_RETURN_IF_ERROR(NameRangesForNode(forward, *op_def, &in_ranges, &out_ranges));
+
+  Scope scope = Scope::NewRootScope();
+  // x_i: the forward inputs, flattened (a list argument contributes one _Arg per element).
+  std::vector<Node*> xs;
+  for (int i = 0; i < static_cast<int>(in_types.size()); ++i) {
+    auto arg = AddArg(scope, absl::StrCat("x_", i), in_types[i], i);
+    if (!arg.ok()) return OpError(op_type, "inputs", arg.status());
+    xs.push_back(*arg);
+  }
+  NodeBuilder builder("forward", op_type);
+  for (const OpDef::ArgDef& arg : op_def->input_arg()) {
+    const auto range = in_ranges.at(arg.name());
+    if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+      std::vector<NodeBuilder::NodeOut> list;
+      for (int i = range.first; i < range.second; ++i) list.emplace_back(xs[i], 0);
+      builder.Input(list);
+    } else {
+      builder.Input(xs[range.first], 0);
+    }
+  }
+  for (const auto& [name, value] : forward.attr()) builder.Attr(name, value);
+  Node* node = nullptr;
+  if (absl::Status s = builder.Finalize(scope.graph(), &node); !s.ok()) {
+    return OpError(op_type, "building the forward node", s);
+  }
+  if (absl::Status s = scope.DoShapeInference(node); !s.ok()) {
+    return OpError(op_type, "forward shape inference", s);
+  }
+  // dy_j: one incoming gradient per forward output.
+  std::vector<Output> dys;
+  for (int j = 0; j < static_cast<int>(out_types.size()); ++j) {
+    auto arg = AddArg(scope, absl::StrCat("dy_", j), out_types[j],
+                      static_cast<int>(in_types.size()) + j);
+    if (!arg.ok()) return OpError(op_type, "incoming gradients", arg.status());
+    dys.push_back(Output(*arg, 0));
+  }
+  std::vector<Output> dxs;
+  const Scope grad_scope = scope.NewSubScope("grad");
+  if (absl::Status s = grad_fn(grad_scope, Operation(node), dys, &dxs); !s.ok()) {
+    return OpError(op_type, "running the client gradient", s);
+  }
+  if (dxs.size() != in_types.size()) {
+    return absl::InternalError(absl::StrCat(op_type, ": the client gradient returned ", dxs.size(),
+                                            " gradients for ", in_types.size(), " inputs"));
+  }
+  // dx_i. A client gradient returns NoGradient() (no node) for inputs it does not
+  // differentiate; SymbolicGradient needs a tensor there: zeros like the input.
+  for (int i = 0; i < static_cast<int>(dxs.size()); ++i) {
+    Output dx = dxs[i];
+    if (dx.node() == nullptr) dx = ops::ZerosLike(grad_scope.WithOpName(absl::StrCat("zeros_", i)),
+                                                  Output(xs[i], 0));
+    Node* ret = nullptr;
+    TF_RETURN_IF_ERROR(NodeBuilder(absl::StrCat("dx_", i), FunctionLibraryDefinition::kRetOp)
+                           .Input(dx.node(), dx.index())
+                           .Attr("T", in_types[i])
+                           .Attr("index", i)
+                           .Finalize(scope.graph(), &ret));
+  }
+  if (!scope.status().ok()) return OpError(op_type, "building the gradient", scope.status());
+  std::string name;
+  for (char c : op_type) name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (absl::Status s = GraphToFunctionDef(*scope.graph(), name + "_client_grad", fdef); !s.ok()) {
+    return OpError(op_type, "converting the graph", s);
+  }
+  return absl::OkStatus();
+}
+
+RegistryCounts CountGradientRegistries(std::vector<std::string>* lacking_function,
+                                       std::vector<std::string>* lacking_client) {
+  RegistryCounts c;
+  if (lacking_function != nullptr) lacking_function->clear();
+  if (lacking_client != nullptr) lacking_client->clear();
+  for (const std::string& op : RegisteredOps()) {
+    const bool f = HasFunctionEntry(op), cl = HasClientEntry(op);
+    ++c.ops;
+    if (f && cl) ++c.both;
+    if (f && !cl) ++c.function_only;
+    if (!f && cl) ++c.client_only;
+    if (!f && !cl) ++c.neither;
+    if (!f && lacking_function != nullptr) lacking_function->push_back(op);
+    if (!cl && lacking_client != nullptr) lacking_client->push_back(op);
+  }
+  return c;
+}
+
+absl::Status UnifyGradientRegistries(RegistryReport* report) {
+  static std::mutex* mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
+  RegistryReport local;
+  RegistryReport& r = report != nullptr ? *report : local;
+  r = RegistryReport();
+  r.before = CountGradientRegistries();
+  for (const std::string& op : RegisteredOps()) {
+    ops::GradFunc client = nullptr;
+    const bool has_client = HasClientEntry(op, &client);
+    const bool has_function = HasFunctionEntry(op);
+    if (has_client && !has_function) {
+      if (client == nullptr) {
+        gradient::RegisterOp(op, nullptr);  // client no-gradient: zeros in both
+      } else {
+        gradient::RegisterOp(op, [op, client](const AttrSlice& attrs, FunctionDef* fdef) {
+          return ClientGradientAsFunction(op, client, attrs, fdef);
+        });
+      }
+      r.added_function.push_back(op);
+    } else if (has_function && !has_client) {
+      gradient::Creator creator;
+      TF_RETURN_IF_ERROR(gradient::GetOpGradientCreator(op, &creator));
+      ops::GradOpRegistry::Global()->Register(op, creator ? &SymbolicGradientClientGrad : nullptr);
+      r.added_client.push_back(op);
+    }
+  }
+  r.after = CountGradientRegistries(&r.lacking_function, &r.lacking_client);
+  return absl::OkStatus();
+}
+
+std::string RegistryReport::ToString(bool list_lacking) const {
+  auto counts = [](const char* when, const RegistryCounts& c) {
+    return absl::StrCat(when, ": ", c.ops, " ops; both registries ", c.both, ", function only ",
+                        c.function_only, ", client only ", c.client_only, ", neither ", c.neither,
+                        "\n");
+  };
+  std::string s = absl::StrCat(counts("before", before), counts("after ", after));
+  absl::StrAppend(&s, "added to the function registry (", added_function.size(),
+                  "): ", absl::StrJoin(added_function, " "), "\n");
+  absl::StrAppend(&s, "added to the client registry (", added_client.size(),
+                  "): ", absl::StrJoin(added_client, " "), "\n");
+  if (list_lacking) {
+    absl::StrAppend(&s, "still lacking in the function registry (", lacking_function.size(),
+                    "): ", absl::StrJoin(lacking_function, " "), "\n");
+    absl::StrAppend(&s, "still lacking in the client registry (", lacking_client.size(),
+                    "): ", absl::StrJoin(lacking_client, " "), "\n");
+  }
+  return s;
+}
+
+}  // namespace tensorflow::tf_ext
+
+extern "C" int TfExtUnifyGradientRegistries(char* report, size_t report_len) {
+  tensorflow::tf_ext::RegistryReport r;
+  const absl::Status s = tensorflow::tf_ext::UnifyGradientRegistries(&r);
+  const std::string text = s.ok() ? r.ToString(false) : std::string(s.message());
+  if (report != nullptr && report_len > 0) {
+    std::strncpy(report, text.c_str(), report_len - 1);
+    report[report_len - 1] = '\0';
+  }
+  return s.ok() ? 0 : 1;
+}
