@@ -4,8 +4,8 @@
     freeze_keras_model.py MODEL --out=DIR [--size=S] [--batch=B] [--training] [--seed=N]
 
 MODEL is a tf.keras.applications name (e.g. MobileNetV2, ResNet50, ConvNeXtTiny) built with
-weights=None (nothing is downloaded), or `TransformerEncoder` (a Keras MultiHeadAttention
-encoder block). The frozen function is
+weights=None (nothing is downloaded), `TransformerEncoder` (a Keras MultiHeadAttention
+encoder block) or `LSTM` (a recurrent model: its frozen graph keeps a while loop). The frozen function is
 
     y = sum(model(x, training) * r)          r: a fixed random [batch, classes] projection
 
@@ -49,6 +49,12 @@ def build_model(name, size, classes):
         h = keras.layers.LayerNormalization()(h + mlp)
         out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
         return keras.Model(inp, out), (seq, dim)
+    if name == "LSTM":
+        # A recurrent model: its frozen graph keeps a while loop (tf_ext_grad rejects loops).
+        seq, dim = size, 8
+        inp = keras.Input((seq, dim))
+        out = keras.layers.Dense(classes)(keras.layers.LSTM(16)(inp))
+        return keras.Model(inp, out), (seq, dim)
     ctor = getattr(tf.keras.applications, name)
     kwargs = dict(weights=None, input_shape=(size, size, 3), classes=classes)
     try:
@@ -58,6 +64,77 @@ def build_model(name, size, classes):
     return model, (size, size, 3)
 
 
+def inline_function_calls(graph_def):
+    """graph_def with every function call (PartitionedCall, StatefulPartitionedCall, calls of
+    library functions by name) replaced by the function's body, recursively. Python's
+    tf.gradients would otherwise differentiate a call through SymbolicGradient, which needs
+    the C++ registries this script checks tf_ext against (and fails in TF2 runtimes)."""
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import function_def_to_graph
+
+    lib = {f.signature.name: f for f in graph_def.library.function}
+
+    def is_call(n):
+        return n.op in ("PartitionedCall", "StatefulPartitionedCall") or n.op in lib
+
+    for _ in range(100):
+        if not any(is_call(n) for n in graph_def.node):
+            return graph_def
+        out = graph_pb2.GraphDef()
+        out.versions.CopyFrom(graph_def.versions)
+        out.library.CopyFrom(graph_def.library)
+        rename = {}   # "caller:i" -> tensor that replaces it
+        control = {}  # caller -> nodes a control dependency on it now waits for
+        kept = []
+        for n in graph_def.node:
+            if not is_call(n):
+                kept.append(out.node.add())
+                kept[-1].CopyFrom(n)
+                continue
+            fdef = lib[n.attr["f"].func.name if n.op.endswith("PartitionedCall") else n.op]
+            body, nested_to_flat = function_def_to_graph.function_def_to_graph_def(fdef)
+            data_inputs = [i for i in n.input if not i.startswith("^")]
+            args = {a.name: data_inputs[k] for k, a in enumerate(fdef.signature.input_arg)}
+            prefix = n.name + "/"
+
+            def mapped(t):
+                node = t.split(":")[0]
+                return args[node] if node in args else prefix + t
+
+            for b in body.node:
+                if b.name in args:
+                    continue  # the argument placeholders: replaced by the call's inputs
+                nb = out.node.add()
+                nb.CopyFrom(b)
+                nb.name = prefix + b.name
+                nb.device = ""
+                del nb.input[:]
+                for i in b.input:
+                    if i.startswith("^"):
+                        nb.input.append("^" + mapped(i[1:]).split(":")[0].lstrip("^"))
+                    else:
+                        nb.input.append(mapped(i))
+            outs = []
+            for k, arg in enumerate(fdef.signature.output_arg):
+                ret = fdef.ret[arg.name]
+                t = mapped(nested_to_flat.get(ret, ret))
+                rename["%s:%d" % (n.name, k)] = t
+                outs.append(t.split(":")[0])
+            rename[n.name] = rename.get(n.name + ":0", n.name)
+            control[n.name] = outs
+        for nb in out.node:
+            inputs = list(nb.input)
+            del nb.input[:]
+            for i in inputs:
+                if i.startswith("^"):
+                    for dep in control.get(i[1:], [i[1:]]):
+                        nb.input.append("^" + dep)
+                else:
+                    nb.input.append(rename.get(i, i))
+        graph_def = out
+    raise ValueError("function calls nested over 100 deep")
+
+
 def reference_gradient(graph_def, in_name, x_val):
     """TensorFlow's Python gradient of the frozen graph: (y, dy/dx) as numpy arrays."""
     import tensorflow as tf
@@ -65,8 +142,9 @@ def reference_gradient(graph_def, in_name, x_val):
     # IdentityN nodes made by tf.custom_gradient (Keras' swish) name a Python gradient closure
     # of the original trace (_gradient_op_type), unusable outside it: drop it, so Python uses
     # IdentityN's stock pass-through gradient and differentiates the forward ops themselves.
-    ref_graph = type(graph_def)()
-    ref_graph.CopyFrom(graph_def)
+    copy = type(graph_def)()
+    copy.CopyFrom(graph_def)
+    ref_graph = inline_function_calls(copy)
     for n in ref_graph.node:
         n.attr.pop("_gradient_op_type", None)
 
@@ -75,6 +153,10 @@ def reference_gradient(graph_def, in_name, x_val):
                                              return_elements=["y:0"], name="frozen")
         return y, tf.gradients(y, x)[0]
 
+    # No grappler rewrites (remapper/oneDNN fusions): they change float32 rounding, and
+    # randomly initialised models amplify it (the reference should compute what the graph
+    # says, op by op, as eager execution does).
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     wrapped = tf.compat.v1.wrap_function(reference, [tf.TensorSpec(x_val.shape, tf.float32)])
     y, dy_dx = wrapped(tf.constant(x_val))
     return y.numpy(), dy_dx.numpy()
@@ -90,6 +172,9 @@ def main(argv=None):
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--training", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no_reference", action="store_true",
+                   help="skip the Python reference (models whose gradient is not the point, "
+                   "e.g. an LSTM, whose imported while loop Python cannot differentiate)")
     p.add_argument("--reference_only", action="store_true",
                    help="recompute DIR/expected.npz from DIR/model.pb and DIR/input.npy")
     args = p.parse_args(argv)
@@ -144,7 +229,10 @@ def main(argv=None):
     t1 = time.time()
     keras_y = forward(tf.constant(x_val))
 
-    y, dy_dx = reference_gradient(graph_def, in_name, x_val)
+    if args.no_reference:
+        y, dy_dx = keras_y.numpy(), np.zeros_like(x_val)
+    else:
+        y, dy_dx = reference_gradient(graph_def, in_name, x_val)
     t_grad = time.time() - t1
 
     os.makedirs(args.out, exist_ok=True)

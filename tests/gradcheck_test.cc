@@ -78,6 +78,51 @@ TEST(Gradcheck, FindsTensorFlowsWrongAsinhAndAcoshGradients) {
   EXPECT_TRUE(HasRow(r.output, "Acosh", "double", "FAIL")) << r.output;
 }
 
+// Ops that only had a client gradient in TensorFlow (and Erfc, which had none) are checked
+// through the function registry once the op library is loaded and has unified the registries.
+TEST(Gradcheck, UnifiedAndNewGradientsPass) {
+  const char* ops[] = {"Erfc", "Erf", "Atan2", "Softplus", "Softsign", "LeakyRelu",
+                       "DepthwiseConv2dNative", "Elu", "Selu", "Tile"};
+  std::string list;
+  for (const char* op : ops) list += std::string(list.empty() ? "" : ",") + op;
+  ToolRun r = Gradcheck("--library=tf_ext/_tf_ext_ops.so "
+                        "--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=" + list);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* op : ops) {
+    EXPECT_TRUE(HasRow(r.output, op, "double", "PASS")) << op << "\n" << r.output;
+    EXPECT_TRUE(HasRow(r.output, op, "float", "PASS")) << op << "\n" << r.output;
+  }
+  // Without the library TensorFlow's function registry has none of them.
+  ToolRun bare = Gradcheck("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Erfc,Softplus");
+  EXPECT_TRUE(HasRow(bare.output, "Erfc", "-", "missing")) << bare.output;
+  EXPECT_TRUE(HasRow(bare.output, "Softplus", "-", "missing")) << bare.output;
+}
+
+TEST(Gradcheck, RegistryReport) {
+  ToolRun r = Gradcheck("--registries --library=tf_ext/_tf_ext_ops.so");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // TensorFlow alone: some ops in one registry only; after loading tf_ext: none.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex("before: (\\d+) ops; both registries (\\d+), function only (\\d+), client only "
+                 "(\\d+), neither (\\d+)")))
+      << r.output;
+  EXPECT_GT(std::stoi(m[3]), 10) << r.output;   // function only
+  EXPECT_GT(std::stoi(m[4]), 50) << r.output;   // client only
+  EXPECT_NE(r.output.find("function only 0, client only 0"), std::string::npos) << r.output;
+  for (const char* op : {" Pad ", " DepthwiseConv2dNative ", " Einsum ", " IdentityN "}) {
+    EXPECT_NE(r.output.substr(r.output.find("added to the function registry")).find(op),
+              std::string::npos)
+        << op << r.output;
+  }
+  EXPECT_NE(r.output.find("added to the client registry"), std::string::npos) << r.output;
+  ToolRun full = Gradcheck("--registries=full");
+  EXPECT_NE(full.output.find("still lacking in the function registry"), std::string::npos)
+      << full.output;
+  EXPECT_EQ(Gradcheck("--registries=bogus").code, 2);
+}
+
 TEST(Gradcheck, UsageErrors) {
   EXPECT_EQ(Gradcheck("").code, 2);
   ToolRun r = Gradcheck("--library=/nonexistent.so");

@@ -10,6 +10,7 @@ custom-op library usable from Python the same way.
 
 from tf_ext._bridge import GradientNotImplementedError, GradientStatus, register_cpp_gradients
 from tf_ext._loader import LibraryLoadError, build_info, library, library_path, op_names
+from tf_ext.registries import unify_cpp_gradient_registries
 from tf_ext.ops import (
     OpNotInLibraryError,
     gradient_reversal,
@@ -35,5 +36,6 @@ __all__ = [
     "register_cpp_gradients",
     "roi_pool",
     "sign_ste",
+    "unify_cpp_gradient_registries",
     "zero_out",
 ]

@@ -1,0 +1,98 @@
+"""Real models through the C++ gradient path: Keras models built with weights=None at small
+sizes, frozen to GraphDefs, differentiated by tf_ext_grad (a C++ process with no Python) and
+compared with TensorFlow's Python gradient of the same frozen function.
+
+The models cover what breaks C++ gradients in practice: padding and depthwise convolutions
+(client-only gradients in TensorFlow), BatchNorm in training mode with dropout and
+tf.custom_gradient (IdentityN), StatefulPartitionedCall nodes, grouped convolutions and
+negative reduction axes (ConvNeXt), Einsum/Erfc attention (a Transformer encoder block), and a
+while loop (LSTM), which tf_ext_grad rejects naming the loop ops. `make models` runs every
+image model in tf.keras.applications.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+RUNFILES = os.environ.get("TEST_SRCDIR", "")
+WORKSPACE = os.path.join(RUNFILES, "tf_ext") if RUNFILES else os.getcwd()
+FREEZE = os.path.join(WORKSPACE, "scripts", "freeze_keras_model.py")
+TOOL = os.path.join(WORKSPACE, "tf_ext", "tf_ext_grad")
+LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
+
+# (model, size, training): small inputs so CI stays fast.
+MODELS = [
+    ("MobileNetV2", 32, False),       # Pad, DepthwiseConv2dNative, Relu6
+    ("EfficientNetB0", 32, True),     # + BatchNorm batch statistics, dropout, IdentityN (swish)
+    ("DenseNet121", 32, True),        # ConcatV2, AvgPool, Pad, BatchNorm training
+    ("ConvNeXtTiny", 32, False),      # StatefulPartitionedCall, grouped Conv2D, Erfc, axis=-1
+    ("TransformerEncoder", 16, True),  # Einsum, Softmax, LayerNorm, gelu (Erfc)
+]
+
+
+def freeze(tmp_path, model, size, training, *extra):
+    out = str(tmp_path / model)
+    cmd = [sys.executable, FREEZE, model, "--out=" + out, "--size=%d" % size] + list(extra)
+    if training:
+        cmd.append("--training")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.load(open(os.path.join(out, "info.json")))
+
+
+def tf_ext_grad(*args):
+    return subprocess.run([TOOL, "--library=" + LIBRARY] + list(args), capture_output=True,
+                          text=True)
+
+
+@pytest.mark.parametrize("model,size,training", MODELS,
+                         ids=["%s-%s" % (m, "training" if t else "inference") for m, _, t in MODELS])
+def test_frozen_model_gradient_matches_python(tmp_path, model, size, training):
+    out, info = freeze(tmp_path, model, size, training)
+    grad = os.path.join(out, "grad.npz")
+    r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
+                    "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Error parsing text-format" not in r.stderr
+    got = np.load(grad)
+    ref = np.load(os.path.join(out, "expected.npz"))
+    assert got["d_x"].shape == ref["dy_dx"].shape == tuple(info["input_shape"])
+    assert got["d_x"].dtype == np.float32
+    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4)
+    scale = np.abs(ref["dy_dx"]).max()
+    assert scale > 0
+    rel = np.abs(got["d_x"] - ref["dy_dx"]).max() / scale
+    assert rel <= 1e-3, "%s: max relative error %.3g" % (model, rel)
+    if model == "ConvNeXtTiny":
+        # The workarounds this model needs actually ran.
+        assert "function calls inlined" in r.stdout, r.stdout
+        assert "grouped Conv2D as DepthwiseConv2dNative" in r.stdout, r.stdout
+        assert "negative reduction axes made non-negative" in r.stdout, r.stdout
+
+
+def test_frozen_model_random_projection_check(tmp_path):
+    # --check stays bounded on a model with 6144 inputs: random projections, PASS.
+    out, _ = freeze(tmp_path, "MobileNetV2", 32, False)
+    r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x", "--check",
+                    "--seed=3")
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "feeding 'x' random values (--seed=3" in r.stdout
+    assert "16 random projections per x over 256 elements" in r.stdout
+    assert ": PASS" in r.stdout
+
+
+def test_lstm_loop_is_rejected_naming_every_loop_op(tmp_path):
+    out, info = freeze(tmp_path, "LSTM", 6, False, "--no_reference")
+    r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
+                    "--feed=x=@" + os.path.join(out, "input.npy"))
+    assert r.returncode == 1
+    assert "have no C++ gradient" in r.stderr, r.stderr[-3000:]
+    assert "loops are not differentiated by tf_ext_grad" in r.stderr
+    loop_ops = [op for op in info["op_types"]
+                if op in ("While", "StatelessWhile", "Enter", "Exit", "Switch", "Merge",
+                          "NextIteration") or op.startswith("TensorList")]
+    assert loop_ops, info["op_types"]
+    assert any(op + " (" in r.stderr for op in loop_ops), r.stderr[-3000:]
