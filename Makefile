@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test cuda gradcheck clean
+.PHONY: setup build demo test cuda gradcheck fuzz clean
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -37,6 +37,18 @@ gradcheck: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/gradcheck_spec.txt
 	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
+
+# Seeded random and hostile calls of every op (forward and backward ops, eager, tf.function,
+# GradientTape, the gradient registry's op and C entry point), batched in child processes so
+# a crash or hang is caught, confirmed, shrunk and reported (tests/fuzz/tf_ext_fuzz.py).
+# `make fuzz N=10000` runs 10,000 calls per op; CI runs a short seeded run (//tests:fuzz_py_test).
+N ?= 500
+SEED ?= 1
+fuzz: setup
+	$(BAZEL) build //tf_ext:_tf_ext_ops.so
+	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
+	  $(PYTHON_BIN_PATH) $(ROOT)/tests/fuzz/tf_ext_fuzz.py --calls-per-op $(N) --seed $(SEED) \
+	  --report $(ROOT)/fuzz_report.json
 
 clean:
 	$(BAZEL) clean
