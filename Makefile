@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test cuda gradcheck fuzz clean
+.PHONY: setup build demo test cuda gradcheck fuzz sanitize clean
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -49,6 +49,14 @@ fuzz: setup
 	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
 	  $(PYTHON_BIN_PATH) $(ROOT)/tests/fuzz/tf_ext_fuzz.py --calls-per-op $(N) --seed $(SEED) \
 	  --report $(ROOT)/fuzz_report.json
+
+# ASan + UBSan (--config=asan, own output tree): the op library, every gtest, the C API test
+# and tf_ext_grad built sanitized, and every C++ test run under it.
+sanitize: setup
+	$(BAZEL) test --config=asan --test_lang_filters=cc //tests/... $(BAZEL_TEST_FLAGS)
+	$(BAZEL) build --config=asan //tf_ext:tf_ext_grad $(BAZEL_TEST_FLAGS)
+	$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/tf_ext_grad --check \
+	  --library=$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
 
 clean:
 	$(BAZEL) clean
