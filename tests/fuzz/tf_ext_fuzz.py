@@ -18,8 +18,11 @@ Findings (exit status 1):
                                different results)
   wrong-result                 an accepted call whose result differs from the numpy
                                reference (tests/python/numpy_refs.py) or the op's contract
-Errors TensorFlow's Python layer raises before any tf_ext code runs (a dtype outside the
-op's signature) are counted separately as `signature-rejected`: they never reach tf_ext.
+Counted separately, not findings: `signature-rejected` (TensorFlow's Python layer refused a
+dtype outside the op's signature before any tf_ext code ran), `tensorflow-op-error` (a
+TensorFlow op around the call failed, e.g. GradientTape's Fill of the default output
+gradient on a 2^31 dim) and `resource-exhausted` (TensorFlow's allocator refused an output
+too large for memory; the message names the op).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -401,6 +405,16 @@ class _Runner:
             res = {"outcome": "error", "cls": cls, "msg": msg[:400]}
             if _signature_rejection(msg):
                 res["outcome"] = "signature-rejected"
+                return res
+            other_op = re.search(r"\[Op:([^\]]+)\]", msg)
+            if other_op and not other_op.group(1).startswith(("TfExt>", "__inference")):
+                # A TensorFlow op failed, not a tf_ext one (e.g. GradientTape's Fill of the
+                # default output gradient, whose int32 shape overflows on a 2^31 dim).
+                res["outcome"] = "tensorflow-op-error"
+                return res
+            if isinstance(e, tf.errors.ResourceExhaustedError) and op in msg:
+                # The output does not fit in memory: TensorFlow's allocator refuses it.
+                res["outcome"] = "resource-exhausted"
                 return res
             if op not in msg:
                 res["finding"] = "unnamed-error"
