@@ -229,6 +229,31 @@ TEST(Reliability, HugeEmptyDimsAreHandled) {
   EXPECT_EQ((*out)[0].shape(), TensorShape({0, 1, 1, big}));
 }
 
+// Bug (found by make fuzz): adaptive PsRoiAlign on features with an empty width and a huge
+// height walked ~2^30 samples per bin along the height although no sample could read the
+// image (hang). Now such a bin is 0 at once, forward and backward.
+TEST(Reliability, PsRoiAlignBinWithNoImageSampleFinishesAtOnce) {
+  const int64_t huge = int64_t{1} << 31;
+  Tensor features(DT_DOUBLE, TensorShape({1, huge, 0, 3}));
+  Tensor rois(DT_FLOAT, TensorShape({2, 5}));
+  rois.flat<float>().setValues({0, 0, 0, 1, static_cast<float>(huge), 0, 0, 5, 1, 1e9f});
+  const auto start = std::chrono::steady_clock::now();
+  for (bool constants : {false, true}) {
+    auto out = RunOp("TfExt>PsRoiAlign", PsAttrs(1, 3, 1, 0), {features, rois},
+                     RunOpOptions{constants});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].shape(), TensorShape({2, 1, 3, 1}));
+    for (int64_t i = 0; i < (*out)[0].NumElements(); ++i) EXPECT_EQ((*out)[0].flat<double>()(i), 0);
+    Tensor d_output(DT_DOUBLE, TensorShape({2, 1, 3, 1}));
+    d_output.flat<double>().setConstant(1);
+    auto grad = RunOp("TfExt>PsRoiAlignGrad", PsAttrs(1, 3, 1, 0), {features, rois, d_output},
+                      RunOpOptions{constants});
+    ASSERT_TRUE(grad.ok()) << grad.status();
+    EXPECT_EQ((*grad)[0].NumElements(), 0);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 template <typename T>
 std::vector<T> SignOfEach(const std::vector<T>& values, bool direct) {
   Tensor x(DataTypeToEnum<T>::value, TensorShape({static_cast<int64_t>(values.size())}));

@@ -196,9 +196,12 @@ struct PsRoiAlign<CPUDevice, T> {
             s, roi, bin_index / s.pooled_width, bin_index % s.pooled_width);
         T* out = output + b * D;
         std::fill(acc.begin(), acc.end(), 0.0);
+        // No in-image sample along one axis: the sum is 0. Checked up front, since the other
+        // axis alone may have ~2^30 samples to walk (an empty image width, a huge height).
+        const bool reads_image = bin.y.begin < bin.y.end && bin.x.begin < bin.x.end;
         // Channel d of this bin is input channel d * P + bin_index.
         const T* image = features + static_cast<int64_t>(roi[0]) * H * W * C + bin_index;
-        for (int64_t iy = bin.y.begin; iy < bin.y.end; ++iy) {
+        for (int64_t iy = bin.y.begin; reads_image && iy < bin.y.end; ++iy) {
           const T y = bin.y.Sample(iy);
           for (int64_t ix = bin.x.begin; ix < bin.x.end; ++ix) {
             const BilinearTaps<T> t = PsRoiAlignBilinear<T>(y, bin.x.Sample(ix), H, W);
@@ -248,6 +251,8 @@ struct PsRoiAlignGrad<CPUDevice, T> {
         for (const int64_t* r = by_image.begin(n); r != by_image.end(n); ++r) {
           const PsRoiAlignBin<T> bin = MakePsRoiAlignBin<T>(
               s, rois + 5 * *r, bin_index / s.pooled_width, bin_index % s.pooled_width);
+          // No in-image sample along one axis: nothing to scatter (see the forward pass).
+          if (bin.y.begin >= bin.y.end || bin.x.begin >= bin.x.end) continue;
           const T* grad = d_output + (*r * P + bin_index) * D;
           scaled.assign(grad + d0, grad + d1);
           for (T& g : scaled) g /= bin.count;
