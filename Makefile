@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test cuda gradcheck models registries clean
+.PHONY: setup build demo test cuda gradcheck models registries fuzz sanitize clean
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -57,6 +57,26 @@ gradcheck: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/gradcheck_spec.txt
 	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
+
+# Seeded random and hostile calls of every op (forward and backward ops, eager, tf.function,
+# GradientTape, the gradient registry's op and C entry point), batched in child processes so
+# a crash or hang is caught, confirmed, shrunk and reported (tests/fuzz/tf_ext_fuzz.py).
+# `make fuzz N=10000` runs 10,000 calls per op; CI runs a short seeded run (//tests:fuzz_py_test).
+N ?= 500
+SEED ?= 1
+fuzz: setup
+	$(BAZEL) build //tf_ext:_tf_ext_ops.so
+	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
+	  $(PYTHON_BIN_PATH) $(ROOT)/tests/fuzz/tf_ext_fuzz.py --calls-per-op $(N) --seed $(SEED) \
+	  --report $(ROOT)/fuzz_report.json
+
+# ASan + UBSan (--config=asan, own output tree): the op library, every gtest, the C API test
+# and tf_ext_grad built sanitized, and every C++ test run under it.
+sanitize: setup
+	$(BAZEL) test --config=asan --test_lang_filters=cc //tests/... $(BAZEL_TEST_FLAGS)
+	$(BAZEL) build --config=asan //tf_ext:tf_ext_grad $(BAZEL_TEST_FLAGS)
+	$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/tf_ext_grad --check \
+	  --library=$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
 
 clean:
 	$(BAZEL) clean

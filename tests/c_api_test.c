@@ -1,6 +1,10 @@
 /* TfExt>ZeroOut differentiated through TensorFlow's C API only: TF_LoadLibrary,
  * TF_AddGradients (the C++ client gradient registry tf_ext fills with its FDH gradients),
- * TF_SessionRun. Exits non-zero on any mismatch. */
+ * TF_SessionRun. Also the library's own C entry points (TfExtGradientFunctionDef,
+ * TfExtGradientKind) on hostile input, and the refusal of a second copy of the library.
+ * Exits non-zero on any mismatch. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +94,86 @@ static void GradientCase(const char* what, const double* dy_values, const double
   TF_DeleteGraph(g);
 }
 
+static void ExpectTrue(const char* what, int ok, const char* detail) {
+  if (!ok) {
+    fprintf(stderr, "FAIL %s: %s\n", what, detail != NULL ? detail : "");
+    ++failures;
+    return;
+  }
+  printf("ok %s\n", what);
+}
+
+typedef int (*GradientFunctionDefFn)(const void*, size_t, void**, size_t*, char*, size_t);
+typedef void (*FreeFn)(void*);
+typedef int (*GradientKindFn)(const char*, char*, size_t);
+
+/* The C entry points, found in the library TF_LoadLibrary loaded. */
+static void CEntryPoints(const char* path) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  ExpectTrue("library already loaded", h != NULL, dlerror());
+  if (h == NULL) return;
+  GradientFunctionDefFn gfd = (GradientFunctionDefFn)dlsym(h, "TfExtGradientFunctionDef");
+  FreeFn tf_ext_free = (FreeFn)dlsym(h, "TfExtFree");
+  GradientKindFn kind = (GradientKindFn)dlsym(h, "TfExtGradientKind");
+  ExpectTrue("entry points exported", gfd != NULL && tf_ext_free != NULL && kind != NULL, NULL);
+  if (gfd == NULL || tf_ext_free == NULL || kind == NULL) return;
+  char error[256] = "";
+  void* out = NULL;
+  size_t out_len = 0;
+
+  const unsigned char garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
+  int rc = gfd(garbage, sizeof(garbage), &out, &out_len, error, sizeof(error));
+  ExpectTrue("garbage NodeDef is a clean error", rc == 1 && strstr(error, "parse") != NULL, error);
+
+  /* NodeDef{op: "TfExt>ZeroOut", attr {key: "T" value {type: DT_DOUBLE}}}, hand-encoded. */
+  const unsigned char zero_out[] = {0x12, 13, 'T', 'f', 'E', 'x', 't', '>', 'Z', 'e', 'r', 'o',
+                                    'O', 'u', 't', 0x2a, 7, 0x0a, 1, 'T', 0x12, 2, 0x30, 2};
+  rc = gfd(zero_out, sizeof(zero_out), &out, &out_len, error, sizeof(error));
+  ExpectTrue("ZeroOut NodeDef gives a FunctionDef", rc == 0 && out != NULL && out_len > 0, error);
+  if (rc == 0) tf_ext_free(out);
+
+  /* NodeDef{op: "_ListToArray"}: no N, no T; TensorFlow's creator would abort on it. */
+  const unsigned char list_to_array[] = {0x12, 12, '_', 'L', 'i', 's', 't', 'T', 'o', 'A', 'r',
+                                         'r', 'a', 'y'};
+  rc = gfd(list_to_array, sizeof(list_to_array), &out, &out_len, error, sizeof(error));
+  ExpectTrue("_ListToArray without N is a clean error",
+             rc == 1 && strncmp(error, "_ListToArray: ", 14) == 0, error);
+
+  rc = gfd(NULL, 4, &out, &out_len, error, sizeof(error));
+  ExpectTrue("NULL node_def is a clean error", rc == 1 && strstr(error, "NULL") != NULL, error);
+  ExpectTrue("TfExtGradientKind(NULL) is -1", kind(NULL, error, sizeof(error)) == -1, error);
+  ExpectTrue("TfExtGradientKind of ZeroOut is 0 (function)", kind("TfExt>ZeroOut", NULL, 0) == 0,
+             NULL);
+  dlclose(h);
+}
+
+/* A copy of the library under another path: its load fails naming both paths, and the first
+ * copy keeps working. */
+static void SecondCopy(const char* path, TF_Status* s) {
+  const char* dir = getenv("TEST_TMPDIR");
+  char copy[4096];
+  snprintf(copy, sizeof(copy), "%s/second_copy_of_tf_ext_ops.so", dir != NULL ? dir : "/tmp");
+  FILE* in = fopen(path, "rb");
+  FILE* out = fopen(copy, "wb");
+  if (in == NULL || out == NULL) {
+    fprintf(stderr, "FAIL second copy: cannot copy %s to %s\n", path, copy);
+    ++failures;
+    return;
+  }
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), in)) > 0) fwrite(buf, 1, n, out);
+  fclose(in);
+  fclose(out);
+  TF_Library* second = TF_LoadLibrary(copy, s);
+  const char* msg = TF_Message(s);
+  ExpectTrue("second copy is refused", second == NULL && TF_GetCode(s) != TF_OK, msg);
+  ExpectTrue("the refusal names both paths", strstr(msg, copy) != NULL && strstr(msg, path) != NULL,
+             msg);
+  if (second != NULL) TF_DeleteLibraryHandle(second);
+  TF_SetStatus(s, TF_OK, "");
+}
+
 int main(int argc, char** argv) {
   const char* path = argc > 1 ? argv[1] : "tf_ext/_tf_ext_ops.so";
   TF_Status* s = TF_NewStatus();
@@ -106,9 +190,13 @@ int main(int argc, char** argv) {
   const double dy_want[4] = {0, 0, 30, 0};
   GradientCase("gradient with explicit dy", dy, dy_want, s);
 
+  CEntryPoints(path);
+  SecondCopy(path, s);
+  GradientCase("gradient after a second copy was refused", dy, dy_want, s);
+
   TF_DeleteLibraryHandle(again);
   TF_DeleteLibraryHandle(lib);
   TF_DeleteStatus(s);
-  if (failures == 0) printf("c_api_test: 3 passed, 0 failed\n");
+  if (failures == 0) printf("c_api_test: all passed\n");
   return failures == 0 ? 0 : 1;
 }

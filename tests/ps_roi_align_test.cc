@@ -413,7 +413,8 @@ TEST(PsRoiAlign, RejectsBadAttrs) {
   Tensor features = Filled<float>(TensorShape({1, 4, 4, 1}), 1.f);
   Tensor rois = Rois({{0, 0, 0, 3, 3}});
   for (float bad : {0.f, -2.f, std::numeric_limits<float>::infinity()}) {
-    const std::string want = absl::StrCat("spatial_scale must be a finite number > 0, got ", bad);
+    const std::string want = absl::StrCat(
+        "spatial_scale must be a finite number > 0 (denormals count as 0), got ", bad);
     ExpectInvalidArgument(RunOp(kOp, Attrs(1, 1, bad, 2), {features, rois}).status(), {kOp, want});
     for (const char* op : {kOp, kGradOp}) {
       ExpectInvalidArgument(ConstructCpuKernel(op, Attrs(1, 1, bad, 2), DT_DOUBLE), {op, want});

@@ -407,7 +407,8 @@ TEST(RoiPool, RejectsNonPositiveSpatialScale) {
   Tensor data = Filled<float>(TensorShape({1, 4, 4, 1}), 1.f);
   Tensor rois = Rois({{0, 0, 0, 3, 3}});
   for (float bad : {0.f, -0.5f, std::numeric_limits<float>::quiet_NaN()}) {
-    const std::string want = absl::StrCat("spatial_scale must be a finite number > 0, got ", bad);
+    const std::string want = absl::StrCat(
+        "spatial_scale must be a finite number > 0 (denormals count as 0), got ", bad);
     // Graph construction (shape function) ...
     ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, bad), {data, rois}).status(), {kOp, want});
     // ... and the kernel constructor, for graphs built without shape inference.

@@ -61,7 +61,7 @@ GradBuilder& GradBuilder::RequireTypes(const std::string& attr,
   DataType t = DT_INVALID;
   absl::Status s = GetNodeAttr(attrs_, attr, &t);
   if (!s.ok()) {
-    Fail(s);
+    Fail(absl::InvalidArgumentError(absl::StrCat(op_type_, ": ", s.message())));
   } else if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
     std::vector<std::string> names;
     for (DataType a : allowed) names.push_back(DataTypeString(a));

@@ -9,6 +9,7 @@
 #include "tf_ext/grads/gradients.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/unify.h"
+#include "tf_ext/kernels/single_copy.h"
 
 namespace tensorflow::tf_ext {
 
@@ -57,6 +58,8 @@ const std::vector<GradientManifestEntry>& GradientManifest() {
 namespace {
 
 bool RegisterManifest() {
+  // A second copy of the library registers nothing (its load fails; see single_copy.h).
+  if (!IsFirstCopy()) return false;
   for (const GradientManifestEntry& e : GradientManifest()) {
     if (e.gradient != nullptr) {
       RegisterGradient(e.op, e.gradient);

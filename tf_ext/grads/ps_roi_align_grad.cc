@@ -1,12 +1,15 @@
 // Gradient of TfExt>PsRoiAlign.
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/gradients.h"
+#include "tf_ext/ops/roi_ops.h"
 
 namespace tensorflow::tf_ext {
 
 absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExt>PsRoiAlign", attrs);
   b.RequireTypes("T", {DT_FLOAT, DT_DOUBLE});
+  PsRoiAlignAttrs a;
+  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(b.op_type(), attrs, &a));
   // output = A(rois) features with A the (sparse) bilinear sampling-and-averaging matrix, so
   // d(features) = A^T d(output): each sample scatters weight * d(output) / count.
   b.DedicatedOp("TfExt>PsRoiAlignGrad", {"features", "rois", grad::Grad("output")},

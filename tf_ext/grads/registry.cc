@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tf_ext/grads/node_validation.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -215,15 +217,20 @@ absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef)
 }
 
 absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
+  // Gradient creators (TensorFlow's own included) trust their attrs: none may see a NodeDef
+  // that does not match its OpDef.
+  NodeDef full;
+  TF_RETURN_IF_ERROR(ValidateNodeForGradient(node, &full));
   gradient::Creator creator;
-  if (!gradient::GetOpGradientCreator(node.op(), &creator).ok()) {
-    return absl::NotFoundError(absl::StrCat("no C++ gradient is registered for op ", node.op()));
+  if (!gradient::GetOpGradientCreator(full.op(), &creator).ok()) {
+    return absl::NotFoundError(absl::StrCat("no C++ gradient is registered for op ", full.op()));
   }
   if (!creator) {
     return absl::InvalidArgumentError(
-        absl::StrCat(node.op(), " is registered as not differentiable"));
+        absl::StrCat(full.op(), " is registered as not differentiable"));
   }
-  return Specialize(creator, node, "grad", fdef);
+  full.clear_input();
+  return Specialize(creator, full, "grad", fdef);
 }
 
 }  // namespace tensorflow::tf_ext
@@ -239,6 +246,18 @@ int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** f
     }
     return 1;
   };
+  if (function_def == nullptr || function_def_len == nullptr) {
+    return fail("TfExtGradientFunctionDef: function_def and function_def_len must not be NULL");
+  }
+  *function_def = nullptr;
+  *function_def_len = 0;
+  if (node_def == nullptr && node_def_len > 0) {
+    return fail("TfExtGradientFunctionDef: node_def is NULL but node_def_len is not 0");
+  }
+  // protobuf takes an int length: a larger buffer must not wrap around to a small one.
+  if (node_def_len > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return fail("TfExtGradientFunctionDef: node_def_len is too large");
+  }
   tensorflow::NodeDef node;
   if (!node.ParseFromArray(node_def, static_cast<int>(node_def_len))) {
     return fail("TfExtGradientFunctionDef: could not parse the NodeDef");
@@ -259,6 +278,13 @@ void TfExtFree(void* p) { std::free(p); }
 
 int TfExtGradientKind(const char* op_type, char* message, size_t message_len) {
   std::string text;
+  if (op_type == nullptr) {
+    if (message != nullptr && message_len > 0) {
+      std::strncpy(message, "TfExtGradientKind: op_type is NULL", message_len - 1);
+      message[message_len - 1] = '\0';
+    }
+    return -1;
+  }
   const auto kind = tensorflow::tf_ext::LookupGradientKind(op_type, &text);
   if (message != nullptr && message_len > 0) {
     std::strncpy(message, text.c_str(), message_len - 1);

@@ -12,8 +12,14 @@
 // TfExtGradientFunctionDef).
 //
 // Registering an op that already has a gradient logs a warning and keeps the first one
-// (TensorFlow itself would abort the process), so a second copy of a library loaded from
-// another path does not crash; its gradients are the first copy's.
+// (TensorFlow itself would abort the process). That alone does not make a second copy of an
+// op library usable: TensorFlow would then hold two kernels per op and refuse to run any of
+// them ("Multiple OpKernel registrations"). So tf_ext's own op library detects a second copy
+// at load time and fails that load with an error naming both paths, registering neither
+// kernels nor gradients (tf_ext/kernels/single_copy.h); the first copy stays usable.
+//
+// SpecializedGradient and the C entry points validate the NodeDef against its OpDef first
+// (tf_ext/grads/node_validation.h): no gradient creator sees unchecked attrs.
 #ifndef TF_EXT_GRADS_REGISTRY_H_
 #define TF_EXT_GRADS_REGISTRY_H_
 
@@ -82,14 +88,17 @@ GradientKind LookupGradientKind(const std::string& op_type, std::string* message
                       : ::tensorflow::tf_ext::RegisterGradient(op_type, (fn))
 
 // C entry point (for ctypes/FFI users): serialized NodeDef in, serialized FunctionDef out.
-// Returns 0 on success; otherwise non-zero with a message in `error` (NUL-terminated, at most
-// error_len bytes). The output buffer is malloc'ed; free it with TfExtFree.
+// Returns 0 on success; otherwise 1 with a message in `error` (NUL-terminated, at most
+// error_len bytes; `error` may be NULL) and *function_def = NULL. Garbage bytes, NULL
+// pointers, lengths over INT_MAX, unknown ops and attrs that do not fit the OpDef are such
+// errors. The output buffer is malloc'ed; free it with TfExtFree.
 extern "C" {
 int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** function_def,
                              size_t* function_def_len, char* error, size_t error_len);
 void TfExtFree(void* p);
 // LookupGradientKind for FFI users: returns the GradientKind value (0 function, 1 none,
 // 2 missing, 3 unimplemented); for 3 the message is copied to `message` (NUL-terminated).
+// A NULL op_type returns -1 with a message.
 int TfExtGradientKind(const char* op_type, char* message, size_t message_len);
 }
 

@@ -1,12 +1,15 @@
 // Gradient of TfExt>RoiPool.
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/gradients.h"
+#include "tf_ext/ops/roi_ops.h"
 
 namespace tensorflow::tf_ext {
 
 absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExt>RoiPool", attrs);
   b.RequireTypes("T", {DT_FLOAT, DT_DOUBLE});
+  RoiPoolAttrs a;
+  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(b.op_type(), attrs, &a));
   // A gradient function receives only the forward inputs, so argmax is recomputed (the
   // runtime's common-subexpression elimination can merge this node with the forward one).
   b.Add({{"fwd_pooled", "fwd_argmax"},

@@ -4,17 +4,16 @@
 #include "absl/strings/str_cat.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/gradients.h"
+#include "tf_ext/ops/sign_ste_ops.h"
 
 namespace tensorflow::tf_ext {
 
 absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExt>SignSTE", attrs);
   b.RequireTypes("T", {DT_HALF, DT_FLOAT, DT_DOUBLE});
-  const float clip = b.GetAttr<float>("clip");
-  if (!(std::isfinite(clip) && clip >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TfExt>SignSTE: clip must be finite and >= 0, got ", clip));
-  }
+  SignSTEAttrs a;
+  TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
+  const float clip = a.clip;  // flushed: the band the forward kernel's world sees
   // The true derivative of sign is 0 almost everywhere; the STE instead differentiates
   // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip].
   const std::string clip_t = b.TypedConst("clip", clip);  // clip, as T
@@ -33,7 +32,9 @@ absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
 
 absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExt>SignSTE", attrs, grad::GradBuilder::Kind::kSurrogateForward);
-  const float clip = b.GetAttr<float>("clip");
+  SignSTEAttrs a;
+  TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
+  const float clip = a.clip;
   const grad::NodeAttrs t = b.Forward({"T"});
   // y ~ clamp(x, -clip, clip): derivative 1[|x| < clip], the STE's gradient (the two differ
   // only on |x| == clip, a null set a finite-difference check avoids).

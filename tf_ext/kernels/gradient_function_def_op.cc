@@ -4,6 +4,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 
 namespace tensorflow::tf_ext {
@@ -32,7 +33,7 @@ class GradientFunctionDefOp : public OpKernel {
   }
 };
 
-REGISTER_KERNEL_BUILDER(Name("TfExt>GradientFunctionDef").Device(DEVICE_CPU),
+TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>GradientFunctionDef").Device(DEVICE_CPU),
                         GradientFunctionDefOp);
 
 }  // namespace tensorflow::tf_ext

@@ -5,7 +5,9 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
+#include "tf_ext/ops/gradient_reversal_ops.h"
 
 namespace tensorflow::tf_ext {
 
@@ -14,9 +16,9 @@ class GradientReversalOp : public OpKernel {
   explicit GradientReversalOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     // scale only shapes the gradient; rejecting inf/NaN here reports the bug where the op is
     // built instead of as NaN gradients later.
-    float scale = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale));
-    OP_REQUIRES(ctx, std::isfinite(scale), OpError(ctx, "scale must be finite, got ", scale));
+    GradientReversalAttrs a;
+    OP_REQUIRES_OK(ctx,
+                   ValidateGradientReversalAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -26,7 +28,7 @@ class GradientReversalOp : public OpKernel {
 };
 
 #define TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(T)                                \
-  REGISTER_KERNEL_BUILDER(                                                      \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                      \
       Name("TfExt>GradientReversal").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
       GradientReversalOp);
 TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(Eigen::half);

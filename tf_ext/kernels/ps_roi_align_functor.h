@@ -186,16 +186,22 @@ struct PsRoiAlign<CPUDevice, T> {
     const int64_t P = s.pooled_height * s.pooled_width;
     const int64_t cost = PsRoiAlignSamplesEstimate(s) * (8 * D + 40) + 10;
     ParallelFor(d, s.num_rois * P, cost, [&](int64_t begin, int64_t end) {
+      // The average's running sums, in double whatever T is: a float32 sum stops growing once
+      // it is 2^24 times the sample size (adaptive bins can hold more samples than that).
+      std::vector<double> acc(D);
       for (int64_t b = begin; b < end; ++b) {
         const int64_t r = b / P, bin_index = b % P;
         const float* roi = rois + 5 * r;
         const PsRoiAlignBin<T> bin = MakePsRoiAlignBin<T>(
             s, roi, bin_index / s.pooled_width, bin_index % s.pooled_width);
         T* out = output + b * D;
-        std::fill(out, out + D, T(0));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        // No in-image sample along one axis: the sum is 0. Checked up front, since the other
+        // axis alone may have ~2^30 samples to walk (an empty image width, a huge height).
+        const bool reads_image = bin.y.begin < bin.y.end && bin.x.begin < bin.x.end;
         // Channel d of this bin is input channel d * P + bin_index.
         const T* image = features + static_cast<int64_t>(roi[0]) * H * W * C + bin_index;
-        for (int64_t iy = bin.y.begin; iy < bin.y.end; ++iy) {
+        for (int64_t iy = bin.y.begin; reads_image && iy < bin.y.end; ++iy) {
           const T y = bin.y.Sample(iy);
           for (int64_t ix = bin.x.begin; ix < bin.x.end; ++ix) {
             const BilinearTaps<T> t = PsRoiAlignBilinear<T>(y, bin.x.Sample(ix), H, W);
@@ -205,12 +211,13 @@ struct PsRoiAlign<CPUDevice, T> {
             const T* p3 = image + t.pos[3] * C;
             for (int64_t c = 0; c < D; ++c) {
               const int64_t k = c * P;
-              out[c] += t.weight[0] * p0[k] + t.weight[1] * p1[k] + t.weight[2] * p2[k] +
-                        t.weight[3] * p3[k];
+              acc[c] += static_cast<double>(t.weight[0] * p0[k] + t.weight[1] * p1[k] +
+                                           t.weight[2] * p2[k] + t.weight[3] * p3[k]);
             }
           }
         }
-        for (int64_t c = 0; c < D; ++c) out[c] /= bin.count;
+        const double count = static_cast<double>(bin.y.grid) * static_cast<double>(bin.x.grid);
+        for (int64_t c = 0; c < D; ++c) out[c] = static_cast<T>(acc[c] / count);
       }
     });
   }
@@ -244,6 +251,8 @@ struct PsRoiAlignGrad<CPUDevice, T> {
         for (const int64_t* r = by_image.begin(n); r != by_image.end(n); ++r) {
           const PsRoiAlignBin<T> bin = MakePsRoiAlignBin<T>(
               s, rois + 5 * *r, bin_index / s.pooled_width, bin_index % s.pooled_width);
+          // No in-image sample along one axis: nothing to scatter (see the forward pass).
+          if (bin.y.begin >= bin.y.end || bin.x.begin >= bin.x.end) continue;
           const T* grad = d_output + (*r * P + bin_index) * D;
           scaled.assign(grad + d0, grad + d1);
           for (T& g : scaled) g /= bin.count;

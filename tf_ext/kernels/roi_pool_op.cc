@@ -11,42 +11,37 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
+#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
+#include "tf_ext/ops/op_checks.h"
+#include "tf_ext/ops/roi_ops.h"
 
 namespace tensorflow::tf_ext {
 
 namespace {
 
-// Reads and checks the attrs shared by RoiPool and RoiPoolGrad.
+// Validates the attrs once, at construction, with the op's one validation function.
 void ReadRoiPoolAttrs(OpKernelConstruction* ctx, functor::RoiPoolShape* s) {
-  OP_REQUIRES_OK(ctx, ReadRoiGridAttrs(ctx, &s->pooled_height, &s->pooled_width,
-                                       &s->spatial_scale));
+  RoiPoolAttrs a;
+  OP_REQUIRES_OK(ctx, ValidateRoiPoolAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
+  s->pooled_height = a.pooled_height;
+  s->pooled_width = a.pooled_width;
+  s->spatial_scale = a.spatial_scale;
 }
 
-// Checks data (rank 4, positions that fit argmax's int32) and rois; fills the shape.
-absl::Status CheckRoiPoolInputs(OpKernelContext* ctx, const Tensor& data, const Tensor& rois,
-                                functor::RoiPoolShape* s) {
-  TF_RETURN_IF_ERROR(CheckRank(ctx, "data", data, 4));
+RoiPoolAttrs AttrsOf(const functor::RoiPoolShape& s) {
+  return RoiPoolAttrs{s.pooled_height, s.pooled_width, s.spatial_scale};
+}
+
+// Fills the shape from data and rois (already validated) and checks the ROI rows' values.
+absl::Status FillRoiPoolShape(OpKernelContext* ctx, const Tensor& data, const Tensor& rois,
+                              functor::RoiPoolShape* s) {
   TF_RETURN_IF_ERROR(CheckRois(ctx, rois, data.dim_size(0)));
   s->batch = data.dim_size(0);
   s->height = data.dim_size(1);
   s->width = data.dim_size(2);
   s->channels = data.dim_size(3);
   s->num_rois = rois.dim_size(0);
-  // Division, not H * W, which could overflow when C == 0 lets H and W both be huge.
-  if (s->height > 0 && s->width > std::numeric_limits<int32_t>::max() / s->height) {
-    return OpError(ctx, "H * W must fit argmax's int32, but data has shape ",
-                   data.shape().DebugString());
-  }
-  return absl::OkStatus();
-}
-
-// [R, pooled_height, pooled_width, C], failing (not crashing) if its size overflows.
-absl::Status PooledShape(OpKernelContext* ctx, const functor::RoiPoolShape& s,
-                         TensorShape* shape) {
-  absl::Status st = TensorShape::BuildTensorShape(
-      {s.num_rois, s.pooled_height, s.pooled_width, s.channels}, shape);
-  if (!st.ok()) return OpError(ctx, "output shape is too large: ", st.message());
   return absl::OkStatus();
 }
 
@@ -61,9 +56,13 @@ class RoiPoolOp : public OpKernel {
     const Tensor& data = ctx->input(0);
     const Tensor& rois = ctx->input(1);
     functor::RoiPoolShape s = attrs_;
-    OP_REQUIRES_OK(ctx, CheckRoiPoolInputs(ctx, data, rois, &s));
+    PartialTensorShape pooled_partial;
+    OP_REQUIRES_OK(ctx, ValidateRoiPoolShapes(type_string(), AttrsOf(s), Partial(data.shape()),
+                                              Partial(rois.shape()), &pooled_partial));
+    OP_REQUIRES_OK(ctx, FillRoiPoolShape(ctx, data, rois, &s));
     TensorShape out_shape;
-    OP_REQUIRES_OK(ctx, PooledShape(ctx, s, &out_shape));
+    OP_REQUIRES(ctx, pooled_partial.AsTensorShape(&out_shape),
+                OpError(ctx, "internal: pooled shape ", pooled_partial.DebugString(), " is partial"));
     Tensor* pooled = nullptr;
     Tensor* argmax = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &pooled));
@@ -91,15 +90,10 @@ class RoiPoolGradOp : public OpKernel {
     const Tensor& argmax = ctx->input(2);
     const Tensor& d_pooled = ctx->input(3);
     functor::RoiPoolShape s = attrs_;
-    OP_REQUIRES_OK(ctx, CheckRoiPoolInputs(ctx, data, rois, &s));
-    TensorShape pooled_shape;
-    OP_REQUIRES_OK(ctx, PooledShape(ctx, s, &pooled_shape));
-    OP_REQUIRES(ctx, argmax.shape() == pooled_shape,
-                OpError(ctx, "argmax must have shape [num_rois, pooled_height, pooled_width, C] = ",
-                        pooled_shape.DebugString(), ", got ", argmax.shape().DebugString()));
-    OP_REQUIRES(ctx, d_pooled.shape() == pooled_shape,
-                OpError(ctx, "d_pooled must have shape [num_rois, pooled_height, pooled_width, C] = ",
-                        pooled_shape.DebugString(), ", got ", d_pooled.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ValidateRoiPoolGradShapes(type_string(), AttrsOf(s), Partial(data.shape()),
+                                                  Partial(rois.shape()), Partial(argmax.shape()),
+                                                  Partial(d_pooled.shape())));
+    OP_REQUIRES_OK(ctx, FillRoiPoolShape(ctx, data, rois, &s));
     // argmax normally comes from RoiPool, but the op is public: an out-of-range position
     // would be an out-of-bounds write.
     const int64_t hw = s.height * s.width;
@@ -122,10 +116,10 @@ class RoiPoolGradOp : public OpKernel {
 };
 
 #define TF_EXT_REGISTER_ROI_POOL_CPU(T)                                          \
-  REGISTER_KERNEL_BUILDER(                                                       \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
       Name("TfExt>RoiPool").Device(DEVICE_CPU).TypeConstraint<T>("T"),           \
       RoiPoolOp<CPUDevice, T>);                                                  \
-  REGISTER_KERNEL_BUILDER(                                                       \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
       Name("TfExt>RoiPoolGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
       RoiPoolGradOp<CPUDevice, T>);
 TF_EXT_REGISTER_ROI_POOL_CPU(float);

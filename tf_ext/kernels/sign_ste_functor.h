@@ -3,7 +3,9 @@
 #ifndef TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_
 #define TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #if !defined(__CUDACC__)
 #include "tf_ext/kernels/cpu_parallel_for.h"
@@ -11,10 +13,30 @@
 
 namespace tensorflow::tf_ext::functor {
 
+// The value a CPU kernel sees: TensorFlow runs them with denormals flushed to zero, so a
+// float/double denormal becomes a zero of its sign. Made explicit, so that every device and
+// thread (with or without FTZ/DAZ) agrees. Half has no such flush: kernels widen it to float,
+// where its denormals are normal numbers.
+template <typename T>
+inline T FlushDenormal(T x) {
+  return x;
+}
+template <>
+inline float FlushDenormal(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+template <>
+inline double FlushDenormal(double x) {
+  return std::fabs(x) < std::numeric_limits<double>::min() ? std::copysign(0.0, x) : x;
+}
+
 // TensorFlow's sign: 1 for x > 0, -1 for x < 0, and x itself otherwise, i.e. +-0 for +-0 and
-// NaN for NaN (a comparison-based (x > 0) - (x < 0) would silently turn NaN into 0).
+// NaN for NaN (a comparison-based (x > 0) - (x < 0) would silently turn NaN into 0). A
+// denormal counts as the zero it flushes to (tf.sign gives 0 after the flush too), where a
+// plain `x` would hand the denormal back unchanged.
 template <typename T>
 inline T SignOf(T x) {
+  x = FlushDenormal(x);
   return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);
 }
 

@@ -7,7 +7,9 @@
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/kernels/sign_ste_functor.h"
+#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
+#include "tf_ext/ops/sign_ste_ops.h"
 
 namespace tensorflow::tf_ext {
 
@@ -17,10 +19,8 @@ class SignSTEOp : public OpKernel {
   explicit SignSTEOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     // clip only shapes the gradient, but a graph carrying a meaningless clip is a bug worth
     // reporting where the op is built rather than as silently zero gradients.
-    float clip = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip", &clip));
-    OP_REQUIRES(ctx, std::isfinite(clip) && clip >= 0,
-                OpError(ctx, "clip must be finite and >= 0, got ", clip));
+    SignSTEAttrs a;
+    OP_REQUIRES_OK(ctx, ValidateSignSTEAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -33,7 +33,7 @@ class SignSTEOp : public OpKernel {
 };
 
 #define TF_EXT_REGISTER_SIGN_STE_CPU(T)                                   \
-  REGISTER_KERNEL_BUILDER(                                                \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
       Name("TfExt>SignSTE").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
       SignSTEOp<CPUDevice, T>);
 TF_EXT_REGISTER_SIGN_STE_CPU(Eigen::half);

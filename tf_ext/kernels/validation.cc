@@ -36,22 +36,4 @@ absl::Status CheckRois(OpKernelContext* ctx, const Tensor& rois, int64_t num_ima
   return absl::OkStatus();
 }
 
-absl::Status ReadRoiGridAttrs(OpKernelConstruction* ctx, int64_t* pooled_height,
-                              int64_t* pooled_width, float* spatial_scale) {
-  TF_RETURN_IF_ERROR(ctx->GetAttr("pooled_height", pooled_height));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("pooled_width", pooled_width));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("spatial_scale", spatial_scale));
-  constexpr int64_t kMaxPooled = std::numeric_limits<int32_t>::max();
-  if (*pooled_height < 1 || *pooled_width < 1 || *pooled_height > kMaxPooled ||
-      *pooled_width > kMaxPooled) {
-    return OpError(ctx, "pooled_height and pooled_width must be in [1, ", kMaxPooled, "], got ",
-                   *pooled_height, " and ", *pooled_width);
-  }
-  // `!(x > 0)` also rejects NaN.
-  if (!(*spatial_scale > 0) || !std::isfinite(*spatial_scale)) {
-    return OpError(ctx, "spatial_scale must be a finite number > 0, got ", *spatial_scale);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace tensorflow::tf_ext

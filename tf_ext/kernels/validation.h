@@ -28,11 +28,6 @@ absl::Status CheckRank(OpKernelContext* ctx, const char* name, const Tensor& t, 
 // then index images with (int64_t)batch_index and compute bins without overflow or NaN.
 absl::Status CheckRois(OpKernelContext* ctx, const Tensor& rois, int64_t num_images);
 
-// Reads and checks the attrs every ROI op shares: pooled_height and pooled_width in
-// [1, INT32_MAX] (so their product cannot overflow int64) and a finite spatial_scale > 0.
-absl::Status ReadRoiGridAttrs(OpKernelConstruction* ctx, int64_t* pooled_height,
-                              int64_t* pooled_width, float* spatial_scale);
-
 }  // namespace tensorflow::tf_ext
 
 #endif  // TF_EXT_KERNELS_VALIDATION_H_

@@ -7,8 +7,11 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
+#include "tf_ext/ops/op_checks.h"
 #include "tf_ext/kernels/zero_out_functor.h"
+#include "tf_ext/ops/zero_out_ops.h"
 
 namespace tensorflow::tf_ext {
 
@@ -16,30 +19,25 @@ template <typename Device, typename T>
 class ZeroOutOp : public OpKernel {
  public:
   explicit ZeroOutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("preserve_index", &preserve_index_));
-    OP_REQUIRES(ctx, preserve_index_ >= 0,
-                OpError(ctx, "preserve_index must be >= 0, got ", preserve_index_));
+    OP_REQUIRES_OK(ctx, ValidateZeroOutAttrs(ctx->def().op(), AttrSlice(ctx->def()), &attrs_));
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& in = ctx->input(0);
     const int64_t n = in.NumElements();
-    OP_REQUIRES(ctx, preserve_index_ < n,
-                OpError(ctx, "preserve_index ", preserve_index_,
-                        " must be < the number of elements of to_zero (", n, "); to_zero has shape ",
-                        in.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ValidateZeroOutShapes(type_string(), attrs_, Partial(in.shape())));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out));
     functor::ZeroOut<Device, T>()(ctx->eigen_device<Device>(), in.flat<T>().data(), n,
-                                  preserve_index_, out->flat<T>().data());
+                                  attrs_.preserve_index, out->flat<T>().data());
   }
 
  private:
-  int64_t preserve_index_ = 0;
+  ZeroOutAttrs attrs_;
 };
 
 #define TF_EXT_REGISTER_ZERO_OUT_CPU(T)                                      \
-  REGISTER_KERNEL_BUILDER(                                                   \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                   \
       Name("TfExt>ZeroOut").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
       ZeroOutOp<CPUDevice, T>);
 TF_EXT_REGISTER_ZERO_OUT_CPU(float);
@@ -50,7 +48,7 @@ TF_EXT_REGISTER_ZERO_OUT_CPU(int32);
 #if GOOGLE_CUDA
 using GPUDevice = Eigen::GpuDevice;
 #define TF_EXT_REGISTER_ZERO_OUT_GPU(T)                                      \
-  REGISTER_KERNEL_BUILDER(                                                   \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                   \
       Name("TfExt>ZeroOut").Device(DEVICE_GPU).TypeConstraint<T>("T"),       \
       ZeroOutOp<GPUDevice, T>);
 TF_EXT_REGISTER_ZERO_OUT_GPU(float);

@@ -5,8 +5,19 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ext/ops/gradient_reversal_ops.h"
+#include "tf_ext/ops/op_checks.h"
 
 namespace tensorflow::tf_ext {
+
+absl::Status ValidateGradientReversalAttrs(std::string_view op_type, const AttrSlice& attrs,
+                                           GradientReversalAttrs* out) {
+  TF_RETURN_IF_ERROR(ReadAttr(op_type, attrs, "scale", &out->scale));  // denormals flushed
+  if (!std::isfinite(out->scale)) {
+    return OpInvalid(op_type, "scale must be finite, got ", out->scale);
+  }
+  return absl::OkStatus();
+}
 
 REGISTER_OP("TfExt>GradientReversal")
     .Input("x: T")
@@ -14,13 +25,10 @@ REGISTER_OP("TfExt>GradientReversal")
     .Attr("T: {half, float, double}")
     .Attr("scale: float = 1.0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      // Same rule as the kernel, so a bad scale fails at graph construction already.
-      float scale = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("scale", &scale));
-      if (!std::isfinite(scale)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("TfExt>GradientReversal: scale must be finite, got ", scale));
-      }
+      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>GradientReversal");
+      GradientReversalAttrs a;
+      TF_RETURN_IF_ERROR(
+          ValidateGradientReversalAttrs("TfExt>GradientReversal", AttrSlice(&attrs), &a));
       return shape_inference::UnchangedShape(c);
     })
     .Doc(R"doc(
@@ -29,7 +37,7 @@ Identity forward, gradient multiplied by -scale (domain-adversarial training, Ga
 
 x: any shape.
 y: x.
-scale: finite. d(x) = -scale * d(y).
+scale: finite (a denormal counts as 0). d(x) = -scale * d(y).
 )doc");
 
 }  // namespace tensorflow::tf_ext

@@ -1,6 +1,8 @@
 // TfExt>MedianPool2D and its backward op TfExt>MedianPool2DGrad: registration and shape
 // functions.
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,51 +13,111 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/padding.h"
 #include "tf_ext/kernels/median_pool_functor.h"
+#include "tf_ext/ops/median_pool_ops.h"
+#include "tf_ext/ops/op_checks.h"
 
 namespace tensorflow::tf_ext {
+
 namespace {
 
-using shape_inference::DimensionHandle;
-using shape_inference::InferenceContext;
-using shape_inference::ShapeHandle;
+constexpr char kMedianPool2D[] = "TfExt>MedianPool2D";
+constexpr char kMedianPool2DGrad[] = "TfExt>MedianPool2DGrad";
 
-// The same attr rules as the kernels (median_pool_op.cc), so bad graphs fail at construction.
-absl::Status CheckWindowAttr(const std::string& op, const char* name,
-                             const std::vector<int64_t>& v) {
+absl::Status ReadWindowAttr(std::string_view op, const AttrSlice& attrs, const char* name,
+                            int64_t out[2]) {
+  std::vector<int64_t> v;
+  TF_RETURN_IF_ERROR(ReadAttr(op, attrs, name, &v));
+  // The int32 bound keeps every window computation far from int64 overflow.
   bool ok = v.size() == 2;
-  for (int64_t e : v) ok = ok && e >= 1 && e <= INT32_MAX;
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(op, ": ", name, " must be 2 values [height, width], each in [1, 2^31-1], got [",
-                   absl::StrJoin(v, ", "), "]"));
+  for (int64_t e : v) ok = ok && e >= 1 && e <= std::numeric_limits<int32_t>::max();
+  if (!ok) {
+    return OpInvalid(op, name, " must be 2 values [height, width], each in [1, 2^31-1], got [",
+                     absl::StrJoin(v, ", "), "]");
+  }
+  out[0] = v[0];
+  out[1] = v[1];
+  return absl::OkStatus();
 }
 
-// out = [N, out_h, out_w, C] of x (rank 4, NHWC) under the op's attrs.
-absl::Status PooledShape(InferenceContext* c, const std::string& op, ShapeHandle x,
-                         ShapeHandle* out) {
-  std::vector<int64_t> ksize, strides;
+}  // namespace
+
+absl::Status ValidateMedianPool2DAttrs(std::string_view op, const AttrSlice& attrs,
+                                       MedianPool2DAttrs* out) {
+  TF_RETURN_IF_ERROR(ReadWindowAttr(op, attrs, "ksize", out->ksize));
+  TF_RETURN_IF_ERROR(ReadWindowAttr(op, attrs, "strides", out->strides));
   std::string padding;
-  TF_RETURN_IF_ERROR(c->GetAttr("ksize", &ksize));
-  TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
-  TF_RETURN_IF_ERROR(c->GetAttr("padding", &padding));
-  TF_RETURN_IF_ERROR(CheckWindowAttr(op, "ksize", ksize));
-  TF_RETURN_IF_ERROR(CheckWindowAttr(op, "strides", strides));
-  if (c->RankKnown(x) && c->Rank(x) != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x must have rank 4 (NHWC), got shape ", c->DebugString(x)));
+  TF_RETURN_IF_ERROR(ReadAttr(op, attrs, "padding", &padding));
+  if (padding != "SAME" && padding != "VALID") {
+    return OpInvalid(op, "padding must be SAME or VALID, got ", padding);
   }
-  TF_RETURN_IF_ERROR(c->WithRank(x, 4, &x));
-  std::vector<DimensionHandle> dims = {c->Dim(x, 0), c->UnknownDim(), c->UnknownDim(),
-                                       c->Dim(x, 3)};
+  out->same = padding == "SAME";
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMedianPool2DShapes(std::string_view op, const MedianPool2DAttrs& a,
+                                        const PartialTensorShape& x, PartialTensorShape* y) {
+  TF_RETURN_IF_ERROR(CheckRank(op, "x", x, 4, "NHWC"));
+  std::vector<int64_t> dims = {DimOf(x, 0), -1, -1, DimOf(x, 3)};
+  int64_t window = 1;  // largest number of in-image elements of a window
+  bool window_known = true;
   for (int i = 0; i < 2; ++i) {
-    DimensionHandle in = c->Dim(x, 1 + i);
-    if (!c->ValueKnown(in)) continue;
-    int64_t size = 0, pad = 0;
-    functor::MedianPoolOutputSize(c->Value(in), ksize[i], strides[i], padding == "SAME", &size,
-                                  &pad);
-    dims[1 + i] = c->MakeDim(size);
+    const int64_t in = DimOf(x, 1 + i);
+    if (in < 0) {
+      window_known = false;
+      continue;
+    }
+    int64_t pad = 0;
+    functor::MedianPoolOutputSize(in, a.ksize[i], a.strides[i], a.same, &dims[1 + i], &pad);
+    // Both factors < 2^31 after min(), so the product cannot overflow.
+    window *= std::min(a.ksize[i], in);
   }
-  *out = c->MakeShape(dims);
+  if (window_known && window > functor::median_pool_internal::kMaxWindowElements) {
+    return OpInvalid(op, "a window would hold ", window,
+                     " in-image elements; at most 2^32-1 are supported (ksize [", a.ksize[0],
+                     ", ", a.ksize[1], "], x shape ", x.DebugString(), ")");
+  }
+  TF_RETURN_IF_ERROR(MakeShape(op, "y", dims, y));
+  if (window_known && y->IsFullyDefined()) {
+    int64_t visits = 0;
+    if (__builtin_mul_overflow(y->num_elements(), window, &visits) ||
+        visits > kMaxMedianPoolWindowVisits) {
+      return OpInvalid(op, "too much work: ", y->num_elements(), " outputs of windows of up to ",
+                       window, " elements exceed the cap of 2^36 element visits (ksize [",
+                       a.ksize[0], ", ", a.ksize[1], "], strides [", a.strides[0], ", ",
+                       a.strides[1], "], x shape ", x.DebugString(), ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMedianPool2DGradShapes(std::string_view op, const MedianPool2DAttrs& a,
+                                            const PartialTensorShape& x,
+                                            const PartialTensorShape& dy) {
+  PartialTensorShape y;
+  TF_RETURN_IF_ERROR(ValidateMedianPool2DShapes(op, a, x, &y));
+  return CheckCompatible(op, "dy", dy, y, "the forward output's shape");
+}
+
+namespace {
+
+using shape_inference::InferenceContext;
+
+absl::Status MedianPool2DShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kMedianPool2D);
+  MedianPool2DAttrs a;
+  TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(kMedianPool2D, AttrSlice(&attrs), &a));
+  PartialTensorShape y;
+  TF_RETURN_IF_ERROR(ValidateMedianPool2DShapes(kMedianPool2D, a, InputShape(c, 0), &y));
+  return SetOutputShape(c, 0, y);
+}
+
+absl::Status MedianPool2DGradShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kMedianPool2DGrad);
+  MedianPool2DAttrs a;
+  TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(kMedianPool2DGrad, AttrSlice(&attrs), &a));
+  TF_RETURN_IF_ERROR(
+      ValidateMedianPool2DGradShapes(kMedianPool2DGrad, a, InputShape(c, 0), InputShape(c, 1)));
+  c->set_output(0, c->input(0));
   return absl::OkStatus();
 }
 
@@ -68,12 +130,7 @@ REGISTER_OP("TfExt>MedianPool2D")
     .Attr("ksize: list(int)")
     .Attr("strides: list(int)")
     .Attr(GetPaddingAttrString())
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      ShapeHandle y;
-      TF_RETURN_IF_ERROR(PooledShape(c, "TfExt>MedianPool2D", c->input(0), &y));
-      c->set_output(0, y);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(MedianPool2DShapeFn)
     .Doc(R"doc(
 Median pooling over NHWC images: each output is the lower median of its window's in-image
 elements (padding never counts), so it is always one of the input values.
@@ -81,8 +138,9 @@ elements (padding never counts), so it is always one of the input values.
 x: [batch, height, width, channels].
 y: [batch, out_height, out_width, channels]; sizes follow MaxPool (VALID: ceil((in-k+1)/s), or
   0 when the window is larger than the image, giving an empty output; SAME: ceil(in/s)).
-ksize: [window_height, window_width], each >= 1.
-strides: [stride_height, stride_width], each >= 1.
+ksize: [window_height, window_width], each in [1, 2^31-1]. Windows are clipped to the image;
+  outputs times the largest clipped window must stay <= 2^36 (a cost check, rejected up front).
+strides: [stride_height, stride_width], each in [1, 2^31-1].
 padding: SAME pads (with nothing: padded places are skipped) as MaxPool does; VALID does not.
 The window is sorted stably by value (equal values keep row-major window order, NaN sorts
 after every number) and its element of rank (count-1)/2 is taken: the median, or the lower of
@@ -98,20 +156,7 @@ REGISTER_OP("TfExt>MedianPool2DGrad")
     .Attr("ksize: list(int)")
     .Attr("strides: list(int)")
     .Attr(GetPaddingAttrString())
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      const std::string op = "TfExt>MedianPool2DGrad";
-      ShapeHandle y, dy;
-      TF_RETURN_IF_ERROR(PooledShape(c, op, c->input(0), &y));
-      if (!c->Merge(y, c->input(1), &dy).ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": dy must have the forward output's shape ", c->DebugString(y), ", got ",
-            c->DebugString(c->input(1))));
-      }
-      ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
-      c->set_output(0, x);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(MedianPool2DGradShapeFn)
     .Doc(R"doc(
 Backward pass of TfExt>MedianPool2D: dx = scatter-add of dy onto each window's median element
 (recomputed from x with the forward's tie and NaN rules).

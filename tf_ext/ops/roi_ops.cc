@@ -3,56 +3,174 @@
 //   TfExt>PsRoiAlign (R-FCN position-sensitive ROI Align) and TfExt>PsRoiAlignGrad.
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ext/ops/op_checks.h"
+#include "tf_ext/ops/roi_ops.h"
 
 namespace tensorflow::tf_ext {
 
 namespace {
 
-using shape_inference::DimensionHandle;
-using shape_inference::InferenceContext;
-using shape_inference::ShapeHandle;
-
-// Rejects spatial_scale <= 0 (or NaN/inf) when the graph is built, so the error shows up at
-// the op's construction site and not only at run time.
-absl::Status CheckSpatialScale(InferenceContext* c, const char* op) {
-  float spatial_scale = 0;
-  TF_RETURN_IF_ERROR(c->GetAttr("spatial_scale", &spatial_scale));
-  if (!(spatial_scale > 0) || !std::isfinite(spatial_scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": spatial_scale must be a finite number > 0, got ", spatial_scale));
+// pooled_height, pooled_width and spatial_scale, shared by every ROI op.
+absl::Status ReadRoiGrid(std::string_view op, const AttrSlice& attrs, int64_t* ph,
+                         int64_t* pw, float* spatial_scale) {
+  TF_RETURN_IF_ERROR(ReadAttr(op, attrs, "pooled_height", ph));
+  TF_RETURN_IF_ERROR(ReadAttr(op, attrs, "pooled_width", pw));
+  TF_RETURN_IF_ERROR(ReadAttr(op, attrs, "spatial_scale", spatial_scale));
+  if (*ph < 1 || *pw < 1 || *ph > kMaxPooledSize || *pw > kMaxPooledSize) {
+    return OpInvalid(op, "pooled_height and pooled_width must be in [1, ", kMaxPooledSize,
+                     "], got ", *ph, " and ", *pw);
+  }
+  // `!(x > 0)` also rejects NaN; a denormal was flushed to 0 by ReadAttr, as the kernel sees it.
+  if (!(*spatial_scale > 0) || !std::isfinite(*spatial_scale)) {
+    return OpInvalid(op, "spatial_scale must be a finite number > 0 (denormals count as 0), got ",
+                     *spatial_scale);
   }
   return absl::OkStatus();
 }
 
-// Checks the attrs and input 0 = [N, H, W, C], input 1 = rois [R, 5]; returns
-// [R, pooled_height, pooled_width, channels] where channels is C / (pooled_height *
-// pooled_width) when `position_sensitive`, else C.
-absl::Status RoiOutputShape(InferenceContext* c, const char* op, bool position_sensitive,
-                            ShapeHandle* out) {
-  TF_RETURN_IF_ERROR(CheckSpatialScale(c, op));
-  int64_t ph = 0, pw = 0;
-  TF_RETURN_IF_ERROR(c->GetAttr("pooled_height", &ph));
-  TF_RETURN_IF_ERROR(c->GetAttr("pooled_width", &pw));
-  ShapeHandle data, rois;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &data));
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &rois));
-  DimensionHandle unused;
-  TF_RETURN_IF_ERROR(c->WithValue(c->Dim(rois, 1), 5, &unused));
-  DimensionHandle channels = c->Dim(data, 3);
-  if (position_sensitive) {
-    if (c->ValueKnown(channels) && c->Value(channels) % (ph * pw) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": the channel count of features (", c->Value(channels),
-          ") must be divisible by pooled_height * pooled_width = ", ph * pw));
-    }
-    TF_RETURN_IF_ERROR(c->Divide(channels, ph * pw, /*evenly_divisible=*/true, &channels));
+// image [N, H, W, C] (named `name`) and rois [R, 5].
+absl::Status CheckRoiInputs(std::string_view op, std::string_view name,
+                            const PartialTensorShape& image, const PartialTensorShape& rois) {
+  TF_RETURN_IF_ERROR(CheckRank(op, name, image, 4, "NHWC"));
+  if (!rois.unknown_rank() && (rois.dims() != 2 || (rois.dim_size(1) >= 0 && rois.dim_size(1) != 5))) {
+    return OpInvalid(op, "rois must have shape [num_rois, 5] (batch_index, x1, y1, x2, y2), got ",
+                     rois.DebugString());
   }
-  *out = c->MakeShape({c->Dim(rois, 0), c->MakeDim(ph), c->MakeDim(pw), channels});
+  return absl::OkStatus();
+}
+
+int64_t NumRois(const PartialTensorShape& rois) { return DimOf(rois, 0); }
+
+}  // namespace
+
+absl::Status ValidateRoiPoolAttrs(std::string_view op_type, const AttrSlice& attrs,
+                                  RoiPoolAttrs* out) {
+  return ReadRoiGrid(op_type, attrs, &out->pooled_height, &out->pooled_width,
+                     &out->spatial_scale);
+}
+
+absl::Status ValidateRoiPoolShapes(std::string_view op, const RoiPoolAttrs& a,
+                                   const PartialTensorShape& data,
+                                   const PartialTensorShape& rois, PartialTensorShape* pooled) {
+  TF_RETURN_IF_ERROR(CheckRoiInputs(op, "data", data, rois));
+  const int64_t H = DimOf(data, 1), W = DimOf(data, 2);
+  // argmax stores h * W + w as int32. Division, so H * W itself cannot overflow.
+  if (H > 0 && W > std::numeric_limits<int32_t>::max() / H) {
+    return OpInvalid(op, "H * W must fit argmax's int32, but data has shape ", data.DebugString());
+  }
+  return MakeShape(op, "pooled", {NumRois(rois), a.pooled_height, a.pooled_width, DimOf(data, 3)},
+                   pooled);
+}
+
+absl::Status ValidateRoiPoolGradShapes(std::string_view op, const RoiPoolAttrs& a,
+                                       const PartialTensorShape& data,
+                                       const PartialTensorShape& rois,
+                                       const PartialTensorShape& argmax,
+                                       const PartialTensorShape& d_pooled) {
+  PartialTensorShape pooled;
+  TF_RETURN_IF_ERROR(ValidateRoiPoolShapes(op, a, data, rois, &pooled));
+  TF_RETURN_IF_ERROR(CheckCompatible(op, "argmax", argmax, pooled,
+                                     "[num_rois, pooled_height, pooled_width, C]"));
+  return CheckCompatible(op, "d_pooled", d_pooled, pooled,
+                         "[num_rois, pooled_height, pooled_width, C]");
+}
+
+absl::Status ValidatePsRoiAlignAttrs(std::string_view op_type, const AttrSlice& attrs,
+                                     PsRoiAlignAttrs* out) {
+  TF_RETURN_IF_ERROR(ReadRoiGrid(op_type, attrs, &out->pooled_height, &out->pooled_width,
+                                 &out->spatial_scale));
+  TF_RETURN_IF_ERROR(ReadAttr(op_type, attrs, "sampling_ratio", &out->sampling_ratio));
+  if (out->sampling_ratio < 0 || out->sampling_ratio > kMaxSamplingRatio) {
+    return OpInvalid(op_type, "sampling_ratio must be in [0, ", kMaxSamplingRatio,
+                     "] (0: adaptive), got ", out->sampling_ratio);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePsRoiAlignShapes(std::string_view op, const PsRoiAlignAttrs& a,
+                                      const PartialTensorShape& features,
+                                      const PartialTensorShape& rois,
+                                      PartialTensorShape* output) {
+  TF_RETURN_IF_ERROR(CheckRoiInputs(op, "features", features, rois));
+  int64_t bins = 0;
+  TF_RETURN_IF_ERROR(
+      CheckedMul(op, "pooled_height * pooled_width", a.pooled_height, a.pooled_width, &bins));
+  int64_t channels = DimOf(features, 3);
+  if (channels >= 0) {
+    if (channels % bins != 0) {
+      return OpInvalid(op, "the channel count of features (", channels,
+                       ") must be divisible by pooled_height * pooled_width = ", bins,
+                       "; features has shape ", features.DebugString());
+    }
+    channels /= bins;
+  }
+  return MakeShape(op, "output", {NumRois(rois), a.pooled_height, a.pooled_width, channels},
+                   output);
+}
+
+absl::Status ValidatePsRoiAlignGradShapes(std::string_view op, const PsRoiAlignAttrs& a,
+                                          const PartialTensorShape& features,
+                                          const PartialTensorShape& rois,
+                                          const PartialTensorShape& d_output) {
+  PartialTensorShape output;
+  TF_RETURN_IF_ERROR(ValidatePsRoiAlignShapes(op, a, features, rois, &output));
+  return CheckCompatible(op, "d_output", d_output, output,
+                         "[num_rois, pooled_height, pooled_width, D]");
+}
+
+namespace {
+
+using shape_inference::InferenceContext;
+
+constexpr char kRoiPool[] = "TfExt>RoiPool";
+constexpr char kRoiPoolGrad[] = "TfExt>RoiPoolGrad";
+constexpr char kPsRoiAlign[] = "TfExt>PsRoiAlign";
+constexpr char kPsRoiAlignGrad[] = "TfExt>PsRoiAlignGrad";
+
+absl::Status RoiPoolShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kRoiPool);
+  RoiPoolAttrs a;
+  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(kRoiPool, AttrSlice(&attrs), &a));
+  PartialTensorShape pooled;
+  TF_RETURN_IF_ERROR(ValidateRoiPoolShapes(kRoiPool, a, InputShape(c, 0), InputShape(c, 1), &pooled));
+  TF_RETURN_IF_ERROR(SetOutputShape(c, 0, pooled));
+  return SetOutputShape(c, 1, pooled);
+}
+
+absl::Status RoiPoolGradShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kRoiPoolGrad);
+  RoiPoolAttrs a;
+  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(kRoiPoolGrad, AttrSlice(&attrs), &a));
+  TF_RETURN_IF_ERROR(ValidateRoiPoolGradShapes(kRoiPoolGrad, a, InputShape(c, 0), InputShape(c, 1),
+                                               InputShape(c, 2), InputShape(c, 3)));
+  c->set_output(0, c->input(0));
+  return absl::OkStatus();
+}
+
+absl::Status PsRoiAlignShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kPsRoiAlign);
+  PsRoiAlignAttrs a;
+  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(kPsRoiAlign, AttrSlice(&attrs), &a));
+  PartialTensorShape output;
+  TF_RETURN_IF_ERROR(
+      ValidatePsRoiAlignShapes(kPsRoiAlign, a, InputShape(c, 0), InputShape(c, 1), &output));
+  return SetOutputShape(c, 0, output);
+}
+
+absl::Status PsRoiAlignGradShapeFn(InferenceContext* c) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, kPsRoiAlignGrad);
+  PsRoiAlignAttrs a;
+  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(kPsRoiAlignGrad, AttrSlice(&attrs), &a));
+  TF_RETURN_IF_ERROR(ValidatePsRoiAlignGradShapes(kPsRoiAlignGrad, a, InputShape(c, 0),
+                                                  InputShape(c, 1), InputShape(c, 2)));
+  c->set_output(0, c->input(0));
   return absl::OkStatus();
 }
 
@@ -67,13 +185,7 @@ REGISTER_OP("TfExt>RoiPool")
     .Attr("pooled_height: int >= 1")
     .Attr("pooled_width: int >= 1")
     .Attr("spatial_scale: float")
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(RoiOutputShape(c, "TfExt>RoiPool", /*position_sensitive=*/false, &out));
-      c->set_output(0, out);
-      c->set_output(1, out);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(RoiPoolShapeFn)
     .Doc(R"doc(
 Fast R-CNN max ROI pooling (NHWC), with the classic Caffe bin rule.
 
@@ -89,7 +201,9 @@ pooled: [R, pooled_height, pooled_width, C] bin maxima. A NaN in a bin propagate
   NaN in row-major order is taken).
 argmax: [R, pooled_height, pooled_width, C] int32 position h * W + w of each maximum in its
   image (the first in row-major order on ties); -1 for an empty bin.
-spatial_scale: input-image to feature-map scale, e.g. 1/16; must be > 0.
+spatial_scale: input-image to feature-map scale, e.g. 1/16; must be finite and > 0 after
+  flushing denormals to zero (as the kernel sees it).
+pooled_height, pooled_width: bins per ROI axis, each in [1, 1024] (kMaxPooledSize).
 )doc");
 
 REGISTER_OP("TfExt>RoiPoolGrad")
@@ -102,14 +216,7 @@ REGISTER_OP("TfExt>RoiPoolGrad")
     .Attr("pooled_height: int >= 1")
     .Attr("pooled_width: int >= 1")
     .Attr("spatial_scale: float")
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      ShapeHandle pooled, argmax, d_pooled;
-      TF_RETURN_IF_ERROR(RoiOutputShape(c, "TfExt>RoiPoolGrad", /*position_sensitive=*/false, &pooled));
-      TF_RETURN_IF_ERROR(c->Merge(pooled, c->input(2), &argmax));
-      TF_RETURN_IF_ERROR(c->Merge(argmax, c->input(3), &d_pooled));
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(RoiPoolGradShapeFn)
     .Doc(R"doc(
 Backward pass of TfExt>RoiPool with respect to `data`.
 
@@ -129,12 +236,7 @@ REGISTER_OP("TfExt>PsRoiAlign")
     .Attr("pooled_width: int >= 1")
     .Attr("spatial_scale: float")
     .Attr("sampling_ratio: int >= 0 = 2")
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(RoiOutputShape(c, "TfExt>PsRoiAlign", /*position_sensitive=*/true, &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(PsRoiAlignShapeFn)
     .Doc(R"doc(
 R-FCN position-sensitive ROI Align (NHWC), with Detectron's bilinear sampling.
 
@@ -148,9 +250,12 @@ features: [N, H, W, D * pooled_height * pooled_width] position-sensitive score m
 rois: [R, 5] float32 rows (batch_index, x1, y1, x2, y2) in input-image coordinates;
   batch_index must be an integer in [0, N), coordinates must be finite.
 output: [R, pooled_height, pooled_width, D].
-spatial_scale: input-image to feature-map scale, e.g. 1/16; must be > 0.
-sampling_ratio: samples per bin and axis; 0 picks ceil(bin size) per ROI and axis (capped
-  at 2^30, i.e. only for bins wider than a billion pixels).
+sampling_ratio: samples per bin and axis, in [0, 64] (kMaxSamplingRatio); 0 picks ceil(bin size)
+  per ROI and axis (only the samples that fall in [-1, size] are visited, so the adaptive
+  mode's work per ROI is bounded by the image size, not by the ROI's). Averages are
+  accumulated in double for float32 too.
+spatial_scale, pooled_height, pooled_width: as TfExt>RoiPool (finite > 0 after flushing
+  denormals; each pooled size in [1, 1024]).
 )doc");
 
 REGISTER_OP("TfExt>PsRoiAlignGrad")
@@ -163,14 +268,7 @@ REGISTER_OP("TfExt>PsRoiAlignGrad")
     .Attr("pooled_width: int >= 1")
     .Attr("spatial_scale: float")
     .Attr("sampling_ratio: int >= 0 = 2")
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      ShapeHandle out, d_out;
-      TF_RETURN_IF_ERROR(
-          RoiOutputShape(c, "TfExt>PsRoiAlignGrad", /*position_sensitive=*/true, &out));
-      TF_RETURN_IF_ERROR(c->Merge(out, c->input(2), &d_out));
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(PsRoiAlignGradShapeFn)
     .Doc(R"doc(
 Backward pass of TfExt>PsRoiAlign with respect to `features`.
 

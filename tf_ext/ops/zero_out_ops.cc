@@ -2,8 +2,30 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ext/ops/op_checks.h"
+#include "tf_ext/ops/zero_out_ops.h"
 
 namespace tensorflow::tf_ext {
+
+absl::Status ValidateZeroOutAttrs(std::string_view op_type, const AttrSlice& attrs,
+                                  ZeroOutAttrs* out) {
+  TF_RETURN_IF_ERROR(ReadAttr(op_type, attrs, "preserve_index", &out->preserve_index));
+  if (out->preserve_index < 0) {
+    return OpInvalid(op_type, "preserve_index must be >= 0, got ", out->preserve_index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateZeroOutShapes(std::string_view op_type, const ZeroOutAttrs& a,
+                                   const PartialTensorShape& to_zero) {
+  if (!to_zero.IsFullyDefined()) return absl::OkStatus();
+  if (a.preserve_index >= to_zero.num_elements()) {
+    return OpInvalid(op_type, "preserve_index ", a.preserve_index,
+                     " must be < the number of elements of to_zero (", to_zero.num_elements(),
+                     "); to_zero has shape ", to_zero.DebugString());
+  }
+  return absl::OkStatus();
+}
 
 REGISTER_OP("TfExt>ZeroOut")
     .Input("to_zero: T")
@@ -11,19 +33,10 @@ REGISTER_OP("TfExt>ZeroOut")
     .Attr("T: {float, double, int32}")
     .Attr("preserve_index: int >= 0 = 0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      // When the element count is known statically, reject an out-of-range index at graph
-      // construction time as well as in the kernel.
-      int64_t preserve_index = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("preserve_index", &preserve_index));
-      shape_inference::ShapeHandle in = c->input(0);
-      if (c->RankKnown(in)) {
-        shape_inference::DimensionHandle n = c->NumElements(in);
-        if (c->ValueKnown(n) && preserve_index >= c->Value(n)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "TfExt>ZeroOut: preserve_index ", preserve_index,
-              " must be < the number of elements of to_zero (", c->Value(n), ")"));
-        }
-      }
+      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>ZeroOut");
+      ZeroOutAttrs a;
+      TF_RETURN_IF_ERROR(ValidateZeroOutAttrs("TfExt>ZeroOut", AttrSlice(&attrs), &a));
+      TF_RETURN_IF_ERROR(ValidateZeroOutShapes("TfExt>ZeroOut", a, InputShape(c, 0)));
       return shape_inference::UnchangedShape(c);
     })
     .Doc(R"doc(
