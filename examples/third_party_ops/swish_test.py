@@ -24,7 +24,7 @@ class SwishFromPython(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.status = tf_ext.register_cpp_gradients(_LIBRARY)
-        cls.swish = tf.load_op_library(_LIBRARY).third_party_swish
+        cls.swish = staticmethod(tf.load_op_library(_LIBRARY).third_party_swish)
 
     def test_registration_reports_the_cpp_gradient(self):
         self.assertEqual(self.status, {"ThirdParty>Swish": "bridged"})
