@@ -79,8 +79,10 @@ def test_this_build_matches_the_running_tensorflow():
     info = tf_ext.build_info()
     assert info["tensorflow_version"] == tf.__version__
     assert info["tensorflow_git_version"] == tf.version.GIT_VERSION
-    assert set(tf.sysconfig.get_compile_flags()) - set(info["compile_flags"]) == {
-        f for f in tf.sysconfig.get_compile_flags() if f.startswith("-I")}
+    # Every define TensorFlow compiles with (the ABI flag among them) is recorded.
+    defines = {f for f in tf.sysconfig.get_compile_flags() if f.startswith("-D")}
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in defines or "-D_GLIBCXX_USE_CXX11_ABI=0" in defines
+    assert defines <= set(info["compile_flags"]), (defines, info["compile_flags"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _loader.check_tensorflow_version()
