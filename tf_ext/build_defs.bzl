@@ -4,6 +4,8 @@ Every C++ target of the project is declared through these macros, never with raw
   tf_ext_cc_library / tf_ext_cc_binary / tf_ext_cc_test  - C++ against TensorFlow's headers
   tf_ext_op_library                                        - a loadable custom-op .so
   tf_ext_cuda_library                                      - nvcc-compiled *.cu.cc sources
+  tf_custom_op_library                                     - the same for other workspaces,
+                                                             under TensorFlow's rule name
 TensorFlow's own flags (ABI, -std, Eigen alignment) come from @local_config_tf, i.e. from
 tf.sysconfig of the installed wheel, and are attached through :tf_header_lib.
 """
@@ -50,6 +52,10 @@ def _sanitize_linkopts():
 
 TF_FRAMEWORK = "@local_config_tf//:libtensorflow_framework"
 TF_CC = "@local_config_tf//:libtensorflow_cc"
+
+# Labels of this repository, resolved here: a macro called from another workspace (which has
+# tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
+_CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
 
 def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
     native.cc_library(
@@ -118,11 +124,11 @@ def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
     native.cc_library(
         name = name,
         srcs = select({
-            "//tf_ext:cuda_enabled": objs,
+            _CUDA_ENABLED: objs,
             "//conditions:default": [],
         }),
         linkopts = select({
-            "//tf_ext:cuda_enabled": ["-L%s/lib64" % CUDA_HOME, "-l:libcudart_static.a", "-ldl", "-lrt"],
+            _CUDA_ENABLED: ["-L%s/lib64" % CUDA_HOME, "-l:libcudart_static.a", "-ldl", "-lrt"],
             "//conditions:default": [],
         }),
     )
@@ -148,11 +154,11 @@ def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visi
         srcs = srcs,
         hdrs = hdrs,
         copts = TF_EXT_COPTS + _sanitize_copts() + select({
-            "//tf_ext:cuda_enabled": ["-DGOOGLE_CUDA=1"],
+            _CUDA_ENABLED: ["-DGOOGLE_CUDA=1"],
             "//conditions:default": [],
         }),
         deps = deps + gpu_deps + [TF_CC] + select({
-            "//tf_ext:cuda_enabled": ["@local_config_tf//:cuda_headers"],
+            _CUDA_ENABLED: ["@local_config_tf//:cuda_headers"],
             "//conditions:default": [],
         }),
         alwayslink = 1,
@@ -164,5 +170,30 @@ def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visi
         linkstatic = 1,
         linkopts = _sanitize_linkopts(),
         deps = [":" + name + "_lib"],
+        visibility = visibility,
+    )
+
+def tf_custom_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visibility = None):
+    """TensorFlow's documented rule for a custom-op library, for other Bazel workspaces:
+
+        load("@tf_ext//tf_ext:build_defs.bzl", "tf_custom_op_library")
+        tf_custom_op_library(
+            name = "my_ops.so",
+            srcs = ["my_ops.cc"],
+            deps = ["@tf_ext//tf_ext:grad_lib"],   # TF_EXT_REGISTER_GRADIENT
+        )
+
+    `name` ends in .so, as in TensorFlow's macro. Builds `name` with tf_ext's flags (those of
+    the TensorFlow that @local_config_tf found) plus `<stem>_lib`, the same code as a static
+    library for C++ tests; gpu_srcs (*.cu.cc) are compiled with nvcc under --config=cuda.
+    """
+    if not name.endswith(".so"):
+        fail("tf_custom_op_library: name must end in .so (got %r)" % name)
+    tf_ext_op_library(
+        name = name[:-len(".so")],
+        srcs = srcs,
+        hdrs = hdrs,
+        gpu_srcs = gpu_srcs,
+        deps = deps,
         visibility = visibility,
     )

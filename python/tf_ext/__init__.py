@@ -6,10 +6,26 @@
 The op library is loaded on first use (see tf_ext._loader for where it is looked up; set
 TF_EXT_LIBRARY to choose one). `register_cpp_gradients` makes the C++ gradients of any other
 custom-op library usable from Python the same way.
+
+Importing checks first that the running TensorFlow is the release the op library was built
+for (TensorFlowVersionError otherwise; see tf_ext._loader.check_tensorflow_version).
 """
 
+from tf_ext import _loader
+
+_loader.check_tensorflow_version()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_ext._bridge import GradientNotImplementedError, GradientStatus, register_cpp_gradients
-from tf_ext._loader import LibraryLoadError, build_info, library, library_path, op_names
+from tf_ext._loader import (
+    LibraryLoadError,
+    TensorFlowVersionError,
+    TensorFlowVersionWarning,
+    build_info,
+    library,
+    library_path,
+    op_names,
+)
 from tf_ext.registries import unify_cpp_gradient_registries
 from tf_ext.ops import (
     OpNotInLibraryError,
@@ -26,6 +42,8 @@ __all__ = [
     "GradientStatus",
     "LibraryLoadError",
     "OpNotInLibraryError",
+    "TensorFlowVersionError",
+    "TensorFlowVersionWarning",
     "build_info",
     "gradient_reversal",
     "library",

@@ -6,6 +6,12 @@ The library is looked up, in order, at
   3. `tf_ext/_tf_ext_ops.so` in Bazel runfiles ($RUNFILES_DIR, or this package's runfiles tree);
   4. `bazel-bin/tf_ext/_tf_ext_ops.so` of the source tree this package lives in.
 
+`import tf_ext` first runs check_tensorflow_version(): the op library is C++ compiled against
+one TensorFlow release, and TensorFlow's C++ ABI is not stable across minor releases, so under
+another release it fails to load with an undefined symbol or, worse, loads and crashes. The
+guard compares the running TensorFlow with what _build_info.json recorded and raises one clear
+TensorFlowVersionError instead (a warning only where the ABI is known to be compatible).
+
 The path is canonicalised (os.path.realpath) before loading: TensorFlow caches op libraries by
 the path string, and loading the same file under a second path returns a module with no
 wrappers (the ops were registered by the first load), so every caller must use one spelling.
@@ -16,14 +22,18 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import threading
 import types
+import warnings
 
 import tensorflow as tf
 from tensorflow.core.framework import op_def_pb2
 from tensorflow.python.client import pywrap_tf_session
 
 LIBRARY_ENV = "TF_EXT_LIBRARY"
+# Set to 1 to import tf_ext under a TensorFlow it was not built for (at your own risk).
+SKIP_VERSION_CHECK_ENV = "TF_EXT_SKIP_VERSION_CHECK"
 LIBRARY_NAME = "_tf_ext_ops.so"
 _BUILD_INFO = "_build_info.json"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -37,6 +47,14 @@ _ready = False
 
 class LibraryLoadError(ImportError):
     """The op library could not be found or loaded."""
+
+
+class TensorFlowVersionError(ImportError):
+    """The running TensorFlow is not the one the op library was built for (ABI mismatch)."""
+
+
+class TensorFlowVersionWarning(UserWarning):
+    """The running TensorFlow differs from the build's, but its C++ ABI is known compatible."""
 
 
 def _candidates() -> list[str]:
@@ -63,6 +81,66 @@ def build_info() -> dict[str, str]:
             return dict(json.load(f))
     except (OSError, ValueError):
         return {}
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a TensorFlow version string such as 2.21.0 or 2.22.0rc1."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def _cxx11_abi(flags: list[str]) -> str | None:
+    for f in flags:
+        if f.startswith("-D_GLIBCXX_USE_CXX11_ABI="):
+            return f.split("=", 1)[1]
+    return None
+
+
+def version_mismatch(info: dict[str, str], version: str,
+                     compile_flags: list[str]) -> tuple[str, str] | None:
+    """Compares a build (build_info()) with a TensorFlow (its version and
+    tf.sysconfig.get_compile_flags()). Returns None when they match, else (level, message)
+    with level "error" (the library cannot work) or "warning" (known ABI-compatible).
+
+    Known compatible: another patch release of the same minor release with the same C++ ABI
+    flag (TensorFlow keeps its C++ ABI within a minor release). Everything else is an error:
+    another minor/major release, or another _GLIBCXX_USE_CXX11_ABI (that flag changed across
+    releases and decides std::string's layout in every signature)."""
+    built = info.get("tensorflow_version")
+    if not built:
+        return None  # a source tree without build info: nothing to compare
+    built_flags = info.get("compile_flags", [])
+    if built == version and _cxx11_abi(built_flags) == _cxx11_abi(compile_flags):
+        return None
+    want = info.get("tensorflow_requirement") or f"tensorflow=={built}"
+    head = (f"tf_ext's op library was built for TensorFlow {built} "
+            f"({info.get('tensorflow_distribution') or 'unknown distribution'}, "
+            f"_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(built_flags)}), but this process runs "
+            f"TensorFlow {version} (_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(compile_flags)})")
+    b, r = _release(built), _release(version)
+    if (b is not None and r is not None and b[:2] == r[:2]
+            and _cxx11_abi(built_flags) == _cxx11_abi(compile_flags)):
+        return ("warning", f"{head}; patch releases of TensorFlow {b[0]}.{b[1]} keep its C++ "
+                           f"ABI, so it should work.")
+    return ("error",
+            f"{head}. TensorFlow's C++ ABI differs between these builds: loading the library "
+            f"would fail with undefined symbols or crash. Install a matching TensorFlow "
+            f"(pip install '{want}') or rebuild tf_ext against this one (`pip install .` in a "
+            f"source checkout). Set {SKIP_VERSION_CHECK_ENV}=1 to import anyway.")
+
+
+def check_tensorflow_version() -> None:
+    """Raises TensorFlowVersionError (or warns) if the running TensorFlow is not the one the
+    op library was built for. Run by `import tf_ext`, before anything loads the library."""
+    if os.environ.get(SKIP_VERSION_CHECK_ENV) == "1":
+        return
+    found = version_mismatch(build_info(), tf.__version__, tf.sysconfig.get_compile_flags())
+    if found is None:
+        return
+    level, message = found
+    if level == "error":
+        raise TensorFlowVersionError(message)
+    warnings.warn(message, TensorFlowVersionWarning, stacklevel=3)
 
 
 def _version_note() -> str:

@@ -1,32 +1,55 @@
 """The wheel built by python/build_wheel.py is self-contained: installed into an empty
 --target directory, `import tf_ext` finds its own op library and its gradients work, with
-nothing from the source tree or Bazel on the path."""
+nothing from the source tree or Bazel on the path. Its metadata requires a TensorFlow that the
+running one satisfies; `--manylinux` retags it without bundling TensorFlow's libraries; and the
+installed package refuses (or warns about) a TensorFlow it was not built for."""
 
 from __future__ import annotations
 
 import base64
+import email.parser
 import hashlib
+import importlib.metadata
 import json
 import os
+import platform
+import re
 import subprocess
 import sys
 import textwrap
 import zipfile
 
 import pytest
+import tensorflow as tf
+from packaging.requirements import Requirement
 
 WHEEL_SCRIPT = "python/build_wheel.py"
 BUILD_INFO = "python/tf_ext/_build_info.json"
+DIST_INFO = "tf_ext-0.1.0.dist-info"
+
+
+def _build(out, *extra: str) -> str:
+    result = subprocess.run(
+        [sys.executable, WHEEL_SCRIPT, "--library", os.environ["TF_EXT_LIBRARY"],
+         "--build-info", BUILD_INFO, "--out", str(out), *extra],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _metadata(wheel: str):
+    with zipfile.ZipFile(wheel) as whl:
+        return email.parser.Parser().parsestr(whl.read(f"{DIST_INFO}/METADATA").decode())
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run(
-        [sys.executable, WHEEL_SCRIPT, "--library", os.environ["TF_EXT_LIBRARY"],
-         "--build-info", BUILD_INFO, "--out", str(out)],
-        capture_output=True, text=True, check=True)
-    return result.stdout.strip().splitlines()[-1]
+    return _build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def manylinux_wheel(tmp_path_factory) -> str:
+    return _build(tmp_path_factory.mktemp("dist"), "--manylinux")
 
 
 def test_wheel_contents_and_record(wheel):
@@ -83,3 +106,139 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
     assert got["y"] == [0.0, 0.0, 3.0, 0.0]
     assert got["g"] == [0.0, 0.0, 7.0, 0.0]
     assert got["built_for"]
+
+
+def test_metadata_requires_the_tensorflow_it_was_built_for(wheel):
+    meta = _metadata(wheel)
+    with open(BUILD_INFO, encoding="utf-8") as f:
+        info = json.load(f)
+    (req,) = [Requirement(r) for r in meta.get_all("Requires-Dist")]
+    # The distribution providing this process's TensorFlow, any patch of its minor release.
+    running = [d for d in importlib.metadata.distributions()
+               if any(str(p) == "tensorflow/__init__.py" for p in (d.files or []))]
+    assert len(running) == 1
+    assert req.name == re.sub(r"[-_.]+", "-", running[0].metadata["Name"]).lower()
+    assert req.specifier.contains(tf.__version__)
+    major, minor = (int(v) for v in tf.__version__.split(".")[:2])
+    assert req.specifier.contains(f"{major}.{minor}.99")
+    assert not req.specifier.contains(f"{major}.{minor + 1}.0")
+    assert not req.specifier.contains(f"{major}.{minor - 1}.9")
+    assert info["tensorflow_version"] == tf.__version__
+    assert str(Requirement(info["tensorflow_requirement"])) == str(req)
+
+
+def test_metadata_version_licence_readme(wheel):
+    meta = _metadata(wheel)
+    assert meta["Name"] == "tf_ext" and meta["Version"] == "0.1.0"
+    assert meta["License"] == "Apache-2.0"
+    assert "License :: OSI Approved :: Apache Software License" in meta.get_all("Classifier")
+    assert meta["Description-Content-Type"] == "text/markdown"
+    with open("README.md", encoding="utf-8") as f:
+        readme = f.read()
+    assert meta.get_payload().strip() == readme.strip()
+    with zipfile.ZipFile(wheel) as whl, open("LICENSE", "rb") as f:
+        assert whl.read(f"{DIST_INFO}/LICENSE") == f.read()
+
+
+def test_other_tensorflow_distribution_same_binary(wheel, tmp_path):
+    other = _build(tmp_path, "--tensorflow-dist", "tensorflow")
+    (req,) = [Requirement(r) for r in _metadata(other).get_all("Requires-Dist")]
+    (base,) = [Requirement(r) for r in _metadata(wheel).get_all("Requires-Dist")]
+    assert req.name == "tensorflow" and req.specifier == base.specifier
+    with zipfile.ZipFile(wheel) as a, zipfile.ZipFile(other) as b:
+        assert a.read("tf_ext/_tf_ext_ops.so") == b.read("tf_ext/_tf_ext_ops.so")
+
+
+def _glibc() -> tuple[int, int]:
+    major, minor = platform.libc_ver()[1].split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_manylinux_tag_without_tensorflow_libraries(manylinux_wheel):
+    name = os.path.basename(manylinux_wheel)
+    m = re.fullmatch(r"tf_ext-0\.1\.0-cp\d+-cp\d+-manylinux_(\d+)_(\d+)_x86_64\.whl", name)
+    assert m, name
+    assert (int(m.group(1)), int(m.group(2))) <= _glibc()
+    with zipfile.ZipFile(manylinux_wheel) as whl:
+        names = whl.namelist()
+        assert "tf_ext/_tf_ext_ops.so" in names
+        assert not [n for n in names if "libtensorflow" in n], names
+        tag = [l for l in whl.read(f"{DIST_INFO}/WHEEL").decode().splitlines()
+               if l.startswith("Tag:")]
+        assert tag == [f"Tag: {'-'.join(name[:-4].split('-')[2:])}"]
+        library = whl.read("tf_ext/_tf_ext_ops.so")
+    # Still linked against TensorFlow's framework library, to be found in the process.
+    assert b"libtensorflow_framework.so.2" in library
+
+
+def _install(wheel: str, site) -> dict[str, str]:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                    "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+                    "--target", str(site), wheel], check=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TF_EXT_LIBRARY", "RUNFILES_DIR", "PYTHON_RUNFILES",
+                        "RUNFILES_MANIFEST_FILE", "TF_EXT_SKIP_VERSION_CHECK")}
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
+def _claim_built_for(site, version: str) -> None:
+    """Rewrites the installed build info as if the library had been built for `version`
+    (make test-tf checks the same with a library really built for another release)."""
+    path = site / "tf_ext" / "_build_info.json"
+    info = json.loads(path.read_text())
+    major, minor = (int(v) for v in version.split(".")[:2])
+    info["tensorflow_version"] = version
+    info["tensorflow_requirement"] = (f"{info['tensorflow_distribution']}>={major}.{minor}.0,"
+                                      f"<{major}.{minor + 1}")
+    path.write_text(json.dumps(info))
+
+
+IMPORT_AND_DIFFERENTIATE = """
+import warnings
+import tensorflow as tf
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import tf_ext
+for w in caught:
+    print("WARNING", w.category.__name__, w.message)
+x = tf.constant([1.0, 2.0, 3.0])
+with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = tf_ext.zero_out(x, preserve_index=1)
+print("GRAD", tape.gradient(y, x).numpy().tolist())
+"""
+
+
+@pytest.mark.parametrize("case", ["other_minor", "same_minor_other_patch", "skip_env"])
+def test_version_guard_of_the_installed_package(wheel, tmp_path, case):
+    site = tmp_path / "site"
+    env = _install(wheel, site)
+    major, minor, patch = (int(v) for v in tf.__version__.split(".")[:3])
+    if case == "same_minor_other_patch":
+        _claim_built_for(site, f"{major}.{minor}.{patch + 7}")
+    else:
+        _claim_built_for(site, f"{major}.{minor - 1}.0")
+    if case == "skip_env":
+        env["TF_EXT_SKIP_VERSION_CHECK"] = "1"
+    result = subprocess.run([sys.executable, "-c", IMPORT_AND_DIFFERENTIATE], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    if case == "other_minor":
+        assert result.returncode != 0
+        # One clear error, raised by tf_ext's guard before anything loads the library.
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("tf_ext._loader.TensorFlowVersionError: tf_ext's op library was "
+                               f"built for TensorFlow {major}.{minor - 1}.0"), last
+        assert f"this process runs TensorFlow {tf.__version__}" in last
+        assert f">={major}.{minor - 1}.0,<{major}.{minor}'" in last
+        assert "undefined symbol:" not in result.stderr  # no dlerror: the guard came first
+        assert "GRAD" not in result.stdout
+    else:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "GRAD [0.0, 1.0, 0.0]" in result.stdout
+        warned = [l for l in result.stdout.splitlines() if l.startswith("WARNING")]
+        if case == "same_minor_other_patch":
+            assert len(warned) == 1 and "TensorFlowVersionWarning" in warned[0], warned
+            assert f"built for TensorFlow {major}.{minor}.{patch + 7}" in warned[0]
+        else:
+            assert warned == [], warned

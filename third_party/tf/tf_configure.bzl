@@ -2,7 +2,8 @@
 
 It runs the configured Python interpreter (PYTHON_BIN_PATH, default: the project's .venv),
 reads tf.sysconfig's compile and link flags (so the C++ ABI and -std flags always match the
-installed wheel), symlinks the headers and the two shared libraries, and writes a BUILD file
+installed wheel) and records the version and pip distribution (tf_info.bzl; python/BUILD writes
+them into the package's _build_info.json for the import-time version guard), symlinks the headers and the two shared libraries, and writes a BUILD file
 with:
   :tf_header_lib        headers + the compile flags TensorFlow was built with
   :libtensorflow_framework   the framework library (all that an op library needs)
@@ -14,6 +15,7 @@ with:
 
 _PY_SCRIPT = """
 import json, os, sys
+import importlib.metadata as md
 import tensorflow as tf
 
 def python_gradients():
@@ -28,7 +30,20 @@ def python_gradients():
 
 inc = tf.sysconfig.get_include()
 lib = tf.sysconfig.get_lib()
+# Which pip distribution provides the tensorflow package (tensorflow-cpu, tensorflow, ...):
+# the one whose RECORD lists tensorflow/__init__.py.
+dist = ""
+for d in md.distributions():
+    if any(str(f) == "tensorflow/__init__.py" for f in (d.files or [])):
+        dist = d.metadata["Name"].lower().replace("_", "-")
+        break
+# What pip must install for a compatible TensorFlow: the same distribution, any patch release
+# of the same minor release (TensorFlow keeps its C++ ABI within one).
+major, minor = (int(v) for v in tf.__version__.split(".")[:2])
 print(json.dumps({
+    "requirement": "%s>=%d.%d.0,<%d.%d" % (dist or "tensorflow", major, minor, major, minor + 1),
+    "distribution": dist,
+    "git_version": tf.version.GIT_VERSION,
     "include": inc,
     "lib": lib,
     "cflags": tf.sysconfig.get_compile_flags(),
@@ -77,6 +92,11 @@ def _impl(ctx):
 
     ctx.file("tf_info.bzl", "\n".join([
         "TF_VERSION = %r" % info["version"],
+        "TF_GIT_VERSION = %r" % info["git_version"],
+        # The pip distribution that provided TensorFlow (tensorflow-cpu or tensorflow).
+        "TF_DISTRIBUTION = %r" % info["distribution"],
+        # The pip requirement a compatible TensorFlow satisfies (the wheel's Requires-Dist).
+        "TF_REQUIREMENT = %r" % info["requirement"],
         "TF_DEFINES = %r" % defines,
         "TF_COPTS = %r" % copts,
         "TF_INCLUDE = %r" % info["include"],
