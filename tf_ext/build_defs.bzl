@@ -38,24 +38,25 @@ SANITIZE_FLAGS = [
     "-fno-omit-frame-pointer",
 ]
 
+# Labels of this repository, resolved here: a macro called from another workspace (which has
+# tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
+_CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
+_ASAN_ENABLED = str(Label("//tf_ext:asan_enabled"))
+
 def _sanitize_copts():
     return select({
-        "//tf_ext:asan_enabled": SANITIZE_FLAGS + ["-O1", "-g"],
+        _ASAN_ENABLED: SANITIZE_FLAGS + ["-O1", "-g"],
         "//conditions:default": [],
     })
 
 def _sanitize_linkopts():
     return select({
-        "//tf_ext:asan_enabled": SANITIZE_FLAGS,
+        _ASAN_ENABLED: SANITIZE_FLAGS,
         "//conditions:default": [],
     })
 
 TF_FRAMEWORK = "@local_config_tf//:libtensorflow_framework"
 TF_CC = "@local_config_tf//:libtensorflow_cc"
-
-# Labels of this repository, resolved here: a macro called from another workspace (which has
-# tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
-_CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
 
 def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
     native.cc_library(
