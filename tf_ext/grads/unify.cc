@@ -1,6 +1,7 @@
 #include "tf_ext/grads/unify.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <mutex>
 
@@ -46,7 +47,8 @@ absl::Status OpError(const std::string& op_type, absl::string_view what, const a
                                              s.message()));
 }
 
-// Adds an _Arg (or _Retval) node of type `type` at position `index` to the scope's graph.
+// Adds an _Arg node of type `type` at position `index` to the scope's graph (and its shape
+// to the scope's refiner, so ops the client gradient builds on it pass shape inference).
 absl::StatusOr<Node*> AddArg(const Scope& scope, const std::string& name, DataType type,
                              int index) {
   Node* node = nullptr;
