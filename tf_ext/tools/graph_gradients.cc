@@ -368,6 +368,18 @@ absl::StatusOr<Tensor> RandomTensor(DataType dtype, const TensorShape& shape, ui
   return testing::FromDoubles(dtype, shape, values);
 }
 
+// "2x3" as a shape; errors name the feed.
+absl::StatusOr<TensorShape> ParseDims(const std::string& spec, const std::string& dims) {
+  TensorShape shape;
+  for (absl::string_view d : absl::StrSplit(dims, 'x')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(d, &v) || v < 0 || !shape.AddDimWithStatus(v).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
+    }
+  }
+  return shape;
+}
+
 absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& node,
                                     const std::string& file, const std::string& dims,
                                     bool has_dims, DataType dtype, const NodeDef* placeholder) {
@@ -405,12 +417,9 @@ absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& 
   // Raw bytes of the placeholder's dtype.
   TensorShape shape;
   if (has_dims) {
-    for (absl::string_view d : absl::StrSplit(dims, 'x')) {
-      int64_t v;
-      if (!absl::SimpleAtoi(d, &v) || v < 0 || !shape.AddDimWithStatus(v).ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
-      }
-    }
+    auto parsed = ParseDims(spec, dims);
+    if (!parsed.ok()) return parsed.status();
+    shape = *parsed;
   } else if (auto known = KnownShape(placeholder)) {
     shape = *known;
   } else {
@@ -482,12 +491,9 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
   }
   TensorShape shape;
   if (explicit_shape && dims != "scalar") {
-    for (absl::string_view d : absl::StrSplit(dims, 'x')) {
-      int64_t v;
-      if (!absl::SimpleAtoi(d, &v) || v < 0 || !shape.AddDimWithStatus(v).ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad shape '", dims, "'"));
-      }
-    }
+    auto parsed = ParseDims(spec, dims);
+    if (!parsed.ok()) return parsed.status();
+    shape = *parsed;
   }
   std::vector<double> vals;
   for (absl::string_view v : absl::StrSplit(values, ',', absl::SkipEmpty())) {
