@@ -40,6 +40,30 @@ TEST(Manifest, ListsEveryTfExtOpExactlyOnce) {
   }
 }
 
+// A NodeDef with valid attrs for each op whose gradient is unimplemented (a new such op must be
+// added here: the lookup fails the test otherwise).
+NodeDef ValidNode(const std::string& op) {
+  NodeDef node;
+  node.set_name("n");
+  node.set_op(op);
+  auto& attr = *node.mutable_attr();
+  attr["T"].set_type(DT_FLOAT);
+  if (op == "TfExt>RoiPoolGrad" || op == "TfExt>PsRoiAlignGrad") {
+    attr["pooled_height"].set_i(2);
+    attr["pooled_width"].set_i(2);
+    attr["spatial_scale"].set_f(1.0f);
+  } else if (op == "TfExt>MedianPool2DGrad") {
+    for (int i = 0; i < 2; ++i) attr["ksize"].mutable_list()->add_i(3);
+    for (int i = 0; i < 2; ++i) attr["strides"].mutable_list()->add_i(1);
+    attr["padding"].set_s("SAME");
+  } else {
+    ADD_FAILURE() << "no valid attrs known for " << op;
+  }
+  const OpDef* def = nullptr;
+  if (OpRegistry::Global()->LookUpOpDef(op, &def).ok()) AddDefaultsToNodeDef(*def, &node);
+  return node;
+}
+
 TEST(Manifest, MatchesEveryRegistry) {
   for (const auto& e : GradientManifest()) {
     // A gradient function, or an unimplemented one (which fails when asked), has a creator in
@@ -58,11 +82,17 @@ TEST(Manifest, MatchesEveryRegistry) {
     EXPECT_EQ(LookupGradientKind(e.op), want) << e.op;
     if (want == GradientKind::kUnimplemented) {
       // Differentiating it fails with the manifest's message, not with zeros.
-      NodeDef node;
-      node.set_op(e.op);
+      // The NodeDef is validated first, so an attr-less one is refused as invalid ...
+      NodeDef bare;
+      bare.set_op(e.op);
       FunctionDef f;
-      absl::Status s = SpecializedGradient(node, &f);
-      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << e.op;
+      absl::Status s = SpecializedGradient(bare, &f);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << e.op << ": " << s;
+      EXPECT_NE(s.message().find(e.op), std::string::npos) << s;
+      // ... and a valid one reaches the unimplemented creator.
+      NodeDef node = ValidNode(e.op);
+      s = SpecializedGradient(node, &f);
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << e.op << ": " << s;
       EXPECT_NE(s.message().find("not implemented"), std::string::npos) << s;
     }
     EXPECT_NE(std::string(e.rule), "") << e.op;

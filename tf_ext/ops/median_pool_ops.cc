@@ -117,7 +117,10 @@ absl::Status MedianPool2DGradShapeFn(InferenceContext* c) {
   TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(kMedianPool2DGrad, AttrSlice(&attrs), &a));
   TF_RETURN_IF_ERROR(
       ValidateMedianPool2DGradShapes(kMedianPool2DGrad, a, InputShape(c, 0), InputShape(c, 1)));
-  c->set_output(0, c->input(0));
+  // dx has x's shape; x is 4-D (validated above), so an unknown-rank x still gives rank 4.
+  shape_inference::ShapeHandle dx;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &dx));
+  c->set_output(0, dx);
   return absl::OkStatus();
 }
 
