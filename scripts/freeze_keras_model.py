@@ -27,6 +27,7 @@ DIR receives:
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -135,16 +136,19 @@ def inline_function_calls(graph_def):
     raise ValueError("function calls nested over 100 deep")
 
 
-def reference_gradient(graph_def, in_name, x_val):
-    """TensorFlow's Python gradient of the frozen graph: (y, dy/dx) as numpy arrays."""
+def reference_gradient(graph_def, in_name, x_val, copy=True):
+    """TensorFlow's Python gradient of the frozen graph: (y, dy/dx) as numpy arrays.
+    copy=False lets it modify graph_def (saves a copy of the constants)."""
     import tensorflow as tf
 
     # IdentityN nodes made by tf.custom_gradient (Keras' swish) name a Python gradient closure
     # of the original trace (_gradient_op_type), unusable outside it: drop it, so Python uses
     # IdentityN's stock pass-through gradient and differentiates the forward ops themselves.
-    copy = type(graph_def)()
-    copy.CopyFrom(graph_def)
-    ref_graph = inline_function_calls(copy)
+    if copy:
+        graph_def, original = type(graph_def)(), graph_def
+        graph_def.CopyFrom(original)
+    ref_graph = inline_function_calls(graph_def)
+    del graph_def
     for n in ref_graph.node:
         n.attr.pop("_gradient_op_type", None)
 
@@ -184,9 +188,18 @@ def main(argv=None):
         graph_def = graph_pb2.GraphDef()
         graph_def.ParseFromString(open(os.path.join(args.out, "model.pb"), "rb").read())
         x_val = np.load(os.path.join(args.out, "input.npy"))
-        info = _json.load(open(os.path.join(args.out, "info.json")))
-        y, dy_dx = reference_gradient(graph_def, info["x"], x_val)
-        np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx, y=np.float32(y))
+        info_path = os.path.join(args.out, "info.json")
+        if os.path.exists(info_path):
+            x_name = _json.load(open(info_path))["x"]
+        else:  # called by the freezing process, before it writes info.json
+            x_name = next(n.name for n in graph_def.node if n.op == "Placeholder")
+        y, dy_dx = reference_gradient(graph_def, x_name, x_val, copy=False)
+        extra = {}
+        keras_y_path = os.path.join(args.out, "keras_y.npy")
+        if os.path.exists(keras_y_path):
+            extra["keras_y"] = np.load(keras_y_path)
+            os.remove(keras_y_path)
+        np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx, y=np.float32(y), **extra)
         return 0
 
     import tensorflow as tf
@@ -226,28 +239,33 @@ def main(argv=None):
                 n.input[i] = s.replace(out_name, "y")
     t_freeze = time.time() - t0
 
-    t1 = time.time()
-    keras_y = forward(tf.constant(x_val))
-
-    if args.no_reference:
-        y, dy_dx = keras_y.numpy(), np.zeros_like(x_val)
-    else:
-        y, dy_dx = reference_gradient(graph_def, in_name, x_val)
-    t_grad = time.time() - t1
+    keras_y = np.float32(forward(tf.constant(x_val)).numpy())
 
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "model.pb"), "wb") as f:
         f.write(graph_def.SerializeToString())
     np.save(os.path.join(args.out, "input.npy"), x_val)
-    np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx, y=np.float32(y),
-             keras_y=np.float32(keras_y.numpy()))
     op_types = sorted({n.op for n in graph_def.node} |
                       {n.op for f in graph_def.library.function for n in f.node_def})
     info = dict(model=args.model, size=args.size, batch=args.batch, training=args.training,
                 x=in_name, y="y", input_shape=list(x_val.shape), nodes=len(graph_def.node),
                 functions=len(graph_def.library.function), op_types=op_types,
-                params=int(model.count_params()), freeze_s=round(t_freeze, 2),
-                python_grad_s=round(t_grad, 2))
+                params=int(model.count_params()), freeze_s=round(t_freeze, 2))
+    # The reference runs in its own process: the model, its variables and the traced and frozen
+    # graphs stay here otherwise, and the largest models (ConvNeXtXLarge, 350M parameters) then
+    # do not fit in memory beside the reference's own copies of the constants.
+    t1 = time.time()
+    if args.no_reference:
+        np.savez(os.path.join(args.out, "expected.npz"), dy_dx=np.zeros_like(x_val),
+                 y=keras_y, keras_y=keras_y)
+    else:
+        np.save(os.path.join(args.out, "keras_y.npy"), keras_y)
+        del model, frozen, concrete, fn, graph_def, trainable, non_trainable
+        import gc
+        gc.collect()
+        subprocess.run([sys.executable, os.path.abspath(__file__), args.out, "--out=" + args.out,
+                        "--reference_only"], check=True)
+    info["python_grad_s"] = round(time.time() - t1, 2)
     with open(os.path.join(args.out, "info.json"), "w") as f:
         json.dump(info, f, indent=1)
     print(json.dumps({k: v for k, v in info.items() if k != "op_types"}))
