@@ -11,6 +11,7 @@
 #include "tensorflow/core/util/bcast.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 #include "tests/test_util.h"

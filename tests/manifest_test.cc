@@ -14,6 +14,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
 namespace {

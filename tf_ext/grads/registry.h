@@ -7,9 +7,9 @@
 //     SymbolicGradient node calling (1). cc/framework's AddSymbolicGradients and the C API's
 //     TF_AddGradients (and the language bindings built on it) use this registry.
 // TF_EXT_REGISTER_NO_GRADIENT("TfExt>Foo") marks Foo non-differentiable in both.
-// Python's registry lives in Python; python/tf_ext bridges it with SpecializedGradient below
-// (also reachable as the TfExt>GradientFunctionDef op and the C function
-// TfExtGradientFunctionDef).
+// Python's registry lives in Python; python/tf_ext bridges it with SpecializedGradient
+// (specialize.h; also reachable as the TfExt>GradientFunctionDef op and the C function
+// TfExtGradientFunctionDef, c_api.h).
 //
 // Registering an op that already has a gradient logs a warning and keeps the first one
 // (TensorFlow itself would abort the process). That alone does not make a second copy of an
@@ -18,8 +18,6 @@
 // at load time and fails that load with an error naming both paths, registering neither
 // kernels nor gradients (tf_ext/kernels/single_copy.h); the first copy stays usable.
 //
-// SpecializedGradient and the C entry points validate the NodeDef against its OpDef first
-// (tf_ext/grads/node_validation.h): no gradient creator sees unchecked attrs.
 #ifndef TF_EXT_GRADS_REGISTRY_H_
 #define TF_EXT_GRADS_REGISTRY_H_
 
@@ -52,12 +50,6 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
                                         const std::vector<Output>& grad_inputs,
                                         std::vector<Output>* grad_outputs);
 
-// The gradient FunctionDef of `node`'s op, specialised to node's attrs: no attr placeholders
-// left, named uniquely per (op, attrs). Fails with NotFound if the op has no gradient creator
-// and InvalidArgument if it is registered as non-differentiable. Works for any op whose
-// gradient is in the function registry (tf_ext's, TensorFlow's or a third party's).
-absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef);
-
 // Surrogate forwards. Some gradients are by design not the derivative of their op's forward
 // (a straight-through estimator, gradient reversal). For those, the op may register a
 // surrogate forward: a function with the op's own signature whose true derivative IS the
@@ -65,8 +57,6 @@ absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef);
 // (CheckGradient, tf_ext_grad --check) difference the surrogate instead of the op, so the
 // C++ gradient is still verified against finite differences.
 bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator);
-// The surrogate forward of `node`'s op specialised to its attrs (NotFound if it has none).
-absl::Status SpecializedSurrogateForward(const NodeDef& node, FunctionDef* fdef);
 
 // Whether op_type has: a gradient creator / an explicit no-gradient / nothing / a gradient
 // registered as not implemented (`message`, when given, receives its message).
@@ -86,20 +76,5 @@ GradientKind LookupGradientKind(const std::string& op_type, std::string* message
   static const bool tf_ext_grad_registered_##ctr [[maybe_unused]] =            \
       (fn) == nullptr ? ::tensorflow::tf_ext::RegisterNoGradient(op_type)      \
                       : ::tensorflow::tf_ext::RegisterGradient(op_type, (fn))
-
-// C entry point (for ctypes/FFI users): serialized NodeDef in, serialized FunctionDef out.
-// Returns 0 on success; otherwise 1 with a message in `error` (NUL-terminated, at most
-// error_len bytes; `error` may be NULL) and *function_def = NULL. Garbage bytes, NULL
-// pointers, lengths over INT_MAX, unknown ops and attrs that do not fit the OpDef are such
-// errors. The output buffer is malloc'ed; free it with TfExtFree.
-extern "C" {
-int TfExtGradientFunctionDef(const void* node_def, size_t node_def_len, void** function_def,
-                             size_t* function_def_len, char* error, size_t error_len);
-void TfExtFree(void* p);
-// LookupGradientKind for FFI users: returns the GradientKind value (0 function, 1 none,
-// 2 missing, 3 unimplemented); for 3 the message is copied to `message` (NUL-terminated).
-// A NULL op_type returns -1 with a message.
-int TfExtGradientKind(const char* op_type, char* message, size_t message_len);
-}
 
 #endif  // TF_EXT_GRADS_REGISTRY_H_

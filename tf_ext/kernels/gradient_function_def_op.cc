@@ -4,6 +4,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 #include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 

@@ -15,6 +15,7 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/session.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 #include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::testing {

@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 #include "tf_ext/testing/tensor_doubles.h"
 #include "tf_ext/tools/npy_io.h"
 #include "tf_ext_python_gradients.h"

@@ -1,0 +1,28 @@
+#include "tf_ext/grads/side_table.h"
+
+namespace tensorflow::tf_ext {
+
+void SideTable::Insert(const std::string& op_type, gradient::Creator creator) const {
+  gradient::Creator existing;
+  if (gradient::GetOpGradientCreator(Key(op_type), &existing).ok()) return;
+  gradient::RegisterOp(Key(op_type), std::move(creator));
+}
+
+bool SideTable::Find(const std::string& op_type, gradient::Creator* creator) const {
+  gradient::Creator found;
+  if (!gradient::GetOpGradientCreator(Key(op_type), &found).ok() || !found) return false;
+  *creator = std::move(found);
+  return true;
+}
+
+const SideTable& SurrogateForwards() {
+  static const SideTable* table = new SideTable("surrogate_forward");
+  return *table;
+}
+
+const SideTable& UnimplementedGradients() {
+  static const SideTable* table = new SideTable("unimplemented");
+  return *table;
+}
+
+}  // namespace tensorflow::tf_ext
