@@ -4,7 +4,8 @@
     y = tf_ext.zero_out(x, preserve_index=2)   # differentiable with GradientTape/tf.gradients
 
 The op library is loaded on first use (see tf_ext._loader for where it is looked up; set
-TF_EXT_LIBRARY to choose one). `register_cpp_gradients` makes the C++ gradients of any other
+TF_EXT_LIBRARY to choose one), and its C++ gradients then bridged into Python's gradient
+registry (tf_ext._bridge). `register_cpp_gradients` makes the C++ gradients of any other
 custom-op library usable from Python the same way.
 
 Importing checks first that the running TensorFlow is the release the op library was built
@@ -16,15 +17,19 @@ from tf_ext import _loader
 _loader.check_tensorflow_version()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_ext._bridge import GradientNotImplementedError, GradientStatus, register_cpp_gradients
+from tf_ext._bridge import (
+    GradientNotImplementedError,
+    GradientStatus,
+    library,
+    library_path,
+    op_names,
+    register_cpp_gradients,
+)
 from tf_ext._loader import (
     LibraryLoadError,
     TensorFlowVersionError,
     TensorFlowVersionWarning,
     build_info,
-    library,
-    library_path,
-    op_names,
 )
 from tf_ext.registries import unify_cpp_gradient_registries
 from tf_ext.ops import (

@@ -19,11 +19,14 @@ it raises a LookupError that names the op and the node type lacking a gradient. 
 gradient that C++ registers as not implemented (tf_ext's dedicated backward ops, such as
 TfExt>RoiPoolGrad: their gradient would be a second derivative of TfExt>RoiPool), it raises
 GradientNotImplementedError carrying the C++ message instead.
+
+library() is the op library with its gradients bridged: tf_ext.library() and every function of
+tf_ext.ops go through it. Layering: this module calls tf_ext._loader (which only loads) and
+_c_api; neither imports this module. Private TensorFlow APIs are reached through _tf_compat.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import types
@@ -31,18 +34,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import tensorflow as tf
-from tensorflow.core.framework import function_pb2
-from tensorflow.core.framework import node_def_pb2
-from tensorflow.core.function.polymorphism import function_type as function_type_lib
-from tensorflow.python.eager import context
-from tensorflow.python.eager import record
-from tensorflow.python.eager.polymorphic_function import concrete_function
-from tensorflow.python.framework import function_def_to_graph
-from tensorflow.python.framework import op_def_library
-from tensorflow.python.framework import op_def_registry
-from tensorflow.python.framework import ops
 
-from tf_ext import _loader
+from tf_ext import _c_api, _loader, _tf_compat
+from tf_ext._c_api import GradientKind
 
 # What register_cpp_gradients did with an op type:
 #   "bridged"        its C++ gradient is now its Python gradient;
@@ -53,9 +47,9 @@ from tf_ext import _loader
 #   "python"         it already had a Python gradient (or no-gradient): left alone.
 GradientStatus = Literal["bridged", "no_gradient", "missing", "unimplemented", "python"]
 
-# TfExtGradientKind's answers (tf_ext/grads/registry.h, enum GradientKind).
-_KINDS: dict[int, GradientStatus] = {
-    0: "bridged", 1: "no_gradient", 2: "missing", 3: "unimplemented"}
+_STATUS_OF_KIND: dict[GradientKind, GradientStatus] = {
+    GradientKind.FUNCTION: "bridged", GradientKind.NONE: "no_gradient",
+    GradientKind.MISSING: "missing", GradientKind.UNIMPLEMENTED: "unimplemented"}
 
 
 class GradientNotImplementedError(tf.errors.UnimplementedError, NotImplementedError):
@@ -67,7 +61,9 @@ class GradientNotImplementedError(tf.errors.UnimplementedError, NotImplementedEr
     """
 
 
+# Guards the state below; taken before _loader's lock, never after (_loader never calls here).
 _lock = threading.RLock()
+_ready = False  # tf_ext's own library is loaded and its gradients bridged
 _status: dict[str, GradientStatus] = {}
 _unimplemented: dict[str, str] = {}  # op type -> the C++ registry's message
 _cache: dict[bytes, "_Specialised"] = {}
@@ -88,9 +84,37 @@ def register_cpp_gradients(
       op type -> what was done (see GradientStatus). Idempotent: a second call changes nothing.
     """
     names = _op_names_of(library_or_op_names)
-    _loader.library()  # load tf_ext's library (and take its lock) before ours: no lock cycle
+    library()  # the bridge itself needs tf_ext's library (its ops and C entry points)
     with _lock:
         return {name: _register(name) for name in names}
+
+
+def library() -> types.ModuleType:
+    """tf_ext's op library module (tf.load_op_library's), loaded and with its C++ gradients
+    bridged into Python's registry on the first call; other threads wait until that is done.
+    """
+    global _ready
+    if _ready:
+        return _loader.load()
+    with _lock:
+        module = _loader.load()
+        if not _ready:
+            for name in _loader.op_names():
+                _register(name)
+            _ready = True
+        return module
+
+
+def library_path() -> str:
+    """The canonical path of tf_ext's op library (loaded and bridged, as by library())."""
+    library()
+    return _loader.library_path()
+
+
+def op_names() -> tuple[str, ...]:
+    """Op types tf_ext's library registers (loaded and bridged, as by library())."""
+    library()
+    return _loader.op_names()
 
 
 def cache_size() -> int:
@@ -116,21 +140,7 @@ def _op_names_of(
 
 
 def _op_names_of_module(module: types.ModuleType) -> list[str]:
-    op_list = getattr(module, "OP_LIST", None)  # present in older TensorFlow releases
-    if op_list is not None:
-        return [op.name for op in op_list.op]
-    # TF 2.21's generated wrappers carry their op type as a constant ("TfExt>ZeroOut" or
-    # b"TfExt>ZeroOut"); keep the constants that name registered ops.
-    names: list[str] = []
-    for value in vars(module).values():
-        if not inspect.isfunction(value) or value.__module__ != module.__name__:
-            continue
-        for const in inspect.unwrap(value).__code__.co_consts:
-            if isinstance(const, bytes):
-                const = const.decode("utf-8", "replace")
-            if (isinstance(const, str) and const not in names and
-                    op_def_registry.get(const) is not None):
-                names.append(const)
+    names = _tf_compat.module_op_names(module)
     if not names:
         raise ValueError(
             f"register_cpp_gradients: module {module.__name__} wraps no registered op; was "
@@ -139,28 +149,20 @@ def _op_names_of_module(module: types.ModuleType) -> list[str]:
     return names
 
 
-def _has_python_gradient(op_type: str) -> bool:
-    try:
-        ops._gradient_registry.lookup(op_type)  # pylint: disable=protected-access
-    except LookupError:
-        return False
-    return True  # a gradient function, or None from tf.no_gradient
-
-
 def _register(op_type: str) -> GradientStatus:
     if op_type in _status:
         return _status[op_type]
     status: GradientStatus
-    if _has_python_gradient(op_type):
+    if _tf_compat.has_python_gradient(op_type):
         status = "python"
     else:
         status = _probe(op_type)
         if status == "bridged":
-            ops.RegisterGradient(op_type)(_bridged_gradient)
+            tf.RegisterGradient(op_type)(_bridged_gradient)
         elif status == "no_gradient":
-            ops.no_gradient(op_type)
+            tf.no_gradient(op_type)
         elif status == "unimplemented":
-            ops.RegisterGradient(op_type)(_unimplemented_gradient)
+            tf.RegisterGradient(op_type)(_unimplemented_gradient)
     _status[op_type] = status
     return status
 
@@ -168,13 +170,10 @@ def _register(op_type: str) -> GradientStatus:
 def _probe(op_type: str) -> GradientStatus:
     """Asks the C++ registries what kind of gradient op_type has (the library's C entry point
     TfExtGradientKind: no gradient creator runs, nothing is logged)."""
-    kind, message = _loader.c_gradient_kind(op_type)
-    if kind not in _KINDS:
-        raise RuntimeError(f"register_cpp_gradients: TfExtGradientKind({op_type!r}) returned "
-                           f"unknown kind {kind}; is the op library newer than this package?")
-    if _KINDS[kind] == "unimplemented":
+    kind, message = _c_api.gradient_kind(op_type)
+    if kind == GradientKind.UNIMPLEMENTED:
         _unimplemented[op_type] = message
-    return _KINDS[kind]
+    return _STATUS_OF_KIND[kind]
 
 
 def _unimplemented_error(op_type: str, context: str = "") -> GradientNotImplementedError:
@@ -190,40 +189,21 @@ def _unimplemented_gradient(op: Any, *unused_grads: tf.Tensor | None) -> list[tf
     raise _unimplemented_error(op.type)
 
 
-def _run_gradient_function_def(node_def: node_def_pb2.NodeDef) -> function_pb2.FunctionDef:
+def _run_gradient_function_def(node_def: _tf_compat.NodeDef) -> _tf_compat.FunctionDef:
     """Runs TfExt>GradientFunctionDef eagerly, whatever the calling context: gradient
     functions run while a graph (TF1, tf.function) is being built."""
     global _function_def_calls
-    lib = _loader.library()
-    with ops.init_scope(), context.eager_mode(), tf.device("/CPU:0"):
+    lib = _loader.load()
+    with _tf_compat.eager_scope(), tf.device("/CPU:0"):
         _function_def_calls += 1
         data = lib.tf_ext_gradient_function_def(node_def.SerializeToString()).numpy()
-    return function_pb2.FunctionDef.FromString(data)
-
-
-def _node_def(op: Any) -> node_def_pb2.NodeDef:
-    """The forward node as a NodeDef: op type + attrs (internal "_" attrs dropped)."""
-    node = node_def_pb2.NodeDef(op=op.type)
-    if isinstance(op, ops.Operation):  # graph mode and tf.function: the real NodeDef
-        for name, value in op.node_def.attr.items():
-            if not name.startswith("_"):
-                node.attr[name].CopyFrom(value)
-        return node
-    # Eager GradientTape passes a stand-in with the attrs as a flat (name, value, ...) tuple;
-    # the OpDef gives each attr's type for the AttrValue encoding.
-    op_def = op_def_registry.get(op.type)
-    types_by_name = {a.name: a.type for a in op_def.attr} if op_def else {}
-    for name in op.attrs[::2]:
-        if name in types_by_name and not name.startswith("_"):
-            node.attr[name].CopyFrom(op_def_library.value_to_attr_value(
-                op.get_attr(name), types_by_name[name], name))
-    return node
+    return _tf_compat.FunctionDef.FromString(data)
 
 
 class _Specialised:
     """One (op type, attrs)'s C++ gradient: its FunctionDef and a callable built from it."""
 
-    def __init__(self, op_type: str, fdef: function_pb2.FunctionDef) -> None:
+    def __init__(self, op_type: str, fdef: _tf_compat.FunctionDef) -> None:
         self.op_type, self.fdef = op_type, fdef
         self.retired: list[Callable[..., list[tf.Tensor]]] = []
         self.fn: Callable[..., list[tf.Tensor]] | None = None
@@ -236,20 +216,19 @@ class _Specialised:
             # poisons later remote calls.
             self.retired.append(self.fn)
         self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef)
-        self.server_def = context.context().get_server_def()
+        self.server_def = _tf_compat.server_def()
 
     def current(self) -> Callable[..., list[tf.Tensor]]:
         # Functions registered before connecting to a cluster (set_server_def) never reach
         # the remote workers, and a reset context forgets them: rebuild from the kept
         # FunctionDef then (no new C++ request). tf.function has the same limitation.
-        ctx = context.context()
-        if ctx.get_server_def() is not self.server_def or not ctx.has_function(
-                self.function_name):
+        if (_tf_compat.server_def() is not self.server_def or
+                not _tf_compat.context_has_function(self.function_name)):
             self._build()
         return self.fn
 
 
-def _specialised(node: node_def_pb2.NodeDef) -> Callable[..., list[tf.Tensor]]:
+def _specialised(node: _tf_compat.NodeDef) -> Callable[..., list[tf.Tensor]]:
     key = node.SerializeToString(deterministic=True)
     with _lock:
         entry = _cache.get(key)
@@ -262,31 +241,22 @@ def _specialised(node: node_def_pb2.NodeDef) -> Callable[..., list[tf.Tensor]]:
 
 def _callable_gradient(
         op_type: str,
-        fdef: function_pb2.FunctionDef) -> tuple[Callable[..., list[tf.Tensor]], str]:
+        fdef: _tf_compat.FunctionDef) -> tuple[Callable[..., list[tf.Tensor]], str]:
     """The FunctionDef as a callable ConcreteFunction (and the name it has in the eager
     context), made non-differentiable with a clear error if one of its nodes has no gradient
     or one registered as not implemented."""
     lacking, unimplemented = [], []
     for node_type in sorted({n.op for n in fdef.node_def}):
         # Body ops with a C++ gradient (tf_ext's or a third party's) get bridged too.
-        if not _has_python_gradient(node_type) and op_def_registry.get(node_type) is not None:
+        if (not _tf_compat.has_python_gradient(node_type) and
+                _tf_compat.is_registered_op(node_type)):
             _register(node_type)
         if _status.get(node_type) == "unimplemented":
             unimplemented.append(node_type)
-        elif not _has_python_gradient(node_type):
+        elif not _tf_compat.has_python_gradient(node_type):
             lacking.append(node_type)
 
-    with ops.Graph().as_default():  # build away from any graph under construction
-        graph = function_def_to_graph.function_def_to_graph(fdef)
-    graph.structured_input_signature = (
-        tuple(tf.TensorSpec(None, t.dtype) for t in graph.inputs), {})
-    graph.structured_outputs = list(graph.outputs)
-    function_type = function_type_lib.from_structured_signature(
-        graph.structured_input_signature, graph.structured_outputs,
-        graph.function_captures.capture_types)
-    gradient = concrete_function.ConcreteFunction.from_func_graph(
-        graph, function_type, attrs={})
-    name = gradient.name.decode() if isinstance(gradient.name, bytes) else gradient.name
+    gradient, name = _tf_compat.function_from_def(fdef)
     if not lacking and not unimplemented:
         return (lambda *args: list(gradient(*args))), name
 
@@ -307,7 +277,7 @@ def _callable_gradient(
             raise error()
         # Unrecorded: under a tape the ConcreteFunction would build its own backward (and fail
         # with TensorFlow's less specific message) even if nobody asks for it.
-        with record.stop_recording():
+        with _tf_compat.stop_recording():
             results = list(gradient(*args))
         return results, fail
 
@@ -316,7 +286,7 @@ def _callable_gradient(
 
 def _bridged_gradient(op: Any, *grads: tf.Tensor | None) -> list[tf.Tensor]:
     """The Python gradient of every bridged op: calls its specialised C++ gradient."""
-    fn = _specialised(_node_def(op))
+    fn = _specialised(_tf_compat.node_def_of(op))
     # An output nobody differentiated arrives as None; the C++ gradient expects zeros.
     args: list[tf.Tensor] = list(op.inputs)
     args += [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]

@@ -1,4 +1,8 @@
-"""Finds and loads tf_ext's op library, once per process.
+"""Finds and loads tf_ext's op library, once per process; nothing else.
+
+Loading registers the library's ops and C++ gradients with TensorFlow's C++ registries only.
+Python's gradient registry is filled by tf_ext._bridge, which calls this module (never the
+other way round: this module imports no other tf_ext module but _tf_compat).
 
 The library is looked up, in order, at
   1. $TF_EXT_LIBRARY (a path to the .so), if set;
@@ -19,7 +23,6 @@ wrappers (the ops were registered by the first load), so every caller must use o
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -28,8 +31,8 @@ import types
 import warnings
 
 import tensorflow as tf
-from tensorflow.core.framework import op_def_pb2
-from tensorflow.python.client import pywrap_tf_session
+
+from tf_ext import _tf_compat
 
 LIBRARY_ENV = "TF_EXT_LIBRARY"
 # Set to 1 to import tf_ext under a TensorFlow it was not built for (at your own risk).
@@ -38,11 +41,10 @@ LIBRARY_NAME = "_tf_ext_ops.so"
 _BUILD_INFO = "_build_info.json"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-_lock = threading.RLock()
+_lock = threading.Lock()
 _module: types.ModuleType | None = None
 _path: str | None = None
 _op_names: tuple[str, ...] = ()
-_ready = False
 
 
 class LibraryLoadError(ImportError):
@@ -149,17 +151,8 @@ def _version_note() -> str:
 
 
 def op_names_in(path: str) -> tuple[str, ...]:
-    """Op types registered by the op library at `path` (loading it if needed).
-
-    TF 2.21's tf.load_op_library module has no OP_LIST; this asks TensorFlow's loader, which
-    caches the list per path, the same way tf.load_op_library builds its wrappers.
-    """
-    handle = pywrap_tf_session.TF_LoadLibrary(path)
-    try:
-        op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetOpList(handle))
-    finally:
-        pywrap_tf_session.TF_DeleteLibraryHandle(handle)
-    return tuple(op.name for op in op_list.op)
+    """Op types registered by the op library at `path` (loading it if needed)."""
+    return _tf_compat.library_op_names(path)
 
 
 def _load() -> None:
@@ -182,53 +175,32 @@ def _load() -> None:
         raise LibraryLoadError(
             f"tf_ext: op library {path} registered no ops: was the same library already "
             f"loaded from another path? ({_version_note()})")
-    _module, _path, _op_names = module, path, names
+    _path, _op_names = path, names
+    _module = module  # last: load()'s unlocked fast path reads _module first
 
 
-def library() -> types.ModuleType:
-    """The loaded op library's module (tf.load_op_library's), loading it on first use.
+def load() -> types.ModuleType:
+    """The op library's module (tf.load_op_library's), loading it on the first call.
 
-    The first call also bridges the library's C++ gradients into Python's registry; other
-    threads wait until that is done.
+    Only loads: the ops' Python gradients are registered by tf_ext._bridge.library() (which
+    tf_ext.library() and every function of tf_ext.ops go through).
     """
-    global _module, _ready
-    if _ready:
-        return _module  # type: ignore[return-value]
+    if _module is not None:
+        return _module
     with _lock:
         if _module is None:
             _load()
-            from tf_ext import _bridge  # pylint: disable=g-import-not-at-top
-            try:
-                _bridge.register_cpp_gradients(list(_op_names))
-            except BaseException:
-                _module = None
-                raise
-            _ready = True
-        # Also reached re-entrantly by the bridging step above (RLock), before _ready is set.
-        return _module
+        return _module  # type: ignore[return-value]
 
 
 def library_path() -> str:
-    """The canonical path of the loaded op library (loads it if needed)."""
-    library()
+    """The canonical path of the op library (loads it if needed)."""
+    load()
     return _path  # type: ignore[return-value]
 
 
-def c_gradient_kind(op_type: str) -> tuple[int, str]:
-    """Calls the library's C entry point TfExtGradientKind: what kind of gradient the C++
-    registries hold for op_type (any library's op, not only tf_ext's). Returns (kind, message):
-    kind 0 a gradient function, 1 registered as not differentiable, 2 nothing registered,
-    3 registered as not implemented, with the registered message (else "")."""
-    c_lib = ctypes.CDLL(library_path())  # the already loaded library: dlopen is idempotent
-    fn = c_lib.TfExtGradientKind
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    message = ctypes.create_string_buffer(4096)
-    kind = fn(op_type.encode("utf-8"), message, len(message))
-    return kind, message.value.decode("utf-8", "replace")
-
-
 def op_names() -> tuple[str, ...]:
-    """Op types the loaded library registers, e.g. ("TfExt>GradientFunctionDef", ...)."""
-    library()
+    """Op types the library registers, e.g. ("TfExt>GradientFunctionDef", ...) (loads it if
+    needed)."""
+    load()
     return _op_names

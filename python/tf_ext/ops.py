@@ -22,7 +22,7 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from tf_ext import _loader
+from tf_ext import _bridge, _loader
 
 TensorLike = Union[tf.Tensor, tf.Variable, np.ndarray, float, int, Sequence[Any]]
 
@@ -37,7 +37,7 @@ class OpNotInLibraryError(NotImplementedError):
 
 
 def _wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
-    fn = getattr(_loader.library(), python_name, None)
+    fn = getattr(_bridge.library(), python_name, None)  # loaded, gradients bridged
     if fn is None:
         raise OpNotInLibraryError(
             f"{op_type} is not in the loaded op library {_loader.library_path()} (it has "

@@ -11,10 +11,9 @@ custom ops' C++ gradients into it.
 
 from __future__ import annotations
 
-import ctypes
 import re
 
-from tf_ext import _loader
+from tf_ext import _c_api
 
 
 def unify_cpp_gradient_registries() -> dict[str, dict[str, int]]:
@@ -27,16 +26,9 @@ def unify_cpp_gradient_registries() -> dict[str, dict[str, int]]:
 
     Raises RuntimeError with the C++ message if the unification fails.
     """
-    c_lib = ctypes.CDLL(_loader.library_path())  # already loaded: dlopen is idempotent
-    fn = c_lib.TfExtUnifyGradientRegistries
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    report = ctypes.create_string_buffer(1 << 16)
-    if fn(report, len(report)) != 0:
-        raise RuntimeError("unifying the C++ gradient registries failed: " +
-                           report.value.decode("utf-8", "replace"))
+    report = _c_api.unify_gradient_registries()
     counts = {}
-    for line in report.value.decode("utf-8").splitlines():
+    for line in report.splitlines():
         m = re.match(r"(before|after)\s*: (\d+) ops; both registries (\d+), function only (\d+), "
                      r"client only (\d+), neither (\d+)", line)
         if m:

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ext
-from tf_ext import _bridge, _loader, ops
+from tf_ext import _tf_compat, ops
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -92,7 +92,7 @@ def test_ops_with_python_gradients_are_left_alone():
 
 def test_ops_without_cpp_gradient_stay_unregistered():
     assert tf_ext.register_cpp_gradients(["TfExt>NoSuchOp"]) == {"TfExt>NoSuchOp": "missing"}
-    assert not _bridge._has_python_gradient("TfExt>NoSuchOp")
+    assert not _tf_compat.has_python_gradient("TfExt>NoSuchOp")
 
 
 def test_module_without_ops_is_rejected():
@@ -132,7 +132,6 @@ def test_first_load_is_thread_safe():
         import threading
         import tensorflow as tf
         import tf_ext
-        from tf_ext import _loader
         results, errors = [], []
         def work(i):
             try:
@@ -140,7 +139,7 @@ def test_first_load_is_thread_safe():
                 with tf.GradientTape() as t:
                     t.watch(x)
                     y = tf_ext.zero_out(x, preserve_index=i % 3)
-                results.append((id(_loader.library()), t.gradient(y, x).numpy().tolist()))
+                results.append((id(tf_ext.library()), t.gradient(y, x).numpy().tolist()))
             except Exception as e:
                 errors.append(repr(e))
         threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 import numpy_refs as ref
 import tf_ext
-from tf_ext import _bridge
+from tf_ext import _bridge, _c_api
+from tf_ext._c_api import GradientKind
 from conftest import hvp
 
 FLOATS = [np.float32, np.float64]
@@ -118,9 +119,10 @@ def test_first_order_under_nested_tapes_still_works():
 
 
 def test_status_and_message_come_from_the_cpp_registry():
-    kind, message = tf_ext._loader.c_gradient_kind("TfExt>PsRoiAlignGrad")
-    assert kind == 3 and "second-order gradients of TfExt>PsRoiAlign" in message
-    assert tf_ext._loader.c_gradient_kind("TfExt>PsRoiAlign") == (0, "")
-    assert tf_ext._loader.c_gradient_kind("TfExt>GradientFunctionDef") == (1, "")
-    assert tf_ext._loader.c_gradient_kind("TfExt>NoSuchOp") == (2, "")
+    kind, message = _c_api.gradient_kind("TfExt>PsRoiAlignGrad")
+    assert kind is GradientKind.UNIMPLEMENTED
+    assert "second-order gradients of TfExt>PsRoiAlign" in message
+    assert _c_api.gradient_kind("TfExt>PsRoiAlign") == (GradientKind.FUNCTION, "")
+    assert _c_api.gradient_kind("TfExt>GradientFunctionDef") == (GradientKind.NONE, "")
+    assert _c_api.gradient_kind("TfExt>NoSuchOp") == (GradientKind.MISSING, "")
     assert _bridge._status["TfExt>PsRoiAlignGrad"] == "unimplemented"

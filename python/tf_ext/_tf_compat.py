@@ -1,0 +1,155 @@
+"""Every private TensorFlow API tf_ext uses, in one place (tested against TensorFlow 2.21).
+
+TensorFlow's public API has no way to list a library's ops, to build a callable from a
+FunctionDef, or to read Python's gradient registry; tf_ext needs all three and a few more.
+Those uses live here and nowhere else (tests/python/test_layering.py fails if another module
+of the package imports tensorflow.python or tensorflow.core), so a TensorFlow upgrade that
+moves or changes them touches this file only. Each function states what it relies on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import function_pb2
+from tensorflow.core.framework import node_def_pb2
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.core.function.polymorphism import function_type as function_type_lib
+from tensorflow.python.client import pywrap_tf_session
+from tensorflow.python.eager import context
+from tensorflow.python.eager import record
+from tensorflow.python.eager.polymorphic_function import concrete_function
+from tensorflow.python.framework import function_def_to_graph
+from tensorflow.python.framework import op_def_library
+from tensorflow.python.framework import op_def_registry
+from tensorflow.python.framework import ops
+
+# Protocol buffer classes (tensorflow.core.framework; NodeDef is also tf.compat.v1.NodeDef,
+# FunctionDef has no public alias).
+NodeDef = node_def_pb2.NodeDef
+FunctionDef = function_pb2.FunctionDef
+
+
+def library_op_names(path: str) -> tuple[str, ...]:
+    """Op types registered by the op library at `path` (loading it if needed).
+
+    TF 2.21's tf.load_op_library module has no OP_LIST; this asks TensorFlow's loader
+    (pywrap_tf_session.TF_LoadLibrary / TF_GetOpList), which caches the list per path, the
+    same way tf.load_op_library builds its wrappers.
+    """
+    handle = pywrap_tf_session.TF_LoadLibrary(path)
+    try:
+        op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetOpList(handle))
+    finally:
+        pywrap_tf_session.TF_DeleteLibraryHandle(handle)
+    return tuple(op.name for op in op_list.op)
+
+
+def module_op_names(module: types.ModuleType) -> list[str]:
+    """Op types wrapped by a tf.load_op_library module ([] if none is registered).
+
+    Older releases give the module an OP_LIST; TF 2.21's generated wrappers carry their op
+    type as a code constant ("TfExt>ZeroOut" or b"TfExt>ZeroOut"): keep the constants that
+    name registered ops.
+    """
+    op_list = getattr(module, "OP_LIST", None)
+    if op_list is not None:
+        return [op.name for op in op_list.op]
+    names: list[str] = []
+    for value in vars(module).values():
+        if not inspect.isfunction(value) or value.__module__ != module.__name__:
+            continue
+        for const in inspect.unwrap(value).__code__.co_consts:
+            if isinstance(const, bytes):
+                const = const.decode("utf-8", "replace")
+            if isinstance(const, str) and const not in names and is_registered_op(const):
+                names.append(const)
+    return names
+
+
+def is_registered_op(op_type: str) -> bool:
+    """Whether op_type is in TensorFlow's op registry (op_def_registry.get)."""
+    return op_def_registry.get(op_type) is not None
+
+
+def has_python_gradient(op_type: str) -> bool:
+    """Whether Python's gradient registry has op_type: a gradient function, or None from
+    tf.no_gradient (ops._gradient_registry; the public API only registers)."""
+    try:
+        ops._gradient_registry.lookup(op_type)  # pylint: disable=protected-access
+    except LookupError:
+        return False
+    return True
+
+
+def node_def_of(op: Any) -> NodeDef:
+    """The forward node of a Python gradient function's `op` as a NodeDef: op type + attrs
+    (internal "_" attrs dropped).
+
+    In graph mode and tf.function `op` is a tf.Operation with its real NodeDef. Eager
+    GradientTape passes a stand-in whose `attrs` is a flat (name, value, ...) tuple; the
+    OpDef gives each attr's type for the AttrValue encoding (op_def_library).
+    """
+    node = NodeDef(op=op.type)
+    if isinstance(op, tf.Operation):
+        for name, value in op.node_def.attr.items():
+            if not name.startswith("_"):
+                node.attr[name].CopyFrom(value)
+        return node
+    op_def = op_def_registry.get(op.type)
+    types_by_name = {a.name: a.type for a in op_def.attr} if op_def else {}
+    for name in op.attrs[::2]:
+        if name in types_by_name and not name.startswith("_"):
+            node.attr[name].CopyFrom(op_def_library.value_to_attr_value(
+                op.get_attr(name), types_by_name[name], name))
+    return node
+
+
+@contextlib.contextmanager
+def eager_scope() -> Iterator[None]:
+    """Runs eagerly whatever the caller builds (a TF1 graph, a tf.function): tf.init_scope
+    plus context.eager_mode (the latter for processes that disabled eager execution)."""
+    with tf.init_scope(), context.eager_mode():
+        yield
+
+
+def stop_recording() -> contextlib.AbstractContextManager:
+    """Ops run inside are not recorded on any GradientTape (record.stop_recording)."""
+    return record.stop_recording()
+
+
+def function_from_def(fdef: FunctionDef) -> tuple[Callable[..., Any], str]:
+    """A FunctionDef as a callable ConcreteFunction (positional tensors in, a list of tensors
+    out) and the name it is registered under in the eager context. TensorFlow registers it
+    with the eager context on first call and adds it to every graph that calls it.
+
+    Relies on function_def_to_graph, function_type.from_structured_signature and
+    ConcreteFunction.from_func_graph (the way tf.function builds its own functions).
+    """
+    with tf.Graph().as_default():  # build away from any graph under construction
+        graph = function_def_to_graph.function_def_to_graph(fdef)
+    graph.structured_input_signature = (
+        tuple(tf.TensorSpec(None, t.dtype) for t in graph.inputs), {})
+    graph.structured_outputs = list(graph.outputs)
+    function_type = function_type_lib.from_structured_signature(
+        graph.structured_input_signature, graph.structured_outputs,
+        graph.function_captures.capture_types)
+    fn = concrete_function.ConcreteFunction.from_func_graph(graph, function_type, attrs={})
+    name = fn.name.decode() if isinstance(fn.name, bytes) else fn.name
+    return fn, name
+
+
+def server_def() -> Any:
+    """The eager context's cluster definition (None outside a cluster); a new object after
+    each tf.config.experimental_connect_to_cluster."""
+    return context.context().get_server_def()
+
+
+def context_has_function(name: str) -> bool:
+    """Whether the eager context still holds the function `name` (a reset forgets them)."""
+    return context.context().has_function(name)
