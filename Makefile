@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test cuda gradcheck models registries fuzz sanitize clean example pip-install wheel test-wheel test-install test-tf
+.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize clean example pip-install wheel test-wheel test-install test-tf
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -83,11 +83,17 @@ cuda: setup
 	$(BAZEL) build --config=cuda //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
 	$(PYTHON_BIN_PATH) -c "import tensorflow as tf; lib = tf.load_op_library('$$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so'); assert list(lib.tf_ext_zero_out([1., 2.], preserve_index=1).numpy()) == [0., 2.]; print('cuda: op library with CUDA kernels builds and loads')"
 
+# README.md's op table, regenerated from the ops' declarations (tf_ext/grads/*_grad.cc).
+docs: setup
+	$(BAZEL) build //tf_ext:_tf_ext_ops.so
+	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
+	  $(PYTHON_BIN_PATH) $(ROOT)/scripts/op_table.py --write
+
 # tf_ext_gradcheck over tf_ext's library and over TensorFlow's own FDH gradients.
 TF_CORE_OPS := Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Cos,Neg,Reciprocal,Asin,Acos,Atan,Atanh,Asinh,Acosh,Sinh,Cosh,Log1p,Expm1,Maximum,Minimum,SquaredDifference,Pow,MatMul,BatchMatMulV2,Sum,Mean,Max,Softmax,LogSoftmax,Relu,Conv2D,MaxPool,AvgPool,BiasAdd,Transpose,Reshape,Sign,Softplus,Erf,Tile
 gradcheck: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
-	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/gradcheck_spec.txt
+	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
 
 # Seeded random and hostile calls of every op (forward and backward ops, eager, tf.function,

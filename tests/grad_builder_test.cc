@@ -148,7 +148,7 @@ REGISTER_TEST_KERNELS(double);
 absl::Status ExpoGrad(const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b("TfExtTest>Expo", attrs);
   // d/dx exp(x) = exp(x) = y: dx = dy * y (y recomputed by UnaryCwise).
-  b.UnaryCwise({{{"dx"}, "Mul", {Grad("y"), "y"}, b.Forward({"T"})}});
+  b.UnaryCwise({{{"dx"}, "Mul", {GradName("y"), "y"}, b.PassAttrs({"T"})}});
   return b.Build(g);
 }
 
@@ -156,17 +156,17 @@ absl::Status CubeGrad(const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b("TfExtTest>Cube", attrs);
   std::string three = b.TypedConst("three", 3.0);
   // d/dx x^3 = 3 x^2: dx = dy * 3 * x * x.
-  b.UnaryCwise({{{"x2"}, "Square", {"x"}, b.Forward({"T"})},
-                {{"x2_3"}, "Mul", {"x2", three}, b.Forward({"T"})},
-                {{"dx"}, "Mul", {Grad("y"), "x2_3"}, b.Forward({"T"})}});
+  b.UnaryCwise({{{"x2"}, "Square", {"x"}, b.PassAttrs({"T"})},
+                {{"x2_3"}, "Mul", {"x2", three}, b.PassAttrs({"T"})},
+                {{"dx"}, "Mul", {GradName("y"), "x2_3"}, b.PassAttrs({"T"})}});
   return b.Build(g);
 }
 
 absl::Status BcastMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b("TfExtTest>BcastMul", attrs);
   // z = a * b: dz/da = b, dz/db = a, then summed over the broadcast axes.
-  b.Add({{"ga"}, "Mul", {Grad("z"), "b"}, b.Forward({"T"})});
-  b.Add({{"gb"}, "Mul", {Grad("z"), "a"}, b.Forward({"T"})});
+  b.Add({{"ga"}, "Mul", {GradName("z"), "b"}, b.PassAttrs({"T"})});
+  b.Add({{"gb"}, "Mul", {GradName("z"), "a"}, b.PassAttrs({"T"})});
   auto [da, db] = b.ReduceForBroadcast("a", "b", "ga", "gb");
   b.Return("a", da).Return("b", db);
   return b.Build(g);
@@ -175,14 +175,14 @@ absl::Status BcastMulGrad(const AttrSlice& attrs, FunctionDef* g) {
 absl::Status ScaleArgmaxGrad(const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b("TfExtTest>ScaleArgmax", attrs);
   // dx = scale * dy through the dedicated op; d(argmax) is ignored; k and w get zeros.
-  b.DedicatedOp("TfExtTest>ScaleArgmaxGrad", {Grad("y")}, {"T", "scale"}, {"x"});
+  b.DedicatedOp("TfExtTest>ScaleArgmaxGrad", {GradName("y")}, {"T", "scale"}, {"x"});
   b.NotDifferentiable("k").NotDifferentiable("w");
   return b.Build(g);
 }
 
 absl::Status MissingInputGrad(const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b("TfExtTest>BcastMul", attrs);
-  b.Add({{"ga"}, "Mul", {Grad("z"), "b"}, b.Forward({"T"})});
+  b.Add({{"ga"}, "Mul", {GradName("z"), "b"}, b.PassAttrs({"T"})});
   b.Return("a", "ga");  // no gradient for b: Build must refuse
   return b.Build(g);
 }

@@ -43,11 +43,11 @@ absl::Status WrongTwiceGrad(const AttrSlice& attrs, FunctionDef* g) {
   // Wrong on purpose: 2 dy + onehot(1) * dy.
   b.Add(FunctionDefHelper::Const<double>("two_f64", 2.0));
   b.Add({{"two"}, "Cast", {"two_f64"}, {{"SrcT", DT_DOUBLE}, {"DstT", grad::Placeholder("T")}}});
-  b.Add({{"right"}, "Mul", {grad::Grad("y"), "two"}, b.Forward({"T"})});
-  b.Add({{"pick"}, "TfExt>ZeroOut", {grad::Grad("y")}, {{"T", grad::Placeholder("T")},
+  b.Add({{"right"}, "Mul", {grad::GradName("y"), "two"}, b.PassAttrs({"T"})});
+  b.Add({{"pick"}, "TfExt>ZeroOut", {grad::GradName("y")}, {{"T", grad::Placeholder("T")},
                                                          {"preserve_index", 1}}});
-  b.Add({{"wrong"}, "Add", {"right", "pick"}, b.Forward({"T"})});
-  b.Return("x", "wrong").Return("w", grad::Grad("y"));
+  b.Add({{"wrong"}, "Add", {"right", "pick"}, b.PassAttrs({"T"})});
+  b.Return("x", "wrong").Return("w", grad::GradName("y"));
   return b.Build(g);
 }
 TF_EXT_REGISTER_GRADIENT("TfExtTest>Twice", WrongTwiceGrad);

@@ -19,7 +19,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tests/direct_kernel.h"
 #include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/gradients.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 
@@ -241,7 +241,7 @@ TEST(GradBuilderGetAttr, GradientUsesTheDefaultScaleWhenTheAttrIsAbsent) {
   AttrValueMap attrs;
   attrs["T"].set_type(DT_FLOAT);
   FunctionDef f;
-  ASSERT_TRUE(GradientReversalGrad(AttrSlice(&attrs), &f).ok());
+  ASSERT_TRUE(FindOpFacts("TfExt>GradientReversal")->gradient(AttrSlice(&attrs), &f).ok());
   int consts = 0;
   for (const NodeDef& n : f.node_def()) {
     if (n.op() != "Const") continue;

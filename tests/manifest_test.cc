@@ -1,5 +1,9 @@
-// The gradient manifest is the one list of tf_ext ops: every registered TfExt> op is in it
-// exactly once, and what it says matches every C++ gradient registry.
+// The manifest is the one declaration of each tf_ext op: every registered TfExt> op is declared
+// exactly once, what it says matches every C++ gradient registry, and the generic tests below
+// run over every declared op, so a new op gets them without writing them: a kernel for every
+// declared type, a gradient exactly for the declared types, empty inputs, errors that name the
+// op. (Numeric gradient checks of every declared op: gradcheck_test; its Python wrapper,
+// exported and documented: tests/python/test_manifest.py.)
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,6 +17,9 @@
 #include "tensorflow/core/framework/kernel_def.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ext/grads/manifest.h"
+#include "tf_ext/testing/op_runner.h"
+#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/tools/gradcheck_spec.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/specialize.h"
 
@@ -29,20 +36,21 @@ std::vector<OpDef> TfExtOps() {
   return out;
 }
 
-TEST(Manifest, ListsEveryTfExtOpExactlyOnce) {
-  std::map<std::string, int> count;
-  for (const auto& e : GradientManifest()) ++count[e.op];
+TEST(Manifest, DeclaresEveryTfExtOpExactlyOnce) {
   std::vector<OpDef> ops = TfExtOps();
-  ASSERT_GE(ops.size(), 2u);
-  for (const OpDef& op : ops) EXPECT_EQ(count[op.name()], 1) << op.name();
-  for (const auto& [name, n] : count) {
+  ASSERT_GE(ops.size(), 10u);
+  for (const OpDef& op : ops) EXPECT_NE(FindOpFacts(op.name()), nullptr) << op.name();
+  std::set<std::string> seen;
+  for (const OpFacts& f : GradientManifest()) {
+    EXPECT_TRUE(seen.insert(f.op).second) << f.op;
     const OpDef* def = nullptr;
-    EXPECT_TRUE(OpRegistry::Global()->LookUpOpDef(name, &def).ok()) << name << " is not an op";
+    EXPECT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok()) << f.op << " is not an op";
   }
+  EXPECT_EQ(seen.size(), ops.size());
 }
 
-// A NodeDef with valid attrs for each op whose gradient is unimplemented (a new such op must be
-// added here: the lookup fails the test otherwise).
+// A NodeDef with valid attrs for each backward op (a new one must be added here: the lookup
+// fails the test otherwise).
 NodeDef ValidNode(const std::string& op) {
   NodeDef node;
   node.set_name("n");
@@ -66,54 +74,94 @@ NodeDef ValidNode(const std::string& op) {
 }
 
 TEST(Manifest, MatchesEveryRegistry) {
-  for (const auto& e : GradientManifest()) {
-    // A gradient function, or an unimplemented one (which fails when asked), has a creator in
-    // the function registry and a gradient in the client registry; a no-gradient op has null.
-    const bool has_fn = e.gradient != nullptr || e.no_gradient == NoGradient::kUnimplemented;
+  for (const OpFacts& f : GradientManifest()) {
+    // A gradient function, or a backward op's unimplemented one (which fails when asked), has
+    // a creator in the function registry and a gradient in the client registry; a
+    // not-differentiable op has null.
+    const bool has_fn = f.differentiability != Differentiability::kNotDifferentiable;
     gradient::Creator creator;
-    ASSERT_TRUE(gradient::GetOpGradientCreator(e.op, &creator).ok()) << e.op;
-    EXPECT_EQ(creator != nullptr, has_fn) << e.op;
+    ASSERT_TRUE(gradient::GetOpGradientCreator(f.op, &creator).ok()) << f.op;
+    EXPECT_EQ(creator != nullptr, has_fn) << f.op;
     ops::GradFunc fn = nullptr;
-    ASSERT_TRUE(ops::GradOpRegistry::Global()->Lookup(e.op, &fn).ok()) << e.op;
-    EXPECT_EQ(fn != nullptr, has_fn) << e.op;
-    const GradientKind want = e.gradient != nullptr ? GradientKind::kFunction
-                              : e.no_gradient == NoGradient::kUnimplemented
+    ASSERT_TRUE(ops::GradOpRegistry::Global()->Lookup(f.op, &fn).ok()) << f.op;
+    EXPECT_EQ(fn != nullptr, has_fn) << f.op;
+    const GradientKind want = f.differentiability == Differentiability::kGradient
+                                  ? GradientKind::kFunction
+                              : f.differentiability == Differentiability::kBackwardOp
                                   ? GradientKind::kUnimplemented
                                   : GradientKind::kNone;
-    EXPECT_EQ(LookupGradientKind(e.op), want) << e.op;
+    std::string message;
+    EXPECT_EQ(LookupGradientKind(f.op, &message), want) << f.op;
     if (want == GradientKind::kUnimplemented) {
-      // Differentiating it fails with the manifest's message, not with zeros.
+      EXPECT_EQ(message, BackwardOpMessage(f));
       // The NodeDef is validated first, so an attr-less one is refused as invalid ...
       NodeDef bare;
-      bare.set_op(e.op);
-      FunctionDef f;
-      absl::Status s = SpecializedGradient(bare, &f);
-      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << e.op << ": " << s;
-      EXPECT_NE(s.message().find(e.op), std::string::npos) << s;
-      // ... and a valid one reaches the unimplemented creator.
-      NodeDef node = ValidNode(e.op);
-      s = SpecializedGradient(node, &f);
-      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << e.op << ": " << s;
-      EXPECT_NE(s.message().find("not implemented"), std::string::npos) << s;
+      bare.set_op(f.op);
+      FunctionDef fdef;
+      absl::Status s = SpecializedGradient(bare, &fdef);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << f.op << ": " << s;
+      EXPECT_NE(s.message().find(f.op), std::string::npos) << s;
+      // ... and a valid one reaches the unimplemented creator, with the declared message.
+      s = SpecializedGradient(ValidNode(f.op), &fdef);
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << f.op << ": " << s;
+      EXPECT_EQ(s.message(), BackwardOpMessage(f));
     }
-    EXPECT_NE(std::string(e.rule), "") << e.op;
+    EXPECT_NE(f.rule, "") << f.op;
+    EXPECT_NE(f.doc, "") << f.op;
   }
 }
 
-TEST(Manifest, NamedInputsAndOutputsExist) {
-  for (const auto& e : GradientManifest()) {
+TEST(Manifest, DeclaredNamesAndTypesExist) {
+  std::set<std::string> python_names;
+  for (const OpFacts& f : GradientManifest()) {
+    SCOPED_TRACE(f.op);
     const OpDef* def = nullptr;
-    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(e.op, &def).ok());
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
     std::set<std::string> inputs, outputs;
     for (const auto& a : def->input_arg()) inputs.insert(a.name());
     for (const auto& a : def->output_arg()) outputs.insert(a.name());
-    for (const char* in : e.non_differentiable_inputs) EXPECT_TRUE(inputs.count(in)) << e.op << " " << in;
-    for (const char* out : e.ignored_output_grads) EXPECT_TRUE(outputs.count(out)) << e.op << " " << out;
+    for (const std::string& in : f.not_differentiable) EXPECT_TRUE(inputs.count(in)) << in;
+    for (const std::string& in : f.reads) EXPECT_TRUE(inputs.count(in)) << in;
+    for (const std::string& out : f.ignored_output_grads) EXPECT_TRUE(outputs.count(out)) << out;
+    if (!f.python.empty()) EXPECT_TRUE(python_names.insert(f.python).second) << f.python;
+    switch (f.differentiability) {
+      case Differentiability::kGradient: {
+        EXPECT_NE(f.gradient, nullptr);
+        EXPECT_FALSE(f.types.empty());
+        EXPECT_NE(f.gradcheck, "") << "every gradient is checked numerically";
+        EXPECT_NE(f.python, "") << "every differentiable op has a Python function";
+        // Declared differentiable types are types the op accepts.
+        const OpDef::AttrDef* attr = nullptr;
+        for (const auto& a : def->attr()) {
+          if (a.name() == f.type_attr) attr = &a;
+        }
+        ASSERT_NE(attr, nullptr) << f.type_attr;
+        const auto& allowed = attr->allowed_values().list().type();
+        for (DataType t : f.types) {
+          EXPECT_NE(std::find(allowed.begin(), allowed.end(), t), allowed.end())
+              << DataTypeString(t);
+        }
+        break;
+      }
+      case Differentiability::kBackwardOp: {
+        const OpFacts* forward = FindOpFacts(f.backward_of);
+        ASSERT_NE(forward, nullptr) << f.backward_of;
+        EXPECT_EQ(forward->differentiability, Differentiability::kGradient);
+        break;
+      }
+      case Differentiability::kNotDifferentiable:
+        EXPECT_TRUE(f.types.empty());
+        break;
+    }
   }
 }
 
-TEST(Manifest, EveryDeclaredTypeHasACpuKernel) {
-  // An op must not promise a dtype it has no kernel for.
+TEST(Manifest, EveryDeclaredTypeHasAKernelOnEveryBuiltDevice) {
+  // An op must not promise a dtype it has no kernel for, on any device this build has.
+  std::vector<DeviceType> devices = {DeviceType(DEVICE_CPU)};
+#if GOOGLE_CUDA
+  devices.push_back(DeviceType(DEVICE_GPU));
+#endif
   for (const OpDef& op : TfExtOps()) {
     for (const auto& attr : op.attr()) {
       if (attr.type() != "type" || !attr.has_allowed_values()) continue;
@@ -123,13 +171,187 @@ TEST(Manifest, EveryDeclaredTypeHasACpuKernel) {
         node.set_op(op.name());
         (*node.mutable_attr())[attr.name()].set_type(static_cast<DataType>(t));
         AddDefaultsToNodeDef(op, &node);
-        const KernelDef* kdef = nullptr;
-        absl::Status s = FindKernelDef(DeviceType(DEVICE_CPU), node, &kdef, nullptr);
-        EXPECT_TRUE(s.ok()) << op.name() << " declares " << attr.name() << "="
-                            << DataTypeString(static_cast<DataType>(t)) << " but: " << s;
+        for (const DeviceType& device : devices) {
+          const KernelDef* kdef = nullptr;
+          absl::Status s = FindKernelDef(device, node, &kdef, nullptr);
+          EXPECT_TRUE(s.ok()) << op.name() << " declares " << attr.name() << "="
+                              << DataTypeString(static_cast<DataType>(t)) << " but has no "
+                              << device.type_string() << " kernel: " << s;
+        }
       }
     }
   }
+}
+
+// ---- Generic tests over every declared op with a gradient: its inputs come from its
+// declared gradcheck spec. (Backward ops are exercised by their forward op's gradient and by
+// make fuzz; the utility op takes a serialized NodeDef.) ----
+
+std::map<std::string, tools::OpSpec> Specs() {
+  auto specs = tools::ParseSpecs(ManifestGradCheckSpecs());
+  EXPECT_TRUE(specs.ok()) << specs.status();
+  return specs.ok() ? *specs : std::map<std::string, tools::OpSpec>{};
+}
+
+testing::OpAttrs ToOpAttrs(const std::vector<std::pair<std::string, AttrValue>>& attrs) {
+  testing::OpAttrs out;
+  for (const auto& [name, value] : attrs) {
+    FunctionDefHelper::AttrValueWrapper w;
+    w.proto = value;
+    out.push_back({name, w});
+  }
+  return out;
+}
+
+// Every type the op's type attr allows.
+std::vector<DataType> AllowedTypes(const OpFacts& f) {
+  const OpDef* def = nullptr;
+  std::vector<DataType> out;
+  if (!OpRegistry::Global()->LookUpOpDef(f.op, &def).ok()) return out;
+  for (const auto& a : def->attr()) {
+    if (a.name() != f.type_attr) continue;
+    for (int t : a.allowed_values().list().type()) out.push_back(static_cast<DataType>(t));
+  }
+  return out;
+}
+
+void ExpectOkOrNamedInvalidArgument(const absl::Status& s, const std::string& op) {
+  if (s.ok()) return;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), op + ": ")) << s;
+}
+
+TEST(ManifestGeneric, GradientExactlyForTheDeclaredTypes) {
+  auto specs = Specs();
+  int checked = 0;
+  for (const OpFacts& f : GradientManifest()) {
+    if (f.differentiability != Differentiability::kGradient) continue;
+    SCOPED_TRACE(f.op);
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
+    ASSERT_TRUE(specs.count(f.op));
+    for (DataType t : AllowedTypes(f)) {
+      SCOPED_TRACE(DataTypeString(t));
+      NodeDef node;
+      node.set_name("n");
+      node.set_op(f.op);
+      for (const auto& [name, value] : tools::BuildOpInstance(*def, &specs[f.op], f.type_attr,
+                                                              DT_FLOAT, 1).attrs) {
+        (*node.mutable_attr())[name] = value;
+      }
+      (*node.mutable_attr())[f.type_attr].set_type(t);
+      FunctionDef fdef;
+      absl::Status s = SpecializedGradient(node, &fdef);
+      const bool declared = std::find(f.types.begin(), f.types.end(), t) != f.types.end();
+      if (declared) {
+        EXPECT_TRUE(s.ok()) << s;
+        ++checked;
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        EXPECT_TRUE(absl::StartsWith(s.message(), f.op)) << s;
+      }
+    }
+  }
+  EXPECT_GE(checked, 12);
+}
+
+TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
+  auto specs = Specs();
+  int ran = 0;
+  for (const OpFacts& f : GradientManifest()) {
+    if (f.differentiability != Differentiability::kGradient) continue;
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
+    for (DataType t : f.types) {
+      SCOPED_TRACE(f.op + " " + DataTypeString(t));
+      tools::OpInstance in = tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, t, 7);
+      ASSERT_EQ(in.problem, "");
+      auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs);
+      ASSERT_TRUE(y.ok()) << y.status();
+      std::vector<Tensor> dys;
+      for (const Tensor& out : *y) {
+        Tensor ones(out.dtype(), out.shape());
+        if (out.dtype() == DT_INT32) {
+          ones.flat<int32_t>().setZero();
+        } else {
+          ones = testing::FromDoubles(out.dtype(), out.shape(),
+                                      std::vector<double>(out.NumElements(), 1.0)).value();
+        }
+        dys.push_back(ones);
+      }
+      auto dx = testing::RunSymbolicGradient(f.op, ToOpAttrs(in.attrs), in.inputs, dys);
+      ASSERT_TRUE(dx.ok()) << dx.status();
+      ASSERT_EQ(dx->size(), in.inputs.size());
+      for (size_t i = 0; i < dx->size(); ++i) {
+        EXPECT_EQ((*dx)[i].shape(), in.inputs[i].shape()) << i;
+        EXPECT_EQ((*dx)[i].dtype(), in.inputs[i].dtype()) << i;
+      }
+      // Declared non-differentiable inputs get exact zeros.
+      for (int i = 0; i < def->input_arg_size(); ++i) {
+        const std::string& name = def->input_arg(i).name();
+        if (std::find(f.not_differentiable.begin(), f.not_differentiable.end(), name) ==
+            f.not_differentiable.end()) {
+          continue;
+        }
+        for (double v : testing::ToDoubles((*dx)[i])) EXPECT_EQ(v, 0.0) << name;
+      }
+      ++ran;
+    }
+  }
+  EXPECT_GE(ran, 12);
+}
+
+TEST(ManifestGeneric, EmptyInputsGiveEmptyOutputsOrAnErrorNamingTheOp) {
+  auto specs = Specs();
+  for (const OpFacts& f : GradientManifest()) {
+    if (f.differentiability != Differentiability::kGradient) continue;
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
+    for (DataType t : f.types) {
+      SCOPED_TRACE(f.op + " " + DataTypeString(t));
+      tools::OpInstance in =
+          tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, t, 3, /*batch_zero=*/true);
+      ASSERT_EQ(in.problem, "");
+      for (bool constants : {false, true}) {
+        auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs,
+                                testing::RunOpOptions{constants});
+        ExpectOkOrNamedInvalidArgument(y.status(), f.op);
+        if (!y.ok()) continue;
+        for (const Tensor& out : *y) EXPECT_EQ(out.NumElements(), 0) << out.DebugString();
+      }
+    }
+  }
+}
+
+TEST(ManifestGeneric, WrongRankInputsAreAcceptedOrRejectedNamingTheOp) {
+  // Each input in turn replaced by a scalar, then by a rank-5 tensor: never a crash, never an
+  // error that does not start with the op type.
+  auto specs = Specs();
+  int rejected = 0;
+  for (const OpFacts& f : GradientManifest()) {
+    if (f.differentiability != Differentiability::kGradient) continue;
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
+    tools::OpInstance in =
+        tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, f.types.back(), 5);
+    ASSERT_EQ(in.problem, "");
+    for (size_t i = 0; i < in.inputs.size(); ++i) {
+      for (const TensorShape& shape : {TensorShape({}), TensorShape({1, 2, 1, 2, 1})}) {
+        SCOPED_TRACE(f.op + " input " + std::to_string(i) + " " + shape.DebugString());
+        std::vector<Tensor> inputs = in.inputs;
+        inputs[i] = testing::FromDoubles(inputs[i].dtype(), shape,
+                                         std::vector<double>(shape.num_elements(), 0.5))
+                        .value();
+        for (bool constants : {false, true}) {
+          auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), inputs,
+                                  testing::RunOpOptions{constants});
+          ExpectOkOrNamedInvalidArgument(y.status(), f.op);
+          rejected += !y.ok();
+        }
+      }
+    }
+  }
+  EXPECT_GT(rejected, 0);
 }
 
 }  // namespace

@@ -199,7 +199,7 @@ TEST(Reliability, ShapeFunctionErrorsNameTheOp) {
   ExpectRejectedOnEveryPath("TfExt>MedianPool2D", pool, {rank3}, "x must have rank 4");
   ExpectRejectedOnEveryPath("TfExt>MedianPool2DGrad", pool,
                             {image, Filled(DT_FLOAT, TensorShape({1, 4, 4, 1}), 1)},
-                            "dy must have shape [1,3,3,1]");
+                            "d_y must have shape [1,3,3,1]");
 }
 
 // MedianPool2D's work is outputs x clipped window; absurd requests are refused up front.

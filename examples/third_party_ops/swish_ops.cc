@@ -50,7 +50,7 @@ absl::Status SwishGrad(const AttrSlice& attrs, FunctionDef* g) {
       {{"one_minus_s"}, "Sub", {one, "s"}, {{"T", t}}},
       {{"y_one_minus_s"}, "Mul", {"y", "one_minus_s"}, {{"T", t}}},
       {{"slope"}, "AddV2", {"s", "y_one_minus_s"}, {{"T", t}}},
-      {{"dx"}, "Mul", {grad::Grad("y"), "slope"}, {{"T", t}}},
+      {{"dx"}, "Mul", {grad::GradName("y"), "slope"}, {{"T", t}}},
   });
   return b.Build(g);
 }

@@ -32,8 +32,10 @@ from tf_ext._loader import (
     build_info,
 )
 from tf_ext.registries import unify_cpp_gradient_registries
+from tf_ext import ops as _ops
 from tf_ext.ops import (
     OpNotInLibraryError,
+    declared_ops,
     gradient_reversal,
     median_pool2d,
     ps_roi_align,
@@ -42,7 +44,7 @@ from tf_ext.ops import (
     zero_out,
 )
 
-__all__ = [
+_STATIC_ALL = [
     "GradientNotImplementedError",
     "GradientStatus",
     "LibraryLoadError",
@@ -50,6 +52,7 @@ __all__ = [
     "TensorFlowVersionError",
     "TensorFlowVersionWarning",
     "build_info",
+    "declared_ops",
     "gradient_reversal",
     "library",
     "library_path",
@@ -62,3 +65,17 @@ __all__ = [
     "unify_cpp_gradient_registries",
     "zero_out",
 ]
+
+
+def __getattr__(name: str):  # PEP 562
+    # Ops without a hand-written function get a generated one (tf_ext.ops); __all__ lists
+    # them too, so it is computed on first access (this loads the op library).
+    if name == "__all__":
+        return sorted(_STATIC_ALL + _ops.generated_names())
+    if name.startswith("_"):
+        raise AttributeError(name)
+    return getattr(_ops, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ops.generated_names()))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import json
+from typing import Any
 
 from tf_ext import _loader
 
@@ -57,3 +59,17 @@ def unify_gradient_registries() -> str:
         raise RuntimeError("unifying the C++ gradient registries failed: " +
                            report.value.decode("utf-8", "replace"))
     return report.value.decode("utf-8")
+
+
+def manifest() -> list[dict[str, Any]]:
+    """TfExtManifestJson: every op the library declares (tf_ext/grads/manifest.h), one dict
+    each: op, doc, python, differentiability ("gradient", "not differentiable", "backward
+    op"), rule, type_attr, types, not_differentiable, reads, ignored_output_grads,
+    backward_of, gradcheck, has_surrogate."""
+    fn = _library().TfExtManifestJson
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    size = fn(None, 0)
+    buffer = ctypes.create_string_buffer(size + 1)
+    fn(buffer, len(buffer))
+    return json.loads(buffer.value.decode("utf-8"))

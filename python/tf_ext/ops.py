@@ -22,7 +22,7 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from tf_ext import _bridge, _loader
+from tf_ext import _bridge, _c_api, _loader
 
 TensorLike = Union[tf.Tensor, tf.Variable, np.ndarray, float, int, Sequence[Any]]
 
@@ -197,3 +197,63 @@ def ps_roi_align(features: TensorLike, rois: TensorLike, pooled_height: int,
     return _wrapper("TfExt>PsRoiAlign", "tf_ext_ps_roi_align")(
         features, rois, pooled_height=pooled_height, pooled_width=pooled_width,
         spatial_scale=spatial_scale, sampling_ratio=sampling_ratio, name=name)
+
+
+# ---- Ops without a hand-written function above: generated from their declaration ----
+# (tf_ext/grads/manifest.h: .Python("name") and .Doc(...)), on first access, so a new op is
+# usable from Python with no Python edit. A hand-written function (above) wins.
+
+_generated: dict[str, Callable[..., Any]] = {}
+
+
+def _python_name_to_generated(op_type: str) -> str:
+    # tf.load_op_library's wrapper name: "TfExt>SmoothL1" -> "tf_ext_smooth_l1".
+    import re
+    name = op_type.replace(">", "_")
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return name.lower()
+
+
+def declared_ops() -> list[dict[str, Any]]:
+    """Every op the loaded library declares (its manifest): op type, one-line doc, Python
+    function name, differentiability, gradient rule, differentiable types, non-differentiable
+    inputs, ... (see tf_ext/grads/manifest.h)."""
+    return _c_api.manifest()
+
+
+def _make_generated(facts: dict[str, Any]) -> Callable[..., Any]:
+    op_type, python_name = facts["op"], facts["python"]
+
+    @_not_converted
+    def op_function(*args: Any, **kwargs: Any) -> Any:
+        return _wrapper(op_type, _python_name_to_generated(op_type))(*args, **kwargs)
+
+    generated = getattr(_bridge.library(), _python_name_to_generated(op_type), None)
+    details = (generated.__doc__ or "").strip() if generated is not None else ""
+    op_function.__name__ = op_function.__qualname__ = python_name
+    op_function.__module__ = __name__
+    op_function.__doc__ = (
+        f"{facts['doc']}\n\n"
+        f"{op_type}, called with its inputs (positional) and attrs (keywords); generated from "
+        f"the op's declaration.\n\nGradient: {facts['rule']}.\n\n{details}").rstrip()
+    return op_function
+
+
+def generated_names() -> list[str]:
+    """Python names of the declared ops that have no hand-written function (loads the library)."""
+    return sorted(f["python"] for f in _c_api.manifest()
+                  if f["python"] and f["python"] not in globals())
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: generated functions, on first access
+    if name.startswith("_"):
+        raise AttributeError(name)
+    if name not in _generated:
+        for facts in _c_api.manifest():
+            if facts["python"] == name:
+                _generated[name] = _make_generated(facts)
+                break
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _generated[name]

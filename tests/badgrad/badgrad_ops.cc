@@ -44,7 +44,7 @@ absl::Status BadScaleGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExtTest>BadScale", attrs);
   // Wrong on purpose: dx = 3 dy (the truth is 2 dy).
   std::string three = b.TypedConst("three", 3.0);
-  b.UnaryCwise({{{"dx"}, "Mul", {grad::Grad("y"), three}, b.Forward({"T"})}});
+  b.UnaryCwise({{{"dx"}, "Mul", {grad::GradName("y"), three}, b.PassAttrs({"T"})}});
   return b.Build(g);
 }
 

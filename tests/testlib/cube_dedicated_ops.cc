@@ -72,7 +72,7 @@ TF_EXT_TEST_REGISTER(double);
 absl::Status CubeDedicatedGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExtTest>CubeDedicated", attrs);
   // d(x) = CubeDedicatedGrad(x, d(y)) = 3 x^2 d(y).
-  b.DedicatedOp("TfExtTest>CubeDedicatedGrad", {"x", grad::Grad("y")}, {"T"}, {"x"});
+  b.DedicatedOp("TfExtTest>CubeDedicatedGrad", {"x", grad::GradName("y")}, {"T"}, {"x"});
   return b.Build(g);
 }
 

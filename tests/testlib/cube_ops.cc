@@ -42,7 +42,7 @@ absl::Status CubeGrad(const AttrSlice& attrs, FunctionDef* g) {
   b.UnaryCwise({
       {{"x2"}, "Square", {"x"}, {{"T", grad::Placeholder("T")}}},
       {{"x2_3"}, "Mul", {"x2", three}, {{"T", grad::Placeholder("T")}}},
-      {{"dx"}, "Mul", {"x2_3", grad::Grad("y")}, {{"T", grad::Placeholder("T")}}},
+      {{"dx"}, "Mul", {"x2_3", grad::GradName("y")}, {{"T", grad::Placeholder("T")}}},
   });
   return b.Build(g);
 }

@@ -43,7 +43,7 @@ absl::Status IdentityNGrad(const AttrSlice& attrs, FunctionDef* g) {
 absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("Erfc", attrs);
   b.RequireTypes("T", {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE});
-  const grad::NodeAttrs t = b.Forward({"T"});
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
   // erfc(x) = 1 - erf(x): d/dx = -2/sqrt(pi) * exp(-x^2)
   const std::string c = b.TypedConst("minus_two_over_sqrt_pi", -2.0 / std::sqrt(M_PI));
   b.UnaryCwise({
@@ -51,7 +51,7 @@ absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g) {
       {{"neg_x2"}, "Neg", {"x2"}, t},                    // -x^2
       {{"exp"}, "Exp", {"neg_x2"}, t},                   // exp(-x^2)
       {{"deriv"}, "Mul", {"exp", c}, t},                 // -2/sqrt(pi) exp(-x^2)
-      {{"dx"}, "Mul", {grad::Grad("y"), "deriv"}, t},    // d(x) = d(y) * erfc'(x)
+      {{"dx"}, "Mul", {grad::GradName("y"), "deriv"}, t},    // d(x) = d(y) * erfc'(x)
   });
   return b.Build(g);
 }

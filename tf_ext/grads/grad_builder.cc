@@ -1,6 +1,7 @@
 #include "tf_ext/grads/grad_builder.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -43,6 +44,21 @@ GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kin
   }
 }
 
+GradBuilder::GradBuilder(const OpFacts& facts, const AttrSlice& attrs, Kind kind)
+    : GradBuilder(facts.op, attrs, kind) {
+  has_facts_ = true;
+  facts_ = facts;
+  if (kind == Kind::kGradient) {
+    if (facts.differentiability != Differentiability::kGradient) {
+      Fail(absl::InternalError(absl::StrCat(op_type_, " is declared ",
+                                            DifferentiabilityName(facts.differentiability),
+                                            ", not with a gradient")));
+    } else if (!facts.types.empty()) {
+      RequireTypes(facts.type_attr, facts.types);
+    }
+  }
+}
+
 void GradBuilder::Fail(absl::Status s) {
   if (status_.ok()) status_ = std::move(s);
 }
@@ -57,7 +73,7 @@ const OpDef::ArgDef* GradBuilder::FindArg(const std::string& name) const {
 }
 
 GradBuilder& GradBuilder::RequireTypes(const std::string& attr,
-                                       std::initializer_list<DataType> allowed) {
+                                       const std::vector<DataType>& allowed) {
   DataType t = DT_INVALID;
   absl::Status s = GetNodeAttr(attrs_, attr, &t);
   if (!s.ok()) {
@@ -72,7 +88,7 @@ GradBuilder& GradBuilder::RequireTypes(const std::string& attr,
   return *this;
 }
 
-NodeAttrs GradBuilder::Forward(std::initializer_list<std::string> names) const {
+NodeAttrs GradBuilder::PassAttrs(std::initializer_list<std::string> names) const {
   NodeAttrs out;
   for (const std::string& n : names) out.push_back({n, Placeholder(n)});
   return out;
@@ -107,7 +123,7 @@ GradBuilder& GradBuilder::DedicatedOp(const std::string& grad_op, std::vector<st
                                       std::vector<std::string> inputs) {
   std::vector<std::string> rets;
   for (const std::string& in : inputs) rets.push_back("grad_op_" + in);
-  Add({rets, grad_op, std::move(args), Forward(attrs)});
+  Add({rets, grad_op, std::move(args), PassAttrs(attrs)});
   for (size_t i = 0; i < inputs.size(); ++i) Return(inputs[i], rets[i]);
   return *this;
 }
@@ -172,29 +188,75 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
   }
   if (gradient) {
     for (const OpDef::ArgDef& out : op_def_.output_arg()) {
-      arg_def.push_back(absl::StrCat(Grad(out.name()), ": ", type_string(out)));
+      arg_def.push_back(absl::StrCat(GradName(out.name()), ": ", type_string(out)));
     }
   }
   for (const OpDef::AttrDef& attr : op_def_.attr()) {
     attr_def.push_back(absl::StrCat(attr.name(), ": ", attr.type()));
   }
   // FDH::Define names results after node outputs, so each result gets an Identity node named
-  // after it (Grad(input), or the output's own name) reading the node output Return() chose.
+  // after it (GradName(input), or the output's own name) reading the node output Return() chose.
   std::vector<FDH::Node> nodes = nodes_;
+  std::vector<std::pair<std::string, std::string>> returns = returns_;
+  if (has_facts_ && gradient) TF_RETURN_IF_ERROR(ApplyFacts(&nodes, &returns));
   const auto& results = gradient ? op_def_.input_arg() : op_def_.output_arg();
   for (const OpDef::ArgDef& r : results) {
-    auto it = std::find_if(returns_.begin(), returns_.end(),
+    auto it = std::find_if(returns.begin(), returns.end(),
                            [&](const auto& ret) { return ret.first == r.name(); });
-    if (it == returns_.end()) {
+    if (it == returns.end()) {
       return absl::InternalError(absl::StrCat(op_type_, ": the ",
                                               gradient ? "gradient for input '" : "output '",
                                               r.name(), "' was never defined"));
     }
-    const std::string name = gradient ? Grad(r.name()) : r.name();
+    const std::string name = gradient ? GradName(r.name()) : r.name();
     ret_def.push_back(absl::StrCat(name, ": ", type_string(r)));
     nodes.push_back({{name}, "Identity", {it->second}, {{"T", TypeOf(r.name())}}});
   }
   *g = FDH::Define(arg_def, ret_def, attr_def, nodes);
+  return absl::OkStatus();
+}
+
+absl::Status GradBuilder::ApplyFacts(
+    std::vector<FDH::Node>* nodes, std::vector<std::pair<std::string, std::string>>* returns) const {
+  auto contains = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  // What the body reads: every node argument's node name ("x", "d_y", "n:1" -> "n").
+  std::set<std::string> read;
+  for (const FDH::Node& n : *nodes) {
+    for (const std::string& a : n.arg) read.insert(a.substr(a[0] == '^', a.find(':') - (a[0] == '^')));
+  }
+  for (const OpDef::ArgDef& in : op_def_.input_arg()) {
+    if (read.count(in.name()) != contains(facts_.reads, in.name())) {
+      return absl::InternalError(absl::StrCat(
+          op_type_, ": the gradient ", read.count(in.name()) ? "reads" : "does not read",
+          " forward input '", in.name(), "', but its declaration's Reads(...) says otherwise"));
+    }
+  }
+  for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+    const bool ignored = contains(facts_.ignored_output_grads, out.name());
+    if (read.count(GradName(out.name())) == ignored) {
+      return absl::InternalError(absl::StrCat(
+          op_type_, ": the gradient ", ignored ? "reads" : "does not read", " the incoming ",
+          GradName(out.name()), ", but its declaration ", ignored ? "ignores" : "does not ignore",
+          " it (IgnoresGradientOf)"));
+    }
+  }
+  for (const std::string& in : facts_.not_differentiable) {
+    if (FindArg(in) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat(op_type_, ": declared non-differentiable input '", in, "' is no input"));
+    }
+    if (std::any_of(returns->begin(), returns->end(), [&](const auto& r) { return r.first == in; })) {
+      return absl::InternalError(absl::StrCat(
+          op_type_, ": the gradient defines ", GradName(in), ", but '", in,
+          "' is declared not differentiable"));
+    }
+    // d(in) = 0: the output does not depend on `in` smoothly (indices, boxes, ...).
+    const std::string zeros = "zeros_" + in;
+    nodes->push_back({{zeros}, "ZerosLike", {in}, {{"T", TypeOf(in)}}});
+    returns->push_back({in, zeros});
+  }
   return absl::OkStatus();
 }
 

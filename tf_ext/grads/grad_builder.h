@@ -3,9 +3,9 @@
 // The gradient function's signature is derived from the forward op's OpDef, so a gradient
 // only lists its maths:
 //   inputs:  every forward input, by its OpDef name (x, rois, ...), then one incoming
-//            gradient per forward output, named Grad(output) = "d_<output>";
-//   outputs: one gradient per forward input, named Grad(input) = "d_<input>";
-//   attrs:   every attr of the forward op; Forward({"T", ...}) passes them on as "$T".
+//            gradient per forward output, named GradName(output) = "d_<output>";
+//   outputs: one gradient per forward input, named GradName(input) = "d_<input>";
+//   attrs:   every attr of the forward op; PassAttrs({"T", ...}) passes them on as "$T".
 // This is the calling convention of SymbolicGradient, so the result is directly usable by
 // TensorFlow's function runtime, its graph-level gradient builder and tf_ext's bridges.
 //
@@ -25,6 +25,7 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.pb.h"
+#include "tf_ext/grads/op_facts.h"
 
 namespace tensorflow::tf_ext::grad {
 
@@ -35,8 +36,8 @@ using NodeAttrs = std::vector<std::pair<std::string, FDH::AttrValueWrapper>>;
 // "$T": FDH's AttrValueWrapper only parses placeholders from const char* / string_view.
 FDH::AttrValueWrapper Placeholder(const std::string& name);
 
-// Name of the incoming gradient of forward output `output` / of the result for input `input`.
-inline std::string Grad(const std::string& name) { return "d_" + name; }
+// Name of the incoming gradient of forward output `name` / of the result for input `name`.
+inline std::string GradName(const std::string& name) { return "d_" + name; }
 
 class GradBuilder {
  public:
@@ -47,13 +48,18 @@ class GradBuilder {
 
   // `attrs` are the forward node's attrs (what gradient::Creator receives).
   GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind = Kind::kGradient);
+  // The same, for a declared op (manifest.h): its facts are applied, not restated. A gradient
+  // then requires facts.types (RequireTypes), gives zeros for facts.not_differentiable inputs
+  // (defining one of those is an error), and Build checks that the body reads exactly the
+  // forward inputs in facts.reads and every incoming gradient except facts.ignored_output_grads.
+  GradBuilder(const OpFacts& facts, const AttrSlice& attrs, Kind kind = Kind::kGradient);
 
   const std::string& op_type() const { return op_type_; }
   const OpDef& op_def() const { return op_def_; }
 
   // Fails the build (a clear InvalidArgument) unless type attr `attr` is one of `allowed`;
   // e.g. RequireTypes("T", {DT_FLOAT, DT_DOUBLE}) for ops whose int flavour has no gradient.
-  GradBuilder& RequireTypes(const std::string& attr, std::initializer_list<DataType> allowed);
+  GradBuilder& RequireTypes(const std::string& attr, const std::vector<DataType>& allowed);
 
   // The value of forward attr `name` (float, int64_t, bool, std::string, DataType, lists...):
   // the node's, else the OpDef's default. For gradients whose maths depends on an attr value
@@ -62,8 +68,8 @@ class GradBuilder {
   template <typename V>
   V GetAttr(const std::string& name);
 
-  // {"T", "$T"}, ... : attrs passed through unchanged to a node.
-  NodeAttrs Forward(std::initializer_list<std::string> names) const;
+  // {"T", "$T"}, ... : the forward node's attrs `names`, passed through unchanged to a node.
+  NodeAttrs PassAttrs(std::initializer_list<std::string> names) const;
   // The dtype of forward input/output `arg` as a node attr value ("$T" or a fixed type).
   FDH::AttrValueWrapper TypeOf(const std::string& arg) const;
 
@@ -96,7 +102,7 @@ class GradBuilder {
 
   // Element-wise unary op (one input x, one output y): d(x) = f(x, y, d(y)).
   // `body` may read the forward input and output by their OpDef names and the incoming gradient
-  // as Grad(output); y is recomputed by a forward node only if the body reads it. The last
+  // as GradName(output); y is recomputed by a forward node only if the body reads it. The last
   // body node's first output is returned as d(x).
   GradBuilder& UnaryCwise(std::vector<FDH::Node> body);
 
@@ -107,6 +113,10 @@ class GradBuilder {
  private:
   void Fail(absl::Status s);
   const OpDef::ArgDef* FindArg(const std::string& name) const;
+  // The declared facts' checks of Build (reads, ignored gradients, non-differentiable inputs);
+  // appends the zeros of undefined non-differentiable inputs to `nodes` and `returns`.
+  absl::Status ApplyFacts(std::vector<FDH::Node>* nodes,
+                          std::vector<std::pair<std::string, std::string>>* returns) const;
 
   std::string op_type_;
   Kind kind_;
@@ -117,6 +127,8 @@ class GradBuilder {
   std::vector<FDH::Node> nodes_;
   std::vector<std::pair<std::string, std::string>> returns_;  // input -> node output
   int counter_ = 0;
+  bool has_facts_ = false;
+  OpFacts facts_;
 };
 
 template <typename V>

@@ -1,5 +1,6 @@
-// Declarations of tf_ext's FDH gradient functions (one per differentiable op). They are
-// registered from the manifest (tf_ext/grads/manifest.cc), never individually.
+// FDH gradients of TensorFlow core ops that no C++ registry has (core_grads.cc; registered by
+// UnifyGradientRegistries when absent). tf_ext's own ops' gradients are private to their
+// files and reached through their declarations (manifest.h: FindOpFacts(op)->gradient).
 #ifndef TF_EXT_GRADS_GRADIENTS_H_
 #define TF_EXT_GRADS_GRADIENTS_H_
 
@@ -8,16 +9,6 @@
 
 namespace tensorflow::tf_ext {
 
-absl::Status ZeroOutGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status MedianPool2DGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g);
-absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g);
-absl::Status GradientReversalSurrogate(const AttrSlice& attrs, FunctionDef* g);
-
-// TensorFlow core ops with no C++ gradient in either registry (core_grads.cc).
 absl::Status IdentityNGrad(const AttrSlice& attrs, FunctionDef* g);
 absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g);
 

@@ -1,13 +1,14 @@
 // Gradient of TfExt>RoiPool.
 #include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/gradients.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/ops/roi_ops.h"
 
 namespace tensorflow::tf_ext {
 
+namespace {
+
 absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("TfExt>RoiPool", attrs);
-  b.RequireTypes("T", {DT_FLOAT, DT_DOUBLE});
+  grad::GradBuilder b(*FindOpFacts("TfExt>RoiPool"), attrs);
   RoiPoolAttrs a;
   TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(b.op_type(), attrs, &a));
   // A gradient function receives only the forward inputs, so argmax is recomputed (the
@@ -15,15 +16,36 @@ absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
   b.Add({{"fwd_pooled", "fwd_argmax"},
          "TfExt>RoiPool",
          {"data", "rois"},
-         b.Forward({"T", "pooled_height", "pooled_width", "spatial_scale"})});
+         b.PassAttrs({"T", "pooled_height", "pooled_width", "spatial_scale"})});
   // pooled[r, i, j, c] = data[n(r), argmax[r, i, j, c], c], a selection, so
   // d(data)[n, p, c] = sum of d(pooled)[r, i, j, c] over the bins of image n whose argmax is p.
-  b.DedicatedOp("TfExt>RoiPoolGrad", {"data", "rois", "fwd_argmax", grad::Grad("pooled")},
+  b.DedicatedOp("TfExt>RoiPoolGrad", {"data", "rois", "fwd_argmax", grad::GradName("pooled")},
                 {"T", "pooled_height", "pooled_width", "spatial_scale"}, {"data"});
-  // Bin edges are rounded ROI coordinates: piecewise constant, so zero almost everywhere.
-  b.NotDifferentiable("rois");
+  // d(rois) = 0 (declared below): bin edges are rounded ROI coordinates, piecewise constant.
   // d(argmax) is ignored: argmax is an integer output.
   return b.Build(g);
 }
+
+}  // namespace
+
+TF_EXT_DECLARE_OP("TfExt>RoiPool")
+    .Doc("Max-pools each region of interest into a fixed pooled_height x pooled_width grid "
+         "(Fast R-CNN / Caffe RoI pooling).")
+    .Python("roi_pool")
+    .Gradient(&RoiPoolGrad,
+              "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each "
+              "ROI's image at argmax (argmax recomputed by a forward node)")
+    .Types({DT_FLOAT, DT_DOUBLE})
+    .NotDifferentiable({"rois"})
+    .Reads({"data", "rois"})
+    .IgnoresGradientOf({"argmax"})
+    .GradCheck("data=2x6x7x2@-1:1 rois=rois:3 attr.pooled_height=2 attr.pooled_width=3 "
+               "attr.spatial_scale=1.0")
+    .Register();
+
+TF_EXT_DECLARE_OP("TfExt>RoiPoolGrad")
+    .Doc("Backward pass of TfExt>RoiPool: d(pooled) scatter-added into data's shape at argmax.")
+    .BackwardOf("TfExt>RoiPool")
+    .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -3,22 +3,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/gradients.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/ops/sign_ste_ops.h"
 
 namespace tensorflow::tf_ext {
 
+namespace {
+
 absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("TfExt>SignSTE", attrs);
-  b.RequireTypes("T", {DT_HALF, DT_FLOAT, DT_DOUBLE});
+  grad::GradBuilder b(*FindOpFacts("TfExt>SignSTE"), attrs);
   SignSTEAttrs a;
   TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
   const float clip = a.clip;  // flushed: the band the forward kernel's world sees
   // The true derivative of sign is 0 almost everywhere; the STE instead differentiates
   // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip].
   const std::string clip_t = b.TypedConst("clip", clip);  // clip, as T
-  const std::string dy = grad::Grad("y");
-  const grad::NodeAttrs t = b.Forward({"T"});
+  const std::string dy = grad::GradName("y");
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
   b.UnaryCwise({
       {{"abs_x"}, "Abs", {"x"}, t},                      // |x|
       {{"inside"}, "LessEqual", {"abs_x", clip_t}, t},   // 1[|x| <= clip] (false at NaN)
@@ -31,11 +32,12 @@ absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
 }
 
 absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("TfExt>SignSTE", attrs, grad::GradBuilder::Kind::kSurrogateForward);
+  grad::GradBuilder b(*FindOpFacts("TfExt>SignSTE"), attrs,
+                      grad::GradBuilder::Kind::kSurrogateForward);
   SignSTEAttrs a;
   TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
   const float clip = a.clip;
-  const grad::NodeAttrs t = b.Forward({"T"});
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
   // y ~ clamp(x, -clip, clip): derivative 1[|x| < clip], the STE's gradient (the two differ
   // only on |x| == clip, a null set a finite-difference check avoids).
   const std::string lo = b.TypedConst("lo", -static_cast<double>(clip));
@@ -44,5 +46,21 @@ absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g) {
   b.Return("y", b.Add({{"clamped"}, "Minimum", {"above_lo", hi}, t}));
   return b.Build(g);
 }
+
+}  // namespace
+
+TF_EXT_DECLARE_OP("TfExt>SignSTE")
+    .Doc("sign(x) with a straight-through gradient estimator.")
+    .Python("sign_ste")
+    .Gradient(&SignSTEGrad,
+              "d(x) = d(y) where |x| <= clip, else 0 (straight-through estimator; surrogate "
+              "forward clamp(x, -clip, clip))")
+    .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
+    .Reads({"x"})
+    .Surrogate(&SignSTESurrogate)
+    // The STE's gradient is by design not sign's derivative: the checker differences the
+    // surrogate forward clamp(x, -clip, clip) instead.
+    .GradCheck("x=3x4@-2:2 attr.clip=1.0")
+    .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -95,7 +95,7 @@ absl::Status ValidateMedianPool2DGradShapes(std::string_view op, const MedianPoo
                                             const PartialTensorShape& dy) {
   PartialTensorShape y;
   TF_RETURN_IF_ERROR(ValidateMedianPool2DShapes(op, a, x, &y));
-  return CheckCompatible(op, "dy", dy, y, "the forward output's shape");
+  return CheckCompatible(op, "d_y", dy, y, "the forward output's shape");
 }
 
 namespace {
@@ -153,20 +153,20 @@ the two middle values for an even count. The gradient routes d(y) to exactly tha
 
 REGISTER_OP("TfExt>MedianPool2DGrad")
     .Input("x: T")
-    .Input("dy: T")
-    .Output("dx: T")
+    .Input("d_y: T")
+    .Output("d_x: T")
     .Attr("T: {float, double}")
     .Attr("ksize: list(int)")
     .Attr("strides: list(int)")
     .Attr(GetPaddingAttrString())
     .SetShapeFn(MedianPool2DGradShapeFn)
     .Doc(R"doc(
-Backward pass of TfExt>MedianPool2D: dx = scatter-add of dy onto each window's median element
-(recomputed from x with the forward's tie and NaN rules).
+Backward pass of TfExt>MedianPool2D: d_x = scatter-add of d_y onto each window's median
+element (recomputed from x with the forward's tie and NaN rules).
 
 x: the forward input, [batch, height, width, channels].
-dy: gradient of the forward output, [batch, out_height, out_width, channels].
-dx: like x.
+d_y: gradient of the forward output, [batch, out_height, out_width, channels].
+d_x: like x.
 )doc");
 
 }  // namespace tensorflow::tf_ext

@@ -30,7 +30,7 @@ absl::Status ValidateMedianPool2DAttrs(std::string_view op_type, const AttrSlice
 // x [N, H, W, C]; *y = [N, out_h, out_w, C] (MaxPool's size rules), within the cost cap.
 absl::Status ValidateMedianPool2DShapes(std::string_view op_type, const MedianPool2DAttrs& a,
                                         const PartialTensorShape& x, PartialTensorShape* y);
-// MedianPool2DGrad: the forward's check plus dy shaped like y.
+// MedianPool2DGrad: the forward's check plus d_y shaped like y.
 absl::Status ValidateMedianPool2DGradShapes(std::string_view op_type,
                                             const MedianPool2DAttrs& a,
                                             const PartialTensorShape& x,

@@ -188,4 +188,69 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
   return testing::FromDoubles(dtype, shape, v);
 }
 
+OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,
+                           DataType dt, uint64_t seed, bool batch_zero) {
+  OpInstance out;
+  if (!type_attr.empty() && dt != DT_INVALID) {
+    AttrValue v;
+    v.set_type(dt);
+    out.attrs.push_back({type_attr, v});
+  }
+  if (spec != nullptr) {
+    for (const auto& [name, text] : spec->attrs) {
+      const OpDef::AttrDef* ad = nullptr;
+      for (const auto& a : def.attr()) {
+        if (a.name() == name) ad = &a;
+      }
+      if (ad == nullptr) {
+        out.problem = absl::StrCat("spec names unknown attr '", name, "'");
+        return out;
+      }
+      auto v = ParseAttrValue(*ad, text);
+      if (!v.ok()) {
+        out.problem = std::string(v.status().message());
+        return out;
+      }
+      out.attrs.push_back({name, *v});
+    }
+  }
+  std::vector<int64_t> image_shape;
+  for (int i = 0; i < def.input_arg_size(); ++i) {
+    const auto& arg = def.input_arg(i);
+    DataType in_type = arg.type_attr().empty() ? arg.type() : dt;
+    if (!arg.type_attr().empty() && arg.type_attr() != type_attr) {
+      // A second type attr (e.g. Tidx of reduction indices): its default, if it has one.
+      in_type = DT_INVALID;
+      for (const auto& a : def.attr()) {
+        if (a.name() == arg.type_attr() && a.has_default_value()) in_type = a.default_value().type();
+      }
+    }
+    if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+      out.problem = absl::StrCat("list input '", arg.name(), "'");
+      return out;
+    }
+    InputSpec in_spec;
+    const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
+    if (has_spec) in_spec = spec->inputs.at(arg.name());
+    if (in_type == DT_INVALID || (!DataTypeIsFloating(in_type) && !has_spec)) {
+      out.problem = absl::StrCat("input '", arg.name(), "' (",
+                                 in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
+                                 ") needs a spec");
+      return out;
+    }
+    if (batch_zero) {
+      if (!in_spec.scalar && !in_spec.shape.empty()) in_spec.shape[0] = 0;
+      in_spec.rois = 0;
+    }
+    if (image_shape.empty() && in_spec.shape.size() == 4) image_shape = in_spec.shape;
+    auto t = MakeInput(in_spec, in_type, image_shape, seed + i);
+    if (!t.ok()) {
+      out.problem = std::string(t.status().message());
+      return out;
+    }
+    out.inputs.push_back(*t);
+  }
+  return out;
+}
+
 }  // namespace tensorflow::tf_ext::tools

@@ -54,6 +54,19 @@ absl::StatusOr<AttrValue> ParseAttrValue(const OpDef::AttrDef& def, const std::s
 absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
                                  const std::vector<int64_t>& image_shape, uint64_t seed);
 
+// One call of an op built from its spec: the attrs (type_attr = dtype, then the spec's) and
+// inputs. `problem` (instead of an error status) says why the op cannot be instantiated from
+// the spec, e.g. an integer input without a spec.
+struct OpInstance {
+  std::vector<std::pair<std::string, AttrValue>> attrs;
+  std::vector<Tensor> inputs;
+  std::string problem;
+};
+// type_attr: the op's first input's type attr ("" for fixed types); dtype: its value.
+// batch_zero: every spec'd shape's first dimension 0 and no ROI rows (empty inputs).
+OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,
+                           DataType dtype, uint64_t seed, bool batch_zero = false);
+
 }  // namespace tensorflow::tf_ext::tools
 
 #endif  // TF_EXT_TOOLS_GRADCHECK_SPEC_H_

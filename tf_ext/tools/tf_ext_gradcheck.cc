@@ -8,6 +8,8 @@
 // For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
 // nothing registered; for ops with a gradient, one row per dtype with the max errors and
 // PASS/FAIL. Exit status 1 if any row FAILs or cannot run, 0 otherwise.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -56,6 +58,22 @@ std::string Sci(double v) {
   std::ostringstream s;
   s << std::setprecision(2) << std::scientific << v;
   return s.str();
+}
+
+// The library's own input specs: its TfExtGradCheckSpecs entry point (tf_ext/grads/manifest.h),
+// if the loaded library has one; "" otherwise.
+std::string LibrarySpecs(const std::string& library) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return "";
+  using SpecsFn = size_t (*)(char*, size_t);
+  auto fn = reinterpret_cast<SpecsFn>(dlsym(handle, "TfExtGradCheckSpecs"));
+  std::string text;
+  if (fn != nullptr) {
+    text.resize(fn(nullptr, 0) + 1);
+    text.resize(fn(text.data(), text.size()));
+  }
+  dlclose(handle);
+  return text;
 }
 
 // The dtypes to check: the spec's, else float and double where the op's type attr allows.
@@ -118,61 +136,14 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
   }
   for (DataType dt : dtypes) {
     Row row{op, "FDH", dt == DT_INVALID ? "fixed" : DataTypeString(dt)};
+    OpInstance instance = BuildOpInstance(*def, spec, type_attr, dt, seed);
+    const std::string& problem = instance.problem;
+    const std::vector<Tensor>& inputs = instance.inputs;
     testing::OpAttrs attrs;
-    std::string problem;
-    if (!type_attr.empty() && dt != DT_INVALID) attrs.push_back({type_attr, dt});
-    if (spec != nullptr) {
-      for (const auto& [name, text] : spec->attrs) {
-        const OpDef::AttrDef* ad = nullptr;
-        for (const auto& a : def->attr()) {
-          if (a.name() == name) ad = &a;
-        }
-        if (ad == nullptr) {
-          problem = absl::StrCat("spec names unknown attr '", name, "'");
-          break;
-        }
-        auto v = ParseAttrValue(*ad, text);
-        if (!v.ok()) {
-          problem = std::string(v.status().message());
-          break;
-        }
-        FunctionDefHelper::AttrValueWrapper w;
-        w.proto = *v;
-        attrs.push_back({name, w});
-      }
-    }
-    std::vector<Tensor> inputs;
-    std::vector<int64_t> image_shape;
-    for (int i = 0; i < def->input_arg_size() && problem.empty(); ++i) {
-      const auto& arg = def->input_arg(i);
-      DataType in_type = arg.type_attr().empty() ? arg.type() : dt;
-      if (!arg.type_attr().empty() && arg.type_attr() != type_attr) {
-        // A second type attr (e.g. Tidx of reduction indices): its default, if it has one.
-        in_type = DT_INVALID;
-        for (const auto& a : def->attr()) {
-          if (a.name() == arg.type_attr() && a.has_default_value()) in_type = a.default_value().type();
-        }
-      }
-      if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
-        problem = absl::StrCat("list input '", arg.name(), "'");
-        break;
-      }
-      InputSpec in_spec;
-      const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
-      if (has_spec) in_spec = spec->inputs.at(arg.name());
-      if (in_type == DT_INVALID || (!testing::IsFloatingPoint(in_type) && !has_spec)) {
-        problem = absl::StrCat("input '", arg.name(), "' (",
-                               in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
-                               ") needs a spec");
-        break;
-      }
-      if (image_shape.empty() && in_spec.shape.size() == 4) image_shape = in_spec.shape;
-      auto t = MakeInput(in_spec, in_type, image_shape, seed + i);
-      if (!t.ok()) {
-        problem = std::string(t.status().message());
-        break;
-      }
-      inputs.push_back(*t);
+    for (const auto& [name, value] : instance.attrs) {
+      FunctionDefHelper::AttrValueWrapper w;
+      w.proto = value;
+      attrs.push_back({name, w});
     }
     if (!problem.empty()) {
       row.size = row.abs_err = row.rel_err = "-";
@@ -293,13 +264,19 @@ int Main(int argc, char** argv) {
     std::cout << "library " << library << ": " << lib_ops.size() << " ops\n";
     if (ops.empty()) ops = lib_ops;
   }
+  // Input specs: the library's own (its declarations' GradCheck, through the C entry point
+  // TfExtGradCheckSpecs, when it has one), then --spec's lines, which override them.
   std::map<std::string, OpSpec> specs;
+  std::string text = library.empty() ? "" : LibrarySpecs(library);
   if (!spec_path.empty()) {
-    std::string text;
-    if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &text); !s.ok()) {
+    std::string file;
+    if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &file); !s.ok()) {
       std::cerr << "tf_ext_gradcheck: error: cannot read spec '" << spec_path << "'\n";
       return 2;
     }
+    text += "\n" + file;
+  }
+  if (!text.empty()) {
     auto parsed = ParseSpecs(text);
     if (!parsed.ok()) {
       std::cerr << "tf_ext_gradcheck: error: " << parsed.status().message() << "\n";

@@ -1,0 +1,42 @@
+#include "tf_ext/grads/op_facts.h"
+
+#include "absl/strings/str_cat.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+
+std::string BackwardOpMessage(const OpFacts& facts) {
+  return absl::StrCat(facts.op, " is the backward op of ", facts.backward_of,
+                      "; second-order gradients of ", facts.backward_of, " are not implemented");
+}
+
+const char* DifferentiabilityName(Differentiability d) {
+  switch (d) {
+    case Differentiability::kGradient:
+      return "gradient";
+    case Differentiability::kNotDifferentiable:
+      return "not differentiable";
+    case Differentiability::kBackwardOp:
+      return "backward op";
+  }
+  return "?";
+}
+
+void RegisterOpFacts(const OpFacts& facts) {
+  switch (facts.differentiability) {
+    case Differentiability::kGradient:
+      RegisterGradient(facts.op, facts.gradient);
+      break;
+    case Differentiability::kNotDifferentiable:
+      RegisterNoGradient(facts.op);
+      break;
+    case Differentiability::kBackwardOp:
+      RegisterUnimplementedGradient(facts.op, BackwardOpMessage(facts));
+      break;
+  }
+  if (facts.surrogate_forward != nullptr) {
+    RegisterSurrogateForward(facts.op, facts.surrogate_forward);
+  }
+}
+
+}  // namespace tensorflow::tf_ext

@@ -1,0 +1,59 @@
+// What an op's gradient is, as data: the facts an op declaration states once (see
+// tf_ext/grads/manifest.h) and that registration, GradBuilder, the checkers, the docs and the
+// Python package read.
+#ifndef TF_EXT_GRADS_OP_FACTS_H_
+#define TF_EXT_GRADS_OP_FACTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/types.pb.h"
+
+namespace tensorflow::tf_ext {
+
+using GradientFn = absl::Status (*)(const AttrSlice& attrs, FunctionDef* g);
+
+// One word per case, everywhere (C++, Python, docs).
+enum class Differentiability {
+  kGradient,           // an FDH gradient function
+  kNotDifferentiable,  // gradients stop here (zeros), e.g. a utility op
+  kBackwardOp,         // the dedicated backward op of another op: differentiating it (a second
+                       // derivative of that op) fails with BackwardOpMessage()
+};
+
+struct OpFacts {
+  std::string op;                                 // op type, e.g. "TfExt>RoiPool"
+  std::string doc;                                // one line: what the op computes
+  std::string python;                             // its Python function (empty: none)
+  Differentiability differentiability = Differentiability::kNotDifferentiable;
+  GradientFn gradient = nullptr;                  // kGradient
+  std::string rule;                               // the maths, per differentiable input
+  std::string type_attr = "T";                    // the attr `types` constrains
+  std::vector<DataType> types;                    // dtypes with a gradient (kGradient)
+  std::vector<std::string> not_differentiable;    // inputs whose gradient is zero
+  std::vector<std::string> reads;                 // forward inputs the gradient reads
+  std::vector<std::string> ignored_output_grads;  // outputs whose incoming gradient is unused
+  // For gradients that are by design not the forward's derivative (STE, reversal): a function
+  // with the op's signature whose derivative is the gradient (RegisterSurrogateForward).
+  GradientFn surrogate_forward = nullptr;
+  std::string backward_of;                        // kBackwardOp: the forward op
+  std::string gradcheck;                          // tf_ext_gradcheck input spec (no op name;
+                                                  // format: tf_ext/tools/gradcheck_spec.h)
+};
+
+// "TfExt>FooGrad is the backward op of TfExt>Foo; second-order gradients of TfExt>Foo are not
+// implemented": the one wording of that fact.
+std::string BackwardOpMessage(const OpFacts& facts);
+
+// "gradient", "not differentiable", "backward op".
+const char* DifferentiabilityName(Differentiability d);
+
+// Registers `facts` in every C++ gradient registry (registry.h): its gradient, its surrogate
+// forward, a no-gradient, or an unimplemented gradient with BackwardOpMessage().
+void RegisterOpFacts(const OpFacts& facts);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRADS_OP_FACTS_H_

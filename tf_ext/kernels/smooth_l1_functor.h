@@ -1,0 +1,66 @@
+// functor::SmoothL1: the forward maths of TfExt>SmoothL1. Must stay compilable by nvcc (no
+// op_kernel.h).
+#ifndef TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_
+#define TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tf_ext/kernels/host_device.h"
+
+#if !defined(__CUDACC__)
+#include "tf_ext/kernels/cpu_parallel_for.h"
+#endif
+
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
+namespace tensorflow::tf_ext::functor {
+
+// The per-element body, shared by the CPU functor and the CUDA kernel (one thread per
+// element): 0.5 x^2 / delta where |x| < delta, else |x| - 0.5 delta, in double for double and
+// in float otherwise (half is widened). NaN fails `a < delta` and stays NaN.
+template <typename T>
+TF_EXT_HOST_DEVICE inline T SmoothL1Of(T x, float delta) {
+  using Acc = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
+  const Acc v = static_cast<Acc>(x);
+  const Acc a = v < Acc(0) ? -v : v;
+  const Acc d = static_cast<Acc>(delta);
+  return static_cast<T>(a < d ? Acc(0.5) * v * v / d : a - Acc(0.5) * d);
+}
+
+// y[i] = SmoothL1Of(x[i], delta) for i in [0, n).
+//   d: the device whose memory x and y live in.
+//   x, y: n elements each; they may alias (the kernel forwards its input buffer).
+//   delta: finite, > 0 (validated by the kernel).
+template <typename Device, typename T>
+struct SmoothL1 {
+  void operator()(const Device& d, const T* x, int64_t n, float delta, T* y) const;
+};
+
+#if !defined(__CUDACC__)
+template <typename T>
+struct SmoothL1<CPUDevice, T> {
+  void operator()(const CPUDevice& d, const T* x, int64_t n, float delta, T* y) const {
+    ParallelFor(d, n, /*cost_per_unit=*/4, [x, y, delta](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = SmoothL1Of(x[i], delta);
+    });
+  }
+};
+#endif
+
+#if GOOGLE_CUDA
+// Defined in smooth_l1_op_gpu.cu.cc for half, float and double (one grid-stride kernel on d's
+// stream); callable from a standalone harness with an Eigen::GpuDevice on any cudaStream_t.
+template <typename T>
+struct SmoothL1<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const T* x, int64_t n, float delta, T* y) const;
+};
+#endif
+
+}  // namespace tensorflow::tf_ext::functor
+
+#endif  // TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_
