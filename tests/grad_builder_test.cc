@@ -19,7 +19,7 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-using grad::Grad;
+using grad::GradName;
 using grad::GradBuilder;
 using testing::CheckGradient;
 using testing::GradientCheckOptions;

@@ -44,8 +44,11 @@ from typing import Any
 OPS = (
     "TfExt>ZeroOut", "TfExt>RoiPool", "TfExt>RoiPoolGrad", "TfExt>PsRoiAlign",
     "TfExt>PsRoiAlignGrad", "TfExt>MedianPool2D", "TfExt>MedianPool2DGrad", "TfExt>SignSTE",
-    "TfExt>GradientReversal", "TfExt>GradientFunctionDef",
+    "TfExt>GradientReversal", "TfExt>SmoothL1", "TfExt>GradientFunctionDef",
 )
+# Elementwise ops with one float attr: the attr's name.
+ELEMENTWISE_FLOAT_ATTR = {"TfExt>SignSTE": "clip", "TfExt>GradientReversal": "scale",
+                          "TfExt>SmoothL1": "delta"}
 MODES = ("eager", "function", "function_unknown", "tape")
 HUGE = (2**31 - 1, 2**31, 2**32, 2**40, 2**62)
 FLOAT_VALUES = (1.0, 0.0625, 0.0, -0.0, -1.0, 1e-45, -1e-45, 1e-39, float("nan"),
@@ -189,9 +192,9 @@ def generate(op: str, rng: random.Random) -> dict:
             if rng.random() < 0.1:
                 out = _dims(rng, 4)
             inputs.append(_tensor(rng, out, dt))
-    elif op in ("TfExt>SignSTE", "TfExt>GradientReversal"):
+    elif op in ELEMENTWISE_FLOAT_ATTR:
         dt = _float_dtype(rng, ["float16", "float32", "float64"])
-        name = "clip" if op == "TfExt>SignSTE" else "scale"
+        name = ELEMENTWISE_FLOAT_ATTR[op]
         attrs[name] = _pick(rng, [1.0, 0.5, 2.0, 0.0], list(FLOAT_VALUES) + [-2.0], 0.3)
         inputs = [_tensor(rng, _dims(rng, rng.choice([0, 1, 2, 3])), dt)]
     elif op == "TfExt>GradientFunctionDef":
@@ -337,6 +340,7 @@ class _Runner:
                 "TfExt>MedianPool2DGrad": "tf_ext_median_pool2d_grad",
                 "TfExt>SignSTE": "tf_ext_sign_ste",
                 "TfExt>GradientReversal": "tf_ext_gradient_reversal",
+                "TfExt>SmoothL1": "tf_ext_smooth_l1",
                 "TfExt>GradientFunctionDef": "tf_ext_gradient_function_def"}[op]
         return getattr(self.lib, name)
 
@@ -483,6 +487,15 @@ class _Runner:
             ok = np.array_equal(value, want, equal_nan=True) and \
                 np.array_equal(np.signbit(value), np.signbit(want))
             return None if ok else f"sign mismatch: x={xs[0].ravel()[:6]} y={value.ravel()[:6]}"
+        if op == "TfExt>SmoothL1":
+            x, d = xs[0].astype(np.float64), float(np.float32(attrs["delta"]))
+            with np.errstate(all="ignore"):
+                want = np.where(np.abs(x) < d, 0.5 * x * x / d, np.abs(x) - 0.5 * d)
+            tol = 2e-3 if xs[0].dtype == np.float16 else (2e-6 if xs[0].dtype == np.float32 else 1e-12)
+            with np.errstate(all="ignore"):
+                ok = np.allclose(value.astype(np.float64), want.astype(xs[0].dtype).astype(np.float64),
+                                 rtol=tol, atol=tol, equal_nan=True)
+            return None if ok else f"smooth_l1 mismatch: x={xs[0].ravel()[:6]} y={value.ravel()[:6]}"
         if not finite or sum(x.size for x in xs) > 3000 or min(np.size(v) for v in
                                                                self.tf.nest.flatten(value)) == 0:
             return None  # references are Python loops; empty outputs were compared by shape

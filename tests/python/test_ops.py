@@ -188,6 +188,37 @@ def test_gradient_reversal_forward_is_identity(mode, dtype):
     np.testing.assert_array_equal(y, x)
 
 
+@pytest.mark.parametrize("dtype", ELEMENTWISE_DTYPES)
+@pytest.mark.parametrize("delta", [1.0, 0.25, 3.0])
+def test_smooth_l1_matches_huber(mode, dtype, delta):
+    # The generated function (no hand-written wrapper) against the Huber penalty written out in
+    # numpy, in float64, with values on both sides of +-delta, exactly at it, zeros and NaN.
+    x = np.concatenate([np.linspace(-4, 4, 33), [delta, -delta, 0.0, -0.0, np.nan]])
+    x = x.astype(dtype)
+    y = evaluate(mode, lambda t: tf_ext.smooth_l1(t, delta=delta), x)
+    assert y.dtype == dtype
+    v = x.astype(np.float64)
+    want = np.where(np.abs(v) < delta, 0.5 * v * v / delta, np.abs(v) - 0.5 * delta)
+    tol = {np.float16: 1e-3, np.float32: 1e-6, np.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+    assert np.isnan(y[-1])
+
+
+def test_smooth_l1_gradient_is_clipped_slope():
+    x = tf.constant(np.linspace(-3, 3, 13), tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf_ext.smooth_l1(x, delta=2.0)
+    np.testing.assert_allclose(tape.gradient(y, x), np.clip(x.numpy() / 2.0, -1, 1), rtol=1e-12)
+
+
+def test_smooth_l1_rejects_bad_delta():
+    for delta in (0.0, -1.0, float("nan"), float("inf"), 1e-45):
+        with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                           match=r"TfExt>SmoothL1: delta must be finite and > 0"):
+            tf_ext.smooth_l1(tf.constant([1.0]), delta=delta)
+
+
 # --- errors --------------------------------------------------------------------------------
 
 IMAGES = ref.shuffled_grid((2, 5, 6, 4), np.float32)

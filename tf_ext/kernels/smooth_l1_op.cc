@@ -32,10 +32,10 @@ class SmoothL1Op : public OpKernel {
   SmoothL1Attrs attrs_;
 };
 
-#define TF_EXT_REGISTER_SMOOTH_L1(DEVICE, Device, T)                      \
+#define TF_EXT_REGISTER_SMOOTH_L1(DEVICE_NAME, DeviceType, T)             \
   TF_EXT_REGISTER_KERNEL_BUILDER(                                         \
-      Name("TfExt>SmoothL1").Device(DEVICE).TypeConstraint<T>("T"),       \
-      SmoothL1Op<Device, T>);
+      Name("TfExt>SmoothL1").Device(DEVICE_NAME).TypeConstraint<T>("T"),  \
+      SmoothL1Op<DeviceType, T>);
 TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, Eigen::half);
 TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, float);
 TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, double);
