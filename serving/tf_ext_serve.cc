@@ -1,7 +1,9 @@
 // tf_ext_serve: runs the signatures of a SavedModel that uses tf_ext ops, from C++ only.
 //
-//   tf_ext_serve --library=_tf_ext_ops.so --saved_model=DIR --shape=2,4 --values=1,2,...
+//   tf_ext_serve --saved_model=DIR --shape=2,4 --values=1,2,... [--library=_tf_ext_ops.so]
 //                [--signatures=forward,gradient] [--input=x]
+//
+// Without --library the op library is looked up as tf_ext/tools/library_lookup.h says.
 //
 // Loads the op library with Env::LoadDynamicLibrary (its ops, kernels and C++ gradients
 // register themselves), the SavedModel with LoadSavedModel (tag "serve"), feeds one float32
@@ -24,6 +26,8 @@
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tensorflow/core/public/session.h"
 #include "tensorflow/core/public/session_options.h"
+#include "tf_ext/tools/flags.h"
+#include "tf_ext/tools/library_lookup.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -32,42 +36,63 @@ struct Flags {
   std::string library, saved_model, input = "x";
   std::vector<int64_t> shape;
   std::vector<float> values;
-  std::vector<std::string> signatures = {"forward", "gradient"};
+  std::vector<std::string> signatures;
 };
 
-absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(argv[i], absl::MaxSplits('=', 1));
-    const std::string& key = kv.first;
-    const std::string& value = kv.second;
-    if (key == "--library") {
-      flags->library = value;
-    } else if (key == "--saved_model") {
-      flags->saved_model = value;
-    } else if (key == "--input") {
-      flags->input = value;
-    } else if (key == "--signatures") {
-      flags->signatures = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (key == "--shape" || key == "--values") {
-      for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-        double v = 0;
-        if (!absl::SimpleAtod(part, &v)) {
-          return absl::InvalidArgumentError(absl::StrCat("tf_ext_serve: bad number '", part,
-                                                         "' in ", key));
-        }
-        if (key == "--shape") {
-          flags->shape.push_back(static_cast<int64_t>(v));
-        } else {
-          flags->values.push_back(static_cast<float>(v));
-        }
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("tf_ext_serve: unknown flag ", argv[i]));
+absl::Status ParseNumbers(absl::string_view flag, const std::string& text,
+                          std::vector<double>* out) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tf_ext_serve: bad number '", part, "' in --", flag));
     }
+    out->push_back(v);
   }
-  if (flags->library.empty() || flags->saved_model.empty()) {
-    return absl::InvalidArgumentError("tf_ext_serve: --library and --saved_model are required");
+  return absl::OkStatus();
+}
+
+// Parses the command line into *flags; *help set for --help (then nothing else happens).
+absl::Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
+  std::string shape, values, signatures = "forward,gradient";
+  tools::FlagParser parser(
+      "tf_ext_serve",
+      "Runs the signatures of a SavedModel that uses tf_ext ops, from C++ only: feeds one "
+      "float32\ntensor to each signature and prints every output.");
+  parser.String("library", &flags->library,
+                "op library to load (default: $TF_EXT_LIBRARY, then runfiles, then next to\n"
+                "this binary: README.md, \"Where the op library is found\")")
+      .ValueName("PATH");
+  parser.String("saved_model", &flags->saved_model, "SavedModel directory (tag \"serve\")")
+      .ValueName("DIR")
+      .Required();
+  parser.String("shape", &shape, "shape of the input tensor").ValueName("D0,D1,...");
+  parser.String("values", &values, "its float32 values, row-major").ValueName("V0,V1,...");
+  parser.String("signatures", &signatures, "signatures to run, in this order")
+      .ValueName("A,B");
+  parser.String("input", &flags->input, "name of the signatures' input").ValueName("NAME");
+  absl::Status s = parser.Parse(argc, argv);
+  *help = parser.help_requested();
+  if (*help) {
+    std::printf("%s", parser.Usage().c_str());
+    return absl::OkStatus();
   }
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tf_ext_serve: ", s.message(), "\n", parser.Usage()));
+  }
+  std::vector<double> numbers;
+  TF_RETURN_IF_ERROR(ParseNumbers("shape", shape, &numbers));
+  for (double d : numbers) flags->shape.push_back(static_cast<int64_t>(d));
+  numbers.clear();
+  TF_RETURN_IF_ERROR(ParseNumbers("values", values, &numbers));
+  for (double v : numbers) flags->values.push_back(static_cast<float>(v));
+  flags->signatures = absl::StrSplit(signatures, ',', absl::SkipEmpty());
+  auto library = tools::FindOpLibrary(tools::LibraryLookupContext::FromProcess(flags->library));
+  if (!library.ok()) {
+    return absl::NotFoundError(absl::StrCat("tf_ext_serve: ", library.status().message()));
+  }
+  flags->library = *library;
   return absl::OkStatus();
 }
 
@@ -134,7 +159,9 @@ absl::Status Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   tensorflow::tf_ext::Flags flags;
-  absl::Status s = tensorflow::tf_ext::ParseFlags(argc, argv, &flags);
+  bool help = false;
+  absl::Status s = tensorflow::tf_ext::ParseFlags(argc, argv, &flags, &help);
+  if (help) return 0;
   if (s.ok()) s = tensorflow::tf_ext::Run(flags);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tensorflow/core/framework/types.h"
 #include "tests/command.h"
@@ -140,6 +142,23 @@ TEST(Gradcheck, RegistryReport) {
 
 TEST(Gradcheck, UsageErrors) {
   EXPECT_EQ(Gradcheck("").code, 2);
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--ops=Tanh --bogus", "unknown argument '--bogus'"},
+           {"--ops=Tanh --seed=x", "bad --seed: 'x' is not a non-negative integer"},
+           {"--ops=Tanh --tol_float=big", "bad --tol_float: 'big' is not a number"},
+           {"--ops=Tanh --ops=Mul", "--ops given more than once"},
+           {"--registries=bogus", "bad --registries: 'bogus' is not one of summary, full"},
+       }) {
+    ToolRun bad = Gradcheck(args);
+    EXPECT_EQ(bad.code, 2) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << args << "\n" << bad.output;
+  }
+  ToolRun help = Gradcheck("--help");
+  EXPECT_EQ(help.code, 0) << help.output;
+  for (const char* flag : {"--library=PATH", "--ops=A,B", "--spec=FILE", "--seed=N",
+                           "--tol_float=TOL", "--tol_double=TOL", "--registries[=full]"}) {
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag << "\n" << help.output;
+  }
   ToolRun r = Gradcheck("--library=/nonexistent.so");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("cannot load '/nonexistent.so'"), std::string::npos) << r.output;

@@ -247,7 +247,49 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"--graph=tests/data/zero_out_graph.pbtxt --y=sq --x=x --feed=x=2x2:1,2,3",
                   "needs 4 values, got 3"},
         ErrorCase{"--graph=tests/tf_ext_grad_test.cc --y=a --x=b", "is not a GraphDef"},
-        ErrorCase{"--bogus", "unknown argument '--bogus'"}));
+        ErrorCase{"--bogus", "unknown argument '--bogus'"},
+        ErrorCase{"--max_values=x", "bad --max_values: 'x' is not an integer"},
+        ErrorCase{"--seed=-1", "bad --seed: '-1' is not a non-negative integer"},
+        ErrorCase{"--projections=-1", "bad --projections: -1 is below the minimum 0"},
+        ErrorCase{"--delta=tiny", "bad --delta: 'tiny' is not a number"},
+        ErrorCase{"--check --check", "--check given more than once"},
+        ErrorCase{"--graph", "--graph needs a value: --graph=PATH"}));
+
+TEST(TfExtGrad, HelpListsEveryFlag) {
+  ToolRun r = RunCommand("tf_ext/tf_ext_grad --help");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* flag :
+       {"--graph=PATH", "--y=NODE[:IDX]", "--x=NODE[:IDX],...", "--feed=NAME=VALUE", "--seed=N",
+        "--library=PATH", "--check", "--projections=N", "--delta=H", "--tolerance=TOL",
+        "--save=PATH", "--dump_backward=PATH", "--max_values=N", "--help"}) {
+    EXPECT_NE(r.output.find(std::string("  ") + flag), std::string::npos) << flag << r.output;
+  }
+  EXPECT_NE(r.output.find("values printed per tensor (default: 8)"), std::string::npos)
+      << r.output;
+}
+
+// README.md "Where the op library is found": --library, then $TF_EXT_LIBRARY (alone), then
+// runfiles / next to the binary.
+TEST(TfExtGrad, LibraryLookupOrder) {
+  const std::string graph = std::string(" ") + kGraph + " --y=sq --x=x";
+  const std::string want = "d sum(y) / d x:0: double [3] = [0 -36 0]";
+  ToolRun r = RunCommand("TF_EXT_LIBRARY=/nonexistent/env.so tf_ext/tf_ext_grad "
+                         "--library=tf_ext/_tf_ext_ops.so" + graph);
+  EXPECT_EQ(r.code, 0) << r.output;  // the flag wins over the environment
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  r = RunCommand("TF_EXT_LIBRARY=/nonexistent/env.so tf_ext/tf_ext_grad" + graph);
+  EXPECT_EQ(r.code, 1) << r.output;  // an explicit choice is never replaced by another copy
+  EXPECT_NE(r.output.find("op library '/nonexistent/env.so' not found (from $TF_EXT_LIBRARY)"),
+            std::string::npos)
+      << r.output;
+  r = RunCommand("TF_EXT_LIBRARY=tf_ext/_tf_ext_ops.so tf_ext/tf_ext_grad" + graph);
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = RunCommand("env -u TF_EXT_LIBRARY tf_ext/tf_ext_grad" + graph);  // runfiles
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  r = RunCommand("env -u TF_EXT_LIBRARY -u RUNFILES_DIR tf_ext/tf_ext_grad" + graph);
+  EXPECT_EQ(r.code, 0) << r.output;  // the binary's own runfiles tree, or next to it
+}
 
 TEST(TfExtGrad, MissingLibrary) {
   ToolRun r = RunCommand("tf_ext/tf_ext_grad --library=/nonexistent/lib.so");

@@ -4,11 +4,13 @@ Loading registers the library's ops and C++ gradients with TensorFlow's C++ regi
 Python's gradient registry is filled by tf_ext._bridge, which calls this module (never the
 other way round: this module imports no other tf_ext module but _tf_compat).
 
-The library is looked up, in order, at
-  1. $TF_EXT_LIBRARY (a path to the .so), if set;
+The library is looked up in the order README.md documents ("Where the op library is found"),
+the one the C++ tools share (tf_ext/tools/library_lookup.h), first existing file wins:
+  1. $TF_EXT_LIBRARY (a path to the .so), if set - then the only candidate;
   2. `_tf_ext_ops.so` inside this package (an installed wheel);
   3. `tf_ext/_tf_ext_ops.so` in Bazel runfiles ($RUNFILES_DIR, or this package's runfiles tree);
   4. `bazel-bin/tf_ext/_tf_ext_ops.so` of the source tree this package lives in.
+(The C++ tools' --library flag comes before 1; they have no package, so no 2.)
 
 `import tf_ext` first runs check_tensorflow_version(): the op library is C++ compiled against
 one TensorFlow release, and TensorFlow's C++ ABI is not stable across minor releases, so under

@@ -48,6 +48,20 @@ def test_missing_library_error_names_path_and_versions():
     assert f"this process runs TensorFlow {tf.__version__}" in out, out
 
 
+def test_lookup_order_is_the_documented_one(monkeypatch):
+    """README.md "Where the op library is found", shared with tf_ext/tools/library_lookup.h:
+    $TF_EXT_LIBRARY alone when set, else the package's .so, runfiles, then the build tree."""
+    from tf_ext import _loader  # pylint: disable=g-import-not-at-top
+    monkeypatch.setenv("TF_EXT_LIBRARY", "/explicit/_tf_ext_ops.so")
+    assert _loader._candidates() == ["/explicit/_tf_ext_ops.so"]
+    monkeypatch.delenv("TF_EXT_LIBRARY")
+    monkeypatch.setenv("RUNFILES_DIR", "/rf")
+    candidates = _loader._candidates()
+    assert candidates[0] == os.path.join(_loader._PACKAGE_DIR, "_tf_ext_ops.so")
+    assert candidates[1] == "/rf/tf_ext/tf_ext/_tf_ext_ops.so"
+    assert candidates[-1].endswith(os.path.join("bazel-bin", "tf_ext", "_tf_ext_ops.so"))
+
+
 def test_unloadable_library_error_names_path(tmp_path):
     bad = tmp_path / "_tf_ext_ops.so"
     bad.write_bytes(b"not an ELF file")

@@ -74,6 +74,47 @@ def test_cpp_serving_reports_missing_signature(exported):
     assert "no signature 'nope'" in result.stderr
 
 
+@pytest.mark.parametrize("env_library", [True, False], ids=["env", "runfiles"])
+def test_cpp_serving_finds_library_without_flag(exported, env_library):
+    """No --library: $TF_EXT_LIBRARY when set, else the binary's runfiles (README.md, "Where
+    the op library is found")."""
+    model_dir, expected = exported
+    env = dict(os.environ)
+    if not env_library:
+        env.pop("TF_EXT_LIBRARY")
+    result = subprocess.run(
+        [SERVE_BINARY, f"--saved_model={model_dir}", "--shape=1,4", "--values=1,2,3,4",
+         "--signatures=forward"], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(parse_serve_output(result.stdout)) == {"forward"}
+    env["TF_EXT_LIBRARY"] = "/nonexistent/_tf_ext_ops.so"
+    result = subprocess.run([SERVE_BINARY, f"--saved_model={model_dir}"], capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.returncode != 0
+    assert "'/nonexistent/_tf_ext_ops.so' not found (from $TF_EXT_LIBRARY)" in result.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--saved_model=m", "--bogus=1"], "unknown argument '--bogus=1'"),
+    (["--shape=1"], "missing required flag --saved_model=DIR"),
+    (["--saved_model=m", "--saved_model=n"], "--saved_model given more than once"),
+    (["--saved_model=m", "--shape=1,x"], "bad number 'x' in --shape"),
+])
+def test_cpp_serving_flag_errors(args, message):
+    result = subprocess.run([SERVE_BINARY, *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_cpp_serving_help_lists_every_flag():
+    result = subprocess.run([SERVE_BINARY, "--help"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    for flag in ("--library=PATH", "--saved_model=DIR", "--shape=", "--values=",
+                 "--signatures=", "--input=", "--help"):
+        assert flag in result.stdout, result.stdout
+
+
 def test_python_reload_matches(exported):
     import tf_ext  # pylint: disable=g-import-not-at-top
     model_dir, expected = exported

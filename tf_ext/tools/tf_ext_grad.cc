@@ -3,49 +3,25 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
+//               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/graph_gradients.h"
+#include "tf_ext/tools/library_lookup.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
-
-constexpr char kUsage[] = R"(usage: tf_ext_grad [flags]
-  --graph=PATH          forward GraphDef (text or binary); default: the built-in example
-  --y=NODE[:IDX]        tensor to differentiate (its sum, i.e. incoming gradient = ones)
-  --x=NODE[:IDX],...    tensors to differentiate with respect to
-  --feed=NAME=VALUE     a value for a placeholder (repeatable). VALUE is one of
-                          [SHAPE:]V1,V2,...  SHAPE like 2x3 (omitted: 1-D; "scalar")
-                          @FILE.npy | @FILE.npz[:KEY] | [SHAPE:]@FILE (raw, placeholder dtype)
-                          random[:SEED]      standard normal, the placeholder's shape
-                        Placeholders of fully known shape that get no --feed are fed random
-                        values (seed --seed, printed).
-  --seed=N              seed of the default random feeds and of --check's projections (0)
-  --library=PATH        op library to load (default: $TF_EXT_LIBRARY, then next to this binary)
-  --check               also compare with central differences and print PASS/FAIL
-  --projections=N       --check along N random +-1 directions per x (default: elementwise for
-                        xs of <= 256 elements, else 16); 0: always elementwise
-  --delta=H             finite-difference step (default 1e-3 float, 1e-6 double)
-  --tolerance=TOL       max relative error for PASS (default 1e-2 float graphs, 1e-6 double)
-  --save=PATH           y and every gradient at full precision: PATH.npz (np.savez: y,
-                        d_<x>), else text (name dtype [shape] values, 17 digits)
-  --dump_backward=PATH  write the forward+backward GraphDef (text) that was run
-  --max_values=N        values printed per tensor (default 8)
-)";
 
 struct Flags {
   std::string graph, y, x, library, save, dump_backward;
@@ -57,71 +33,70 @@ struct Flags {
   uint64_t seed = 0;
 };
 
+void DeclareFlags(FlagParser* p, Flags* f) {
+  p->String("graph", &f->graph, "forward GraphDef (text or binary); default: the built-in example")
+      .ValueName("PATH");
+  p->String("y", &f->y, "tensor to differentiate (its sum, i.e. incoming gradient = ones)")
+      .ValueName("NODE[:IDX]");
+  p->String("x", &f->x, "tensors to differentiate with respect to").ValueName("NODE[:IDX],...");
+  p->Repeated("feed", &f->feeds,
+              "a value for a placeholder. VALUE is one of\n"
+              "  [SHAPE:]V1,V2,...  SHAPE like 2x3 (omitted: 1-D; \"scalar\")\n"
+              "  @FILE.npy | @FILE.npz[:KEY] | [SHAPE:]@FILE (raw, placeholder dtype)\n"
+              "  random[:SEED]      standard normal, the placeholder's shape\n"
+              "Placeholders of fully known shape that get no --feed are fed random\n"
+              "values (seed --seed, printed).")
+      .ValueName("NAME=VALUE");
+  p->Int("seed", &f->seed, "seed of the default random feeds and of --check's projections");
+  p->String("library", &f->library,
+            "op library to load (default: $TF_EXT_LIBRARY, then runfiles, then next to\n"
+            "this binary: README.md, \"Where the op library is found\")")
+      .ValueName("PATH");
+  p->Bool("check", &f->check, "also compare with central differences and print PASS/FAIL");
+  p->Int("projections", &f->projections,
+         "--check along N random +-1 directions per x (default: elementwise for\n"
+         "xs of <= 256 elements, else 16); 0: always elementwise",
+         0)
+      .DefaultText("");
+  p->Double("delta", &f->delta, "finite-difference step (default 1e-3 float, 1e-6 double)")
+      .ValueName("H")
+      .DefaultText("");
+  p->Double("tolerance", &f->tolerance,
+            "max relative error for PASS (default 1e-2 float graphs, 1e-6 double)")
+      .ValueName("TOL")
+      .DefaultText("");
+  p->String("save", &f->save,
+            "y and every gradient at full precision: PATH.npz (np.savez: y,\n"
+            "d_<x>), else text (name dtype [shape] values, 17 digits)")
+      .ValueName("PATH");
+  p->String("dump_backward", &f->dump_backward,
+            "write the forward+backward GraphDef (text) that was run")
+      .ValueName("PATH");
+  p->Int("max_values", &f->max_values, "values printed per tensor");
+}
+
 int Fail(const std::string& msg) {
   std::cerr << "tf_ext_grad: error: " << msg << "\n";
   return 1;
 }
 
-bool ParseFlags(int argc, char** argv, Flags* f, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name, std::string* out) { return FlagValue(a, name, out); };
-    std::string v;
-    if (a == "--check") {
-      f->check = true;
-    } else if (value("graph", &f->graph) || value("y", &f->y) || value("x", &f->x) ||
-               value("library", &f->library) || value("save", &f->save) ||
-               value("dump_backward", &f->dump_backward)) {
-    } else if (value("feed", &v)) {
-      f->feeds.push_back(v);
-    } else if (value("delta", &v)) {
-      if (!absl::SimpleAtod(v, &f->delta)) return *error = "bad --delta " + v, false;
-    } else if (value("tolerance", &v)) {
-      if (!absl::SimpleAtod(v, &f->tolerance)) return *error = "bad --tolerance " + v, false;
-    } else if (value("projections", &v)) {
-      if (!absl::SimpleAtoi(v, &f->projections) || f->projections < 0) {
-        return *error = "bad --projections " + v, false;
-      }
-    } else if (value("seed", &v)) {
-      if (!absl::SimpleAtoi(v, &f->seed)) return *error = "bad --seed " + v, false;
-    } else if (value("max_values", &v)) {
-      if (!absl::SimpleAtoi(v, &f->max_values)) return *error = "bad --max_values " + v, false;
-    } else {
-      *error = "unknown argument '" + a + "'";
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string DefaultLibrary() {
-  if (const char* env = std::getenv("TF_EXT_LIBRARY")) return env;
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return "_tf_ext_ops.so";
-  exe[n] = '\0';
-  const std::string self(exe);
-  const std::string dir = self.substr(0, self.rfind('/'));
-  for (const std::string& c : {dir + "/../_tf_ext_ops.so", dir + "/_tf_ext_ops.so",
-                               self + ".runfiles/tf_ext/tf_ext/_tf_ext_ops.so"}) {
-    if (Env::Default()->FileExists(c).ok()) return c;
-  }
-  return dir + "/../_tf_ext_ops.so";
-}
-
 int Main(int argc, char** argv) {
   Flags flags;
-  std::string error;
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::cout << kUsage;
+  FlagParser parser("tf_ext_grad",
+                    "Gradients of a forward GraphDef computed entirely in C++ (no Python).\n"
+                    "Without --graph it differentiates a built-in example graph through the "
+                    "tf_ext ops.");
+  DeclareFlags(&parser, &flags);
+  const absl::Status parsed = parser.Parse(argc, argv);
+  if (parser.help_requested()) {
+    std::cout << parser.Usage();
     return 0;
   }
-  if (!ParseFlags(argc, argv, &flags, &error)) return Fail(error + "\n" + kUsage);
+  if (!parsed.ok()) return Fail(absl::StrCat(parsed.message(), "\n", parser.Usage()));
 
-  const std::string library = flags.library.empty() ? DefaultLibrary() : flags.library;
-  if (!Env::Default()->FileExists(library).ok()) {
-    return Fail(absl::StrCat("op library '", library, "' not found (use --library=PATH)"));
-  }
+  auto found = FindOpLibrary(LibraryLookupContext::FromProcess(flags.library));
+  if (!found.ok()) return Fail(std::string(found.status().message()));
+  const std::string library = *found;
   void* handle = nullptr;
   if (absl::Status s = Env::Default()->LoadDynamicLibrary(library.c_str(), &handle); !s.ok()) {
     return Fail(absl::StrCat("cannot load op library '", library, "': ", s.message()));

@@ -20,8 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/c/c_api.h"
@@ -39,16 +37,12 @@
 namespace tensorflow::tf_ext::tools {
 namespace {
 
-constexpr char kUsage[] = R"(usage: tf_ext_gradcheck [--library=PATH] [--ops=A,B,...] [--spec=FILE]
-                        [--seed=N] [--tol_float=1e-3] [--tol_double=1e-6]
-  --library=PATH  custom-op library to load; its ops are checked (all, or those in --ops)
-  --ops=A,B       ops to check (required without --library: e.g. TensorFlow's own ops)
-  --spec=FILE     input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h
-  --registries    instead of checking: how many ops have a function gradient, a client
-                  gradient, both or neither, before and after tf_ext unifies TensorFlow's two
-                  C++ gradient registries (after loading --library, if given); =full also
-                  lists every op still lacking in each registry
-)";
+constexpr char kDescription[] =
+    R"(Checks the C++ (FDH) gradients of an op library's ops, or of TensorFlow's own
+(--ops without --library), against float64 central differences.
+  tf_ext_gradcheck --library=PATH [--ops=A,B] [--spec=FILE] [--seed=N]
+  tf_ext_gradcheck --ops=Tanh,Sigmoid,Mul [--spec=FILE]
+  tf_ext_gradcheck --registries[=full] [--library=PATH])";
 
 struct Row {
   std::string op, gradient, dtype, size, abs_err, rel_err, result, note;
@@ -215,35 +209,46 @@ int RegistriesReport(const std::string& library, bool full) {
 }
 
 int Main(int argc, char** argv) {
-  std::string library, ops_flag, spec_path;
-  std::string registries;
-  bool registries_flag = false;
+  std::string library, ops_flag, spec_path, registries;
   uint64_t seed = 1;
   double tol_float = 1e-3, tol_double = 1e-6;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto take = [&](const char* name, std::string* out) { return FlagValue(a, name, out); };
-    std::string v;
-    if (take("library", &library) || take("ops", &ops_flag) || take("spec", &spec_path)) {
-    } else if (a == "--registries" || take("registries", &registries)) {
-      registries_flag = true;
-      if (a != "--registries" && registries != "full") {
-        std::cerr << "tf_ext_gradcheck: error: --registries takes no value or =full\n";
-        return 2;
-      }
-    } else if (take("seed", &v) && absl::SimpleAtoi(v, &seed)) {
-    } else if (take("tol_float", &v) && absl::SimpleAtod(v, &tol_float)) {
-    } else if (take("tol_double", &v) && absl::SimpleAtod(v, &tol_double)) {
-    } else {
-      std::cerr << "tf_ext_gradcheck: error: bad argument '" << a << "'\n" << kUsage;
-      return 2;
-    }
+  // No default library: without --library this checks TensorFlow's own ops (--ops), so the
+  // lookup of library_lookup.h does not apply; --library is taken as given.
+  FlagParser parser("tf_ext_gradcheck", kDescription);
+  parser.String("library", &library,
+                "custom-op library to load; its ops are checked (all, or those in --ops)")
+      .ValueName("PATH");
+  parser.String("ops", &ops_flag,
+                "ops to check (required without --library: e.g. TensorFlow's own ops)")
+      .ValueName("A,B");
+  parser.String("spec", &spec_path,
+                "input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h")
+      .ValueName("FILE");
+  parser.Int("seed", &seed, "seed of the generated inputs");
+  parser.Double("tol_float", &tol_float, "max error for PASS of float rows").ValueName("TOL");
+  parser.Double("tol_double", &tol_double, "max error for PASS of double rows").ValueName("TOL");
+  parser.String("registries", &registries,
+                "instead of checking: how many ops have a function gradient, a client\n"
+                "gradient, both or neither, before and after tf_ext unifies TensorFlow's two\n"
+                "C++ gradient registries (after loading --library, if given); =full also\n"
+                "lists every op still lacking in each registry")
+      .ValueName("full")
+      .ImplicitValue("summary")
+      .Choices({"summary", "full"});
+  const absl::Status parsed = parser.Parse(argc, argv);
+  if (parser.help_requested()) {
+    std::cout << parser.Usage();
+    return 0;
   }
-  if (registries_flag) return RegistriesReport(library, registries == "full");
+  if (!parsed.ok()) {
+    std::cerr << "tf_ext_gradcheck: error: " << parsed.message() << "\n" << parser.Usage();
+    return 2;
+  }
+  if (!registries.empty()) return RegistriesReport(library, registries == "full");
   std::vector<std::string> ops;
   if (!ops_flag.empty()) ops = absl::StrSplit(ops_flag, ',', absl::SkipEmpty());
   if (library.empty() && ops.empty()) {
-    std::cerr << "tf_ext_gradcheck: error: give --library and/or --ops\n" << kUsage;
+    std::cerr << "tf_ext_gradcheck: error: give --library and/or --ops\n" << parser.Usage();
     return 2;
   }
   if (!library.empty()) {
