@@ -176,6 +176,10 @@ def main(argv=None):
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--training", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eager_reference", action="store_true",
+                   help="Python's gradient of the eager Keras call instead of the frozen graph's "
+                   "(deterministic models too large for a second copy of their constants in "
+                   "memory: ConvNeXtXLarge)")
     p.add_argument("--no_reference", action="store_true",
                    help="skip the Python reference (models whose gradient is not the point, "
                    "e.g. an LSTM, whose imported while loop Python cannot differentiate)")
@@ -258,6 +262,17 @@ def main(argv=None):
     if args.no_reference:
         np.savez(os.path.join(args.out, "expected.npz"), dy_dx=np.zeros_like(x_val),
                  y=keras_y, keras_y=keras_y)
+    elif args.eager_reference:
+        # Python's gradient of the eager Keras call: the same function as the frozen graph for
+        # deterministic models (no dropout drawn), without a second copy of the constants.
+        del frozen, concrete, fn, graph_def
+        x_t = tf.constant(x_val)
+        with tf.GradientTape() as tape:
+            tape.watch(x_t)
+            y_t = forward(x_t)
+        dy_dx = tape.gradient(y_t, x_t).numpy()
+        np.savez(os.path.join(args.out, "expected.npz"), dy_dx=dy_dx,
+                 y=np.float32(y_t.numpy()), keras_y=keras_y, eager_reference=np.bool_(True))
     else:
         np.save(os.path.join(args.out, "keras_y.npy"), keras_y)
         del model, frozen, concrete, fn, graph_def, trainable, non_trainable
