@@ -118,7 +118,7 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
   }
   for (DataType dt : dtypes) {
     Row row{op, "FDH", dt == DT_INVALID ? "fixed" : DataTypeString(dt)};
-    testing::OpAttrs attrs;
+    test::OpAttrs attrs;
     std::string problem;
     if (!type_attr.empty() && dt != DT_INVALID) attrs.push_back({type_attr, dt});
     if (spec != nullptr) {
@@ -160,7 +160,7 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
       InputSpec in_spec;
       const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
       if (has_spec) in_spec = spec->inputs.at(arg.name());
-      if (in_type == DT_INVALID || (!testing::IsFloatingPoint(in_type) && !has_spec)) {
+      if (in_type == DT_INVALID || (!test::IsFloatingPoint(in_type) && !has_spec)) {
         problem = absl::StrCat("input '", arg.name(), "' (",
                                in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
                                ") needs a spec");
@@ -181,11 +181,11 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
       rows->push_back(row);
       continue;
     }
-    testing::GradientCheckOptions opts;
+    test::GradientCheckOptions opts;
     opts.seed = seed;
     if (spec != nullptr) opts.non_differentiable_inputs = spec->nondiff;
-    testing::GradientCheckResult r;
-    absl::Status s = testing::CheckGradient(op, attrs, inputs, opts, &r);
+    test::GradientCheckResult r;
+    absl::Status s = test::CheckGradient(op, attrs, inputs, opts, &r);
     if (!s.ok()) {
       row.size = row.abs_err = row.rel_err = "-";
       row.result = "ERROR";
