@@ -144,7 +144,7 @@ TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
     ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kKernel}).status(), kOp, {want});
     ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kSessionConstants}).status(), kOp,
                           {want});  // the shape function
-    // The gradient creator refuses too (the function runtime may rewrap the status code).
+    // The gradient creator refuses too, with the same status.
     ExpectInvalidArgument(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), kOp, {want});
   }
 }
