@@ -21,9 +21,9 @@ namespace {
 
 using grad::GradName;
 using grad::GradBuilder;
-using testing::CheckGradient;
-using testing::GradientCheckOptions;
-using testing::GradientCheckResult;
+using test::CheckGradient;
+using test::GradientCheckOptions;
+using test::GradientCheckResult;
 
 // ---- test ops ---------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ TYPED_TEST(GradBuilderTyped, UnaryCwiseReadingY) {
   ASSERT_TRUE(CheckGradient("TfExtTest>Expo", {}, {x}, {}, &r).ok());
   EXPECT_TRUE(r.Passed(Tol<TypeParam>())) << r.ToString();
   // Closed form too: d sum(exp(x)) / dx = exp(x).
-  absl::StatusOr<std::vector<Tensor>> g = testing::RunSymbolicGradient("TfExtTest>Expo", {}, {x},
+  absl::StatusOr<std::vector<Tensor>> g = test::RunSymbolicGradient("TfExtTest>Expo", {}, {x},
                                         {test::AsTensor<TypeParam>(std::vector<TypeParam>(12, 1),
                                                                    TensorShape({3, 4}))});
   ASSERT_TRUE(g.ok()) << g.status();
@@ -261,7 +261,7 @@ TYPED_TEST(GradBuilderTyped, MultiOutputDedicatedOpAndNonDifferentiableInputs) {
   EXPECT_TRUE(r.Passed(Tol<TypeParam>())) << r.ToString();
   // Closed form: dx = 2.5 dy, whatever the argmax output's incoming gradient is.
   Tensor dy = Random<TypeParam>(TensorShape({2, 3}), -1, 1, 10);
-  absl::StatusOr<std::vector<Tensor>> g = testing::RunSymbolicGradient("TfExtTest>ScaleArgmax", {{"scale", 2.5f}}, {x, k, w},
+  absl::StatusOr<std::vector<Tensor>> g = test::RunSymbolicGradient("TfExtTest>ScaleArgmax", {{"scale", 2.5f}}, {x, k, w},
                                         {dy, test::AsTensor<int32>({7})});
   ASSERT_TRUE(g.ok()) << g.status();
   ASSERT_EQ(g->size(), 3u);

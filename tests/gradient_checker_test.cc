@@ -12,9 +12,9 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-using testing::CheckGradient;
-using testing::GradientCheckOptions;
-using testing::GradientCheckResult;
+using test::CheckGradient;
+using test::GradientCheckOptions;
+using test::GradientCheckResult;
 
 // y = 2 x + w (w rides along). Its registered gradient is deliberately wrong in element 1:
 // dx = 2 dy except dx[1] = 3 dy[1]; and it leaks dy into w, which it declares non-differentiable.

@@ -17,7 +17,7 @@
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tests/direct_kernel.h"
+#include "tests/test_util.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/testing/gradient_checker.h"
@@ -26,14 +26,14 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-using ::tensorflow::tf_ext::testing::CheckGradient;
-using ::tensorflow::tf_ext::testing::GradientCheckOptions;
-using ::tensorflow::tf_ext::testing::GradientCheckResult;
-using ::tensorflow::tf_ext::testing::OpAttrs;
-using ::tensorflow::tf_ext::testing::RunKernelDirect;
-using ::tensorflow::tf_ext::testing::RunOp;
-using ::tensorflow::tf_ext::testing::RunOpOptions;
-using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+using ::tensorflow::tf_ext::test::CheckGradient;
+using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
+using ::tensorflow::tf_ext::test::GradientCheckOptions;
+using ::tensorflow::tf_ext::test::GradientCheckResult;
+using ::tensorflow::tf_ext::test::OpAttrs;
+using ::tensorflow::tf_ext::test::RunOp;
+using ::tensorflow::tf_ext::test::RunPath;
+using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>GradientReversal";
 
@@ -68,8 +68,8 @@ TYPED_TEST(GradientReversalTyped, ForwardIsIdentity) {
   uint32_t seed = 1;
   for (const TensorShape& shape : Shapes()) {
     Tensor x = MakeTensor<TypeParam>(shape, seed++, /*specials=*/true);
-    for (bool constants : {false, true}) {
-      auto out = RunOp(kOp, {{"scale", 0.3f}}, {x}, RunOpOptions{constants});
+    for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+      auto out = RunOp(kOp, {{"scale", 0.3f}}, {x}, {path});
       ASSERT_TRUE(out.ok()) << out.status();
       const Tensor& y = (*out)[0];
       ASSERT_EQ(y.shape(), shape);
@@ -84,7 +84,7 @@ TYPED_TEST(GradientReversalTyped, ForwardSharesTheInputBuffer) {
   uint32_t seed = 10;
   for (const TensorShape& shape : Shapes()) {
     Tensor x = MakeTensor<TypeParam>(shape, seed++, /*specials=*/false);
-    auto out = RunKernelDirect(kOp, {{"scale", 2.0f}}, {x});
+    auto out = RunOp(kOp, {{"scale", 2.0f}}, {x}, {RunPath::kKernel});
     ASSERT_TRUE(out.ok()) << out.status();
     const Tensor& y = (*out)[0];
     ASSERT_EQ(y.shape(), shape);
@@ -161,15 +161,6 @@ TEST(GradientReversal, NumericJacobianOfTheIdentityTimesMinusScale) {
   }
 }
 
-void ExpectInvalid(const absl::Status& s, const std::string& value, bool check_code = true) {
-  ASSERT_FALSE(s.ok());
-  if (check_code) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  }
-  EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
-  EXPECT_NE(s.message().find("scale must be finite, got " + value), std::string::npos) << s;
-}
-
 TEST(GradientReversal, RejectsNonFiniteScale) {
   Tensor x = MakeTensor<float>(TensorShape({4}), 3, false);
   const std::vector<std::pair<float, std::string>> cases = {
@@ -179,9 +170,11 @@ TEST(GradientReversal, RejectsNonFiniteScale) {
   for (const auto& [scale, shown] : cases) {
     SCOPED_TRACE(shown);
     const OpAttrs attrs = {{"scale", scale}};
-    ExpectInvalid(RunKernelDirect(kOp, attrs, {x}).status(), shown);            // kernel
-    ExpectInvalid(RunOp(kOp, attrs, {x}, RunOpOptions{true}).status(), shown);  // shape fn
-    ExpectInvalid(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), shown, false);
+    const std::string want = "scale must be finite, got " + shown;
+    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kKernel}).status(), kOp, {want});
+    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kSessionConstants}).status(), kOp,
+                          {want});  // the shape function
+    ExpectInvalidArgument(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), kOp, {want});
   }
 }
 
@@ -194,7 +187,7 @@ TEST(GradientReversal, EveryDeclaredTypeHasACpuKernelAndAGradient) {
   for (int t : types) {
     Tensor x(static_cast<DataType>(t), TensorShape({2}));
     memset(x.data(), 0, x.TotalBytes());
-    EXPECT_TRUE(RunKernelDirect(kOp, {}, {x}).ok()) << DataTypeString(x.dtype());
+    EXPECT_TRUE(RunOp(kOp, {}, {x}, {RunPath::kKernel}).ok()) << DataTypeString(x.dtype());
     EXPECT_TRUE(RunSymbolicGradient(kOp, {}, {x}, {x}).ok()) << DataTypeString(x.dtype());
   }
 }
@@ -228,11 +221,7 @@ TEST(GradBuilderGetAttr, MissingOrMistypedAttrFailsTheBuild) {
     }
     b.NotDifferentiable("x");
     FunctionDef f;
-    absl::Status s = b.Build(&f);
-    ASSERT_FALSE(s.ok());
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
-    EXPECT_NE(s.message().find(mistyped ? "scale" : "no_such_attr"), std::string::npos) << s;
+    ExpectInvalidArgument(b.Build(&f), kOp, {mistyped ? "scale" : "no_such_attr"});
   }
 }
 

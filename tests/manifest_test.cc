@@ -16,6 +16,7 @@
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/kernel_def.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tests/test_util.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/testing/op_runner.h"
 #include "tf_ext/testing/tensor_doubles.h"
@@ -98,11 +99,9 @@ TEST(Manifest, MatchesEveryRegistry) {
       NodeDef bare;
       bare.set_op(f.op);
       FunctionDef fdef;
-      absl::Status s = SpecializedGradient(bare, &fdef);
-      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << f.op << ": " << s;
-      EXPECT_NE(s.message().find(f.op), std::string::npos) << s;
+      test::ExpectInvalidArgument(SpecializedGradient(bare, &fdef), f.op);
       // ... and a valid one reaches the unimplemented creator, with the declared message.
-      s = SpecializedGradient(ValidNode(f.op), &fdef);
+      absl::Status s = SpecializedGradient(ValidNode(f.op), &fdef);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << f.op << ": " << s;
       EXPECT_EQ(s.message(), BackwardOpMessage(f));
     }
@@ -193,8 +192,8 @@ std::map<std::string, tools::OpSpec> Specs() {
   return specs.ok() ? *specs : std::map<std::string, tools::OpSpec>{};
 }
 
-testing::OpAttrs ToOpAttrs(const std::vector<std::pair<std::string, AttrValue>>& attrs) {
-  testing::OpAttrs out;
+test::OpAttrs ToOpAttrs(const std::vector<std::pair<std::string, AttrValue>>& attrs) {
+  test::OpAttrs out;
   for (const auto& [name, value] : attrs) {
     FunctionDefHelper::AttrValueWrapper w;
     w.proto = value;
@@ -216,9 +215,7 @@ std::vector<DataType> AllowedTypes(const OpFacts& f) {
 }
 
 void ExpectOkOrNamedInvalidArgument(const absl::Status& s, const std::string& op) {
-  if (s.ok()) return;
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_TRUE(absl::StartsWith(s.message(), op + ": ")) << s;
+  if (!s.ok()) test::ExpectInvalidArgument(s, op);
 }
 
 TEST(ManifestGeneric, GradientExactlyForTheDeclaredTypes) {
@@ -266,7 +263,7 @@ TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
       SCOPED_TRACE(f.op + " " + DataTypeString(t));
       tools::OpInstance in = tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, t, 7);
       ASSERT_EQ(in.problem, "");
-      auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs);
+      auto y = test::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs);
       ASSERT_TRUE(y.ok()) << y.status();
       std::vector<Tensor> dys;
       for (const Tensor& out : *y) {
@@ -274,12 +271,12 @@ TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
         if (out.dtype() == DT_INT32) {
           ones.flat<int32_t>().setZero();
         } else {
-          ones = testing::FromDoubles(out.dtype(), out.shape(),
+          ones = test::FromDoubles(out.dtype(), out.shape(),
                                       std::vector<double>(out.NumElements(), 1.0)).value();
         }
         dys.push_back(ones);
       }
-      auto dx = testing::RunSymbolicGradient(f.op, ToOpAttrs(in.attrs), in.inputs, dys);
+      auto dx = test::RunSymbolicGradient(f.op, ToOpAttrs(in.attrs), in.inputs, dys);
       ASSERT_TRUE(dx.ok()) << dx.status();
       ASSERT_EQ(dx->size(), in.inputs.size());
       for (size_t i = 0; i < dx->size(); ++i) {
@@ -293,7 +290,7 @@ TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
             f.not_differentiable.end()) {
           continue;
         }
-        for (double v : testing::ToDoubles((*dx)[i])) EXPECT_EQ(v, 0.0) << name;
+        for (double v : test::ToDoubles((*dx)[i])) EXPECT_EQ(v, 0.0) << name;
       }
       ++ran;
     }
@@ -312,9 +309,8 @@ TEST(ManifestGeneric, EmptyInputsGiveEmptyOutputsOrAnErrorNamingTheOp) {
       tools::OpInstance in =
           tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, t, 3, /*batch_zero=*/true);
       ASSERT_EQ(in.problem, "");
-      for (bool constants : {false, true}) {
-        auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs,
-                                testing::RunOpOptions{constants});
+      for (test::RunPath path : test::kAllRunPaths) {
+        auto y = test::RunOp(f.op, ToOpAttrs(in.attrs), in.inputs, test::RunOpOptions{path});
         ExpectOkOrNamedInvalidArgument(y.status(), f.op);
         if (!y.ok()) continue;
         for (const Tensor& out : *y) EXPECT_EQ(out.NumElements(), 0) << out.DebugString();
@@ -339,12 +335,11 @@ TEST(ManifestGeneric, WrongRankInputsAreAcceptedOrRejectedNamingTheOp) {
       for (const TensorShape& shape : {TensorShape({}), TensorShape({1, 2, 1, 2, 1})}) {
         SCOPED_TRACE(f.op + " input " + std::to_string(i) + " " + shape.DebugString());
         std::vector<Tensor> inputs = in.inputs;
-        inputs[i] = testing::FromDoubles(inputs[i].dtype(), shape,
+        inputs[i] = test::FromDoubles(inputs[i].dtype(), shape,
                                          std::vector<double>(shape.num_elements(), 0.5))
                         .value();
-        for (bool constants : {false, true}) {
-          auto y = testing::RunOp(f.op, ToOpAttrs(in.attrs), inputs,
-                                  testing::RunOpOptions{constants});
+        for (test::RunPath path : test::kAllRunPaths) {
+          auto y = test::RunOp(f.op, ToOpAttrs(in.attrs), inputs, test::RunOpOptions{path});
           ExpectOkOrNamedInvalidArgument(y.status(), f.op);
           rejected += !y.ok();
         }

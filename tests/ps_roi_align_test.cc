@@ -15,25 +15,26 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tests/roi_test_util.h"
+#include "tests/test_util.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
-using ::tensorflow::tf_ext::roi_test::ConstructCpuKernel;
-using ::tensorflow::tf_ext::roi_test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::roi_test::Filled;
-using ::tensorflow::tf_ext::roi_test::RandomRois;
-using ::tensorflow::tf_ext::roi_test::Rois;
-using ::tensorflow::tf_ext::roi_test::UniformValues;
-using ::tensorflow::tf_ext::testing::CheckGradient;
-using ::tensorflow::tf_ext::testing::GradientCheckOptions;
-using ::tensorflow::tf_ext::testing::GradientCheckResult;
-using ::tensorflow::tf_ext::testing::OpAttrs;
-using ::tensorflow::tf_ext::testing::RunOp;
-using ::tensorflow::tf_ext::testing::RunOpOptions;
-using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
+using ::tensorflow::tf_ext::test::Filled;
+using ::tensorflow::tf_ext::test::RandomRois;
+using ::tensorflow::tf_ext::test::Rois;
+using ::tensorflow::tf_ext::test::UniformValues;
+using ::tensorflow::tf_ext::test::Zeros;
+using ::tensorflow::tf_ext::test::CheckGradient;
+using ::tensorflow::tf_ext::test::GradientCheckOptions;
+using ::tensorflow::tf_ext::test::GradientCheckResult;
+using ::tensorflow::tf_ext::test::OpAttrs;
+using ::tensorflow::tf_ext::test::RunOp;
+using ::tensorflow::tf_ext::test::RunPath;
+using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>PsRoiAlign";
 constexpr char kGradOp[] = "TfExt>PsRoiAlignGrad";
@@ -163,8 +164,8 @@ void ExpectMatchesReference(const Tensor& features, const Tensor& rois, const Co
                             const std::string& what) {
   const std::vector<double> want =
       ReferenceForward<T>(features, rois, c.ph, c.pw, c.scale, c.sampling_ratio);
-  for (bool constants : {false, true}) {
-    auto out = RunOp(kOp, Attrs(c), {features, rois}, RunOpOptions{constants});
+  for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+    auto out = RunOp(kOp, Attrs(c), {features, rois}, {path});
     ASSERT_TRUE(out.ok()) << what << ": " << out.status();
     ASSERT_EQ(out->size(), 1u);
     ASSERT_EQ((*out)[0].shape(),
@@ -303,8 +304,8 @@ TYPED_TEST(PsRoiAlignTyped, EmptyRoisAndEmptyBatch) {
                         Case{TensorShape({2, 4, 4, 0}), 3}, Case{TensorShape({1, 0, 0, 4}), 2}}) {
     Tensor features = UniformValues<TypeParam>(k.features, &rng);
     Tensor rois = RandomRois(&rng, k.num_rois, std::max<int64_t>(k.features.dim_size(0), 1), 4, 4);
-    for (bool constants : {false, true}) {
-      auto out = RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois}, RunOpOptions{constants});
+    for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+      auto out = RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois}, {path});
       ASSERT_TRUE(out.ok()) << k.features.DebugString() << ": " << out.status();
       EXPECT_EQ((*out)[0].shape(),
                 TensorShape({k.num_rois, 2, 2, k.features.dim_size(3) / 4}));
@@ -312,7 +313,7 @@ TYPED_TEST(PsRoiAlignTyped, EmptyRoisAndEmptyBatch) {
         EXPECT_EQ((*out)[0].flat<TypeParam>()(e), TypeParam(0));  // H = W = 0: nothing to read
       }
       auto grad = RunOp(kGradOp, Attrs(2, 2, 1.0f, 2), {features, rois, (*out)[0]},
-                        RunOpOptions{constants});
+                        {path});
       ASSERT_TRUE(grad.ok()) << grad.status();
       EXPECT_EQ((*grad)[0].shape(), k.features);
       for (int64_t e = 0; e < (*grad)[0].NumElements(); ++e) {
@@ -365,16 +366,16 @@ TYPED_TEST(PsRoiAlignTyped, GradientMatchesNumericJacobian) {
 TEST(PsRoiAlign, RejectsChannelCountNotDivisibleByBins) {
   Tensor rois = Rois({{0, 0, 0, 3, 3}});
   Tensor features = Filled<float>(TensorShape({1, 4, 4, 10}), 1.f);
-  ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois}).status(),
-                        {kOp, "channel count of features (10)", "pooled_height * pooled_width = 4"});
+  ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois}).status(), kOp,
+                        {"channel count of features (10)", "pooled_height * pooled_width = 4"});
   // Static shapes: the shape function reports it when the graph is built.
   ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois},
-                              RunOpOptions{/*inputs_as_constants=*/true})
+                              {RunPath::kSessionConstants})
                             .status(),
-                        {kOp, "channel count of features (10)"});
+                        kOp, {"channel count of features (10)"});
   Tensor d_output = Filled<float>(TensorShape({1, 2, 2, 2}), 1.f);
   ExpectInvalidArgument(RunOp(kGradOp, Attrs(2, 2, 1.0f, 2), {features, rois, d_output}).status(),
-                        {kGradOp, "channel count of features (10)"});
+                        kGradOp, {"channel count of features (10)"});
 }
 
 TEST(PsRoiAlign, RejectsBadBatchIndex) {
@@ -384,11 +385,11 @@ TEST(PsRoiAlign, RejectsBadBatchIndex) {
     Tensor rois = Rois({{1, 0, 0, 3, 3}, {0, 1, 1, 2, 2}, {bad, 0, 0, 3, 3}});
     const std::string value = absl::StrCat(bad);
     ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, 1.0f, 2), {features, rois}).status(),
-                          {kOp, "rois[2]", "batch_index " + value, "[0, 2)"});
+                          kOp, {"rois[2]", "batch_index " + value, "[0, 2)"});
     Tensor d_output = Filled<float>(TensorShape({3, 2, 2, 1}), 1.f);
     ExpectInvalidArgument(
         RunOp(kGradOp, Attrs(2, 2, 1.0f, 2), {features, rois, d_output}).status(),
-        {kGradOp, "rois[2]", "batch_index " + value});
+        kGradOp, {"rois[2]", "batch_index " + value});
   }
 }
 
@@ -397,16 +398,24 @@ TEST(PsRoiAlign, RejectsWrongRanks) {
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(1, 1, 1.0f, 2), {Filled<float>(TensorShape({4, 4, 1}), 1.f), rois})
           .status(),
-      {kOp, "features must have rank 4", "[4,4,1]"});
+      kOp, {"features must have rank 4", "[4,4,1]"});
   Tensor features = Filled<float>(TensorShape({1, 4, 4, 1}), 1.f);
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(1, 1, 1.0f, 2), {features, Filled<float>(TensorShape({1, 5, 1}), 0.f)})
           .status(),
-      {kOp, "rois must have shape [num_rois, 5]", "[1,5,1]"});
+      kOp, {"rois must have shape [num_rois, 5]", "[1,5,1]"});
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(1, 1, 1.0f, 2), {features, Filled<float>(TensorShape({3, 6}), 0.f)})
           .status(),
-      {kOp, "rois must have shape [num_rois, 5]", "[3,6]"});
+      kOp, {"rois must have shape [num_rois, 5]", "[3,6]"});
+}
+
+// Valid inputs of `op` (kOp or kGradOp) with T = `dtype` for pooled 1x1: the bare kernel then
+// fails only where its constructor (or the OpDef's attr constraints) does.
+std::vector<Tensor> KernelInputs(const std::string& op, DataType dtype) {
+  std::vector<Tensor> in = {Zeros(dtype, TensorShape({1, 4, 4, 1})), Rois({{0, 0, 0, 3, 3}})};
+  if (op == kGradOp) in.push_back(Zeros(dtype, TensorShape({1, 1, 1, 1})));
+  return in;
 }
 
 TEST(PsRoiAlign, RejectsBadAttrs) {
@@ -415,17 +424,20 @@ TEST(PsRoiAlign, RejectsBadAttrs) {
   for (float bad : {0.f, -2.f, std::numeric_limits<float>::infinity()}) {
     const std::string want = absl::StrCat(
         "spatial_scale must be a finite number > 0 (denormals count as 0), got ", bad);
-    ExpectInvalidArgument(RunOp(kOp, Attrs(1, 1, bad, 2), {features, rois}).status(), {kOp, want});
+    ExpectInvalidArgument(RunOp(kOp, Attrs(1, 1, bad, 2), {features, rois}).status(), kOp, {want});
     for (const char* op : {kOp, kGradOp}) {
-      ExpectInvalidArgument(ConstructCpuKernel(op, Attrs(1, 1, bad, 2), DT_DOUBLE), {op, want});
+      ExpectInvalidArgument(
+          RunOp(op, Attrs(1, 1, bad, 2), KernelInputs(op, DT_DOUBLE), {RunPath::kKernel}).status(),
+          op, {want});
     }
   }
   // sampling_ratio >= 0 and pooled sizes >= 1 are OpDef constraints, checked by TensorFlow.
-  EXPECT_EQ(ConstructCpuKernel(kOp, Attrs(1, 1, 1.0f, -1), DT_FLOAT).code(),
+  const std::vector<Tensor> in = KernelInputs(kOp, DT_FLOAT);
+  EXPECT_EQ(RunOp(kOp, Attrs(1, 1, 1.0f, -1), in, {RunPath::kKernel}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ConstructCpuKernel(kOp, Attrs(0, 1, 1.0f, 2), DT_FLOAT).code(),
+  EXPECT_EQ(RunOp(kOp, Attrs(0, 1, 1.0f, 2), in, {RunPath::kKernel}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(ConstructCpuKernel(kOp, Attrs(1, 1, 1.0f, 0), DT_FLOAT).ok());
+  EXPECT_TRUE(RunOp(kOp, Attrs(1, 1, 1.0f, 0), in, {RunPath::kKernel}).ok());
 }
 
 TEST(PsRoiAlignGrad, RejectsMismatchedDOutput) {
@@ -435,13 +447,13 @@ TEST(PsRoiAlignGrad, RejectsMismatchedDOutput) {
       RunOp(kGradOp, Attrs(2, 2, 1.0f, 2),
             {features, rois, Filled<float>(TensorShape({1, 2, 2, 3}), 1.f)})
           .status(),
-      {kGradOp, "d_output must have shape", "[1,2,2,2]", "[1,2,2,3]"});
+      kGradOp, {"d_output must have shape", "[1,2,2,2]", "[1,2,2,3]"});
   ExpectInvalidArgument(
       RunOp(kGradOp, Attrs(2, 2, 1.0f, 2),
             {Filled<float>(TensorShape({4, 4, 8}), 1.f), rois,
              Filled<float>(TensorShape({1, 2, 2, 2}), 1.f)})
           .status(),
-      {kGradOp, "features must have rank 4"});
+      kGradOp, {"features must have rank 4"});
 }
 
 }  // namespace

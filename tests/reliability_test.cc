@@ -16,7 +16,7 @@
 #include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tests/direct_kernel.h"
+#include "tests/test_util.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/c_api.h"
 #include "tf_ext/grads/specialize.h"
@@ -29,24 +29,14 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-using testing::OpAttrs;
-using testing::RunKernelDirect;
-using testing::RunOp;
-using testing::RunOpOptions;
-using testing::RunSymbolicGradient;
+using test::ExpectInvalidArgument;
+using test::kAllRunPaths;
+using test::OpAttrs;
+using test::RunOp;
+using test::RunPath;
+using test::RunSymbolicGradient;
 
 constexpr float kTiny = 1e-45f;  // the smallest float32 denormal
-
-// InvalidArgument whose message starts with "<op>: " and contains `part`.
-void ExpectOpError(const absl::Status& s, const std::string& op, const std::string& part,
-                   bool check_code = true) {
-  ASSERT_FALSE(s.ok()) << "expected an error from " << op << " containing '" << part << "'";
-  if (check_code) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  }
-  EXPECT_TRUE(absl::StartsWith(s.message(), op + ": ")) << s;
-  EXPECT_NE(s.message().find(part), std::string::npos) << "missing '" << part << "' in " << s;
-}
 
 // The call is rejected by the kernel alone (no shape function), by a Session whose shape
 // function sees unknown shapes (placeholders), and by one whose shape function sees the
@@ -54,17 +44,18 @@ void ExpectOpError(const absl::Status& s, const std::string& op, const std::stri
 void ExpectRejectedOnEveryPath(const std::string& op, const OpAttrs& attrs,
                                const std::vector<Tensor>& inputs, const std::string& part) {
   SCOPED_TRACE(op + " / " + part);
-  ExpectOpError(RunKernelDirect(op, attrs, inputs).status(), op, part);
-  ExpectOpError(RunOp(op, attrs, inputs).status(), op, part);
-  ExpectOpError(RunOp(op, attrs, inputs, RunOpOptions{true}).status(), op, part);
+  for (RunPath path : kAllRunPaths) {
+    SCOPED_TRACE(static_cast<int>(path));
+    ExpectInvalidArgument(RunOp(op, attrs, inputs, {path}).status(), op, {part});
+  }
 }
 
 void ExpectAcceptedOnEveryPath(const std::string& op, const OpAttrs& attrs,
                                const std::vector<Tensor>& inputs) {
   SCOPED_TRACE(op);
-  EXPECT_TRUE(RunKernelDirect(op, attrs, inputs).ok());
-  EXPECT_TRUE(RunOp(op, attrs, inputs).ok());
-  EXPECT_TRUE(RunOp(op, attrs, inputs, RunOpOptions{true}).ok());
+  for (RunPath path : kAllRunPaths) {
+    EXPECT_TRUE(RunOp(op, attrs, inputs, {path}).ok()) << static_cast<int>(path);
+  }
 }
 
 Tensor Filled(DataType dt, const TensorShape& shape, double v) {
@@ -107,9 +98,10 @@ TEST(Reliability, PooledSizeProductCannotWrapInAnyPath) {
   // The shape check is overflow-safe on its own, whatever attrs reach it.
   PsRoiAlignAttrs a{wraps, wraps, 1.f, 2};
   PartialTensorShape out;
-  ExpectOpError(ValidatePsRoiAlignShapes("TfExt>PsRoiAlign", a, PartialTensorShape({1, 2, 2, 4}),
-                                         PartialTensorShape({1, 5}), &out),
-                "TfExt>PsRoiAlign", "overflows");
+  ExpectInvalidArgument(ValidatePsRoiAlignShapes("TfExt>PsRoiAlign", a,
+                                                 PartialTensorShape({1, 2, 2, 4}),
+                                                 PartialTensorShape({1, 5}), &out),
+                        "TfExt>PsRoiAlign", {"overflows"});
 }
 
 // Bug: a huge sampling_ratio (2^20: 2^40 samples per bin) never finished.
@@ -167,9 +159,9 @@ TEST(Reliability, DenormalAttrsAreJudgedAsTheKernelSeesThem) {
   EXPECT_EQ((*g)[0].flat<float>()(1), 0.f);
   EXPECT_EQ((*g)[0].flat<float>()(2), 0.f);
   // A gradient creator reading clip = -1 still refuses, naming the op.
-  ExpectOpError(
+  ExpectInvalidArgument(
       RunSymbolicGradient("TfExt>SignSTE", {{"clip", -1.f}}, {xs}, {xs}).status(),
-      "TfExt>SignSTE", "clip must be finite and >= 0", /*check_code=*/false);
+      "TfExt>SignSTE", {"clip must be finite and >= 0"});
 }
 
 // Bug: the ROI ops' shape functions used TensorFlow's generic checks ("Shape must be rank 4
@@ -228,7 +220,7 @@ TEST(Reliability, HugeEmptyDimsAreHandled) {
   Tensor no_rois(DT_FLOAT, TensorShape({0, 5}));
   Tensor many_channels(DT_FLOAT, TensorShape({1, 1, 0, big}));
   auto out = RunOp("TfExt>PsRoiAlign", PsAttrs(1, 1, 1, 2), {many_channels, no_rois},
-                   RunOpOptions{true});
+                   {RunPath::kSessionConstants});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].shape(), TensorShape({0, 1, 1, big}));
 }
@@ -242,16 +234,15 @@ TEST(Reliability, PsRoiAlignBinWithNoImageSampleFinishesAtOnce) {
   Tensor rois(DT_FLOAT, TensorShape({2, 5}));
   rois.flat<float>().setValues({0, 0, 0, 1, static_cast<float>(huge), 0, 0, 5, 1, 1e9f});
   const auto start = std::chrono::steady_clock::now();
-  for (bool constants : {false, true}) {
-    auto out = RunOp("TfExt>PsRoiAlign", PsAttrs(1, 3, 1, 0), {features, rois},
-                     RunOpOptions{constants});
+  for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+    auto out = RunOp("TfExt>PsRoiAlign", PsAttrs(1, 3, 1, 0), {features, rois}, {path});
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_EQ((*out)[0].shape(), TensorShape({2, 1, 3, 1}));
     for (int64_t i = 0; i < (*out)[0].NumElements(); ++i) EXPECT_EQ((*out)[0].flat<double>()(i), 0);
     Tensor d_output(DT_DOUBLE, TensorShape({2, 1, 3, 1}));
     d_output.flat<double>().setConstant(1);
     auto grad = RunOp("TfExt>PsRoiAlignGrad", PsAttrs(1, 3, 1, 0), {features, rois, d_output},
-                      RunOpOptions{constants});
+                      {path});
     ASSERT_TRUE(grad.ok()) << grad.status();
     EXPECT_EQ((*grad)[0].NumElements(), 0);
   }
@@ -262,7 +253,7 @@ template <typename T>
 std::vector<T> SignOfEach(const std::vector<T>& values, bool direct) {
   Tensor x(DataTypeToEnum<T>::value, TensorShape({static_cast<int64_t>(values.size())}));
   for (size_t i = 0; i < values.size(); ++i) x.flat<T>()(i) = values[i];
-  auto out = direct ? RunKernelDirect("TfExt>SignSTE", {}, {x}) : RunOp("TfExt>SignSTE", {}, {x});
+  auto out = RunOp("TfExt>SignSTE", {}, {x}, {direct ? RunPath::kKernel : RunPath::kSessionFed});
   EXPECT_TRUE(out.ok()) << out.status();
   std::vector<T> y;
   if (out.ok()) for (int64_t i = 0; i < (*out)[0].NumElements(); ++i) y.push_back((*out)[0].flat<T>()(i));
@@ -317,7 +308,7 @@ TEST(Reliability, GradientRegistryValidatesTheNodeDef) {
     NodeDef missing = Node(op);  // no N at all
     if (std::string(op) != "_ListToArray") (*missing.mutable_attr())["T"].set_type(DT_FLOAT);
     absl::Status s = SpecializedGradient(missing, &fdef);
-    ExpectOpError(s, op, "");
+    ExpectInvalidArgument(s, op);
     for (int64_t n : {int64_t{-1}, int64_t{0}, int64_t{1} << 20, int64_t{1} << 40}) {
       NodeDef bad = Node(op);
       (*bad.mutable_attr())["T"].set_type(DT_FLOAT);
@@ -326,7 +317,7 @@ TEST(Reliability, GradientRegistryValidatesTheNodeDef) {
         (*bad.mutable_attr())["Tin"].mutable_list()->add_type(DT_FLOAT);
       }
       if (std::string(op) == "ConcatV2") (*bad.mutable_attr())["Tidx"].set_type(DT_INT32);
-      ExpectOpError(SpecializedGradient(bad, &fdef), op, "");
+      ExpectInvalidArgument(SpecializedGradient(bad, &fdef), op);
     }
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
@@ -336,17 +327,18 @@ TEST(Reliability, GradientRegistryValidatesTheNodeDef) {
   NodeDef extra = Node("TfExt>ZeroOut");
   (*extra.mutable_attr())["T"].set_type(DT_FLOAT);
   (*extra.mutable_attr())["bogus"].set_i(1);
-  ExpectOpError(SpecializedGradient(extra, &fdef), "TfExt>ZeroOut", "bogus");
+  ExpectInvalidArgument(SpecializedGradient(extra, &fdef), "TfExt>ZeroOut", {"bogus"});
   NodeDef wrong_type = Node("TfExt>ZeroOut");
   (*wrong_type.mutable_attr())["T"].set_type(DT_STRING);
-  ExpectOpError(SpecializedGradient(wrong_type, &fdef), "TfExt>ZeroOut", "");
+  ExpectInvalidArgument(SpecializedGradient(wrong_type, &fdef), "TfExt>ZeroOut");
   NodeDef bad_value = Node("TfExt>PsRoiAlign");
   (*bad_value.mutable_attr())["T"].set_type(DT_FLOAT);
   (*bad_value.mutable_attr())["pooled_height"].set_i(1);
   (*bad_value.mutable_attr())["pooled_width"].set_i(1);
   (*bad_value.mutable_attr())["spatial_scale"].set_f(1);
   (*bad_value.mutable_attr())["sampling_ratio"].set_i(1 << 20);
-  ExpectOpError(SpecializedGradient(bad_value, &fdef), "TfExt>PsRoiAlign", "sampling_ratio");
+  ExpectInvalidArgument(SpecializedGradient(bad_value, &fdef), "TfExt>PsRoiAlign",
+                        {"sampling_ratio"});
 
   // Valid NodeDefs still work, TensorFlow's and tf_ext's, with or without inputs listed.
   NodeDef matmul = Node("MatMul");

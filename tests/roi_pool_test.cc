@@ -15,26 +15,27 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tests/roi_test_util.h"
+#include "tests/test_util.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
-using ::tensorflow::tf_ext::roi_test::ConstructCpuKernel;
-using ::tensorflow::tf_ext::roi_test::DistinctValues;
-using ::tensorflow::tf_ext::roi_test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::roi_test::Filled;
-using ::tensorflow::tf_ext::roi_test::RandomRois;
-using ::tensorflow::tf_ext::roi_test::Rois;
-using ::tensorflow::tf_ext::roi_test::UniformValues;
-using ::tensorflow::tf_ext::testing::CheckGradient;
-using ::tensorflow::tf_ext::testing::GradientCheckOptions;
-using ::tensorflow::tf_ext::testing::GradientCheckResult;
-using ::tensorflow::tf_ext::testing::OpAttrs;
-using ::tensorflow::tf_ext::testing::RunOp;
-using ::tensorflow::tf_ext::testing::RunOpOptions;
-using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+using ::tensorflow::tf_ext::test::DistinctValues;
+using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
+using ::tensorflow::tf_ext::test::Filled;
+using ::tensorflow::tf_ext::test::RandomRois;
+using ::tensorflow::tf_ext::test::Rois;
+using ::tensorflow::tf_ext::test::UniformValues;
+using ::tensorflow::tf_ext::test::Zeros;
+using ::tensorflow::tf_ext::test::CheckGradient;
+using ::tensorflow::tf_ext::test::GradientCheckOptions;
+using ::tensorflow::tf_ext::test::GradientCheckResult;
+using ::tensorflow::tf_ext::test::OpAttrs;
+using ::tensorflow::tf_ext::test::RunOp;
+using ::tensorflow::tf_ext::test::RunPath;
+using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>RoiPool";
 constexpr char kGradOp[] = "TfExt>RoiPoolGrad";
@@ -127,8 +128,8 @@ template <typename T>
 void ExpectMatchesReference(const Tensor& data, const Tensor& rois, int64_t ph, int64_t pw,
                             float scale, const std::string& what) {
   const Reference<T> ref = ReferenceRoiPool<T>(data, rois, ph, pw, scale);
-  for (bool constants : {false, true}) {
-    auto out = RunOp(kOp, Attrs(ph, pw, scale), {data, rois}, RunOpOptions{constants});
+  for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+    auto out = RunOp(kOp, Attrs(ph, pw, scale), {data, rois}, {path});
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_EQ(out->size(), 2u);
     const TensorShape want({rois.dim_size(0), ph, pw, data.dim_size(3)});
@@ -276,8 +277,8 @@ TYPED_TEST(RoiPoolTyped, EmptyRoisAndEmptyBatch) {
                         Case{TensorShape({2, 4, 4, 0}), 3}, Case{TensorShape({1, 0, 0, 2}), 2}}) {
     Tensor data = UniformValues<TypeParam>(k.data, &rng);
     Tensor rois = RandomRois(&rng, k.num_rois, std::max<int64_t>(k.data.dim_size(0), 1), 4, 4);
-    for (bool constants : {false, true}) {
-      auto out = RunOp(kOp, Attrs(2, 3, 1.0f), {data, rois}, RunOpOptions{constants});
+    for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+      auto out = RunOp(kOp, Attrs(2, 3, 1.0f), {data, rois}, {path});
       ASSERT_TRUE(out.ok()) << k.data.DebugString() << ": " << out.status();
       const TensorShape want({k.num_rois, 2, 3, k.data.dim_size(3)});
       EXPECT_EQ((*out)[0].shape(), want);
@@ -287,7 +288,7 @@ TYPED_TEST(RoiPoolTyped, EmptyRoisAndEmptyBatch) {
         EXPECT_EQ((*out)[0].flat<TypeParam>()(e), TypeParam(0));
       }
       auto grad = RunOp(kGradOp, Attrs(2, 3, 1.0f), {data, rois, (*out)[1], (*out)[0]},
-                        RunOpOptions{constants});
+                        {path});
       ASSERT_TRUE(grad.ok()) << grad.status();
       EXPECT_EQ((*grad)[0].shape(), k.data);
       for (int64_t e = 0; e < (*grad)[0].NumElements(); ++e) {
@@ -369,12 +370,12 @@ TEST(RoiPool, RejectsBadBatchIndex) {
     Tensor rois = Rois({{0, 0, 0, 3, 3}, {bad, 0, 0, 3, 3}});
     const std::string value = absl::StrCat(bad);  // "2.5", "-1", "2", "nan"
     auto out = RunOp(kOp, Attrs(2, 2, 1.0f), {data, rois});
-    ExpectInvalidArgument(out.status(), {kOp, "rois[1]", "batch_index " + value, "[0, 2)"});
+    ExpectInvalidArgument(out.status(), kOp, {"rois[1]", "batch_index " + value, "[0, 2)"});
     // The backward op validates the same way.
     Tensor argmax = Filled<int32_t>(TensorShape({2, 2, 2, 1}), 0);
     Tensor d_pooled = Filled<float>(TensorShape({2, 2, 2, 1}), 1.f);
     auto grad = RunOp(kGradOp, Attrs(2, 2, 1.0f), {data, rois, argmax, d_pooled});
-    ExpectInvalidArgument(grad.status(), {kGradOp, "rois[1]", "batch_index " + value});
+    ExpectInvalidArgument(grad.status(), kGradOp, {"rois[1]", "batch_index " + value});
   }
 }
 
@@ -382,25 +383,36 @@ TEST(RoiPool, RejectsNonFiniteCoordinates) {
   Tensor data = Filled<float>(TensorShape({1, 4, 4, 1}), 1.f);
   Tensor rois = Rois({{0, 0, 0, std::numeric_limits<float>::infinity(), 3}});
   ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, 1.0f), {data, rois}).status(),
-                        {kOp, "rois[0]", "inf"});
+                        kOp, {"rois[0]", "inf"});
 }
 
 TEST(RoiPool, RejectsWrongRanks) {
   Tensor rois = Rois({{0, 0, 0, 3, 3}});
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(2, 2, 1.0f), {Filled<float>(TensorShape({4, 4, 1}), 1.f), rois}).status(),
-      {kOp, "data must have rank 4", "[4,4,1]"});
+      kOp, {"data must have rank 4", "[4,4,1]"});
   Tensor data = Filled<float>(TensorShape({1, 4, 4, 1}), 1.f);
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(2, 2, 1.0f), {data, Filled<float>(TensorShape({5}), 0.f)}).status(),
-      {kOp, "rois must have shape [num_rois, 5]", "[5]"});
+      kOp, {"rois must have shape [num_rois, 5]", "[5]"});
   ExpectInvalidArgument(
       RunOp(kOp, Attrs(2, 2, 1.0f), {data, Filled<float>(TensorShape({2, 4}), 0.f)}).status(),
-      {kOp, "rois must have shape [num_rois, 5]", "[2,4]"});
+      kOp, {"rois must have shape [num_rois, 5]", "[2,4]"});
   // With static shapes the shape function rejects them when the graph is built.
   auto s = RunOp(kOp, Attrs(2, 2, 1.0f), {data, Filled<float>(TensorShape({2, 4}), 0.f)},
-                 RunOpOptions{/*inputs_as_constants=*/true});
-  ExpectInvalidArgument(s.status(), {kOp});
+                 {RunPath::kSessionConstants});
+  ExpectInvalidArgument(s.status(), kOp);
+}
+
+// Valid inputs of `op` (kOp or kGradOp) with T = `dtype` for pooled 2x2: the bare kernel then
+// fails only where its constructor does.
+std::vector<Tensor> KernelInputs(const std::string& op, DataType dtype) {
+  std::vector<Tensor> in = {Zeros(dtype, TensorShape({1, 4, 4, 1})), Rois({{0, 0, 0, 3, 3}})};
+  if (op == kGradOp) {
+    in.push_back(Zeros(DT_INT32, TensorShape({1, 2, 2, 1})));
+    in.push_back(Zeros(dtype, TensorShape({1, 2, 2, 1})));
+  }
+  return in;
 }
 
 TEST(RoiPool, RejectsNonPositiveSpatialScale) {
@@ -410,13 +422,15 @@ TEST(RoiPool, RejectsNonPositiveSpatialScale) {
     const std::string want = absl::StrCat(
         "spatial_scale must be a finite number > 0 (denormals count as 0), got ", bad);
     // Graph construction (shape function) ...
-    ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, bad), {data, rois}).status(), {kOp, want});
+    ExpectInvalidArgument(RunOp(kOp, Attrs(2, 2, bad), {data, rois}).status(), kOp, {want});
     // ... and the kernel constructor, for graphs built without shape inference.
     for (const char* op : {kOp, kGradOp}) {
-      ExpectInvalidArgument(ConstructCpuKernel(op, Attrs(2, 2, bad), DT_FLOAT), {op, want});
+      ExpectInvalidArgument(
+          RunOp(op, Attrs(2, 2, bad), KernelInputs(op, DT_FLOAT), {RunPath::kKernel}).status(), op,
+          {want});
     }
   }
-  EXPECT_TRUE(ConstructCpuKernel(kOp, Attrs(2, 2, 0.5f), DT_DOUBLE).ok());
+  EXPECT_TRUE(RunOp(kOp, Attrs(2, 2, 0.5f), KernelInputs(kOp, DT_DOUBLE), {RunPath::kKernel}).ok());
 }
 
 TEST(RoiPoolGrad, RejectsInconsistentInputs) {
@@ -430,23 +444,23 @@ TEST(RoiPoolGrad, RejectsInconsistentInputs) {
     Tensor argmax = good;
     argmax.flat<int32_t>()(5) = bad;
     ExpectInvalidArgument(RunOp(kGradOp, Attrs(2, 2, 1.0f), {data, rois, argmax, d_pooled}).status(),
-                          {kGradOp, absl::StrCat("argmax[5] = ", bad), "[-1, H * W = 12)"});
+                          kGradOp, {absl::StrCat("argmax[5] = ", bad), "[-1, H * W = 12)"});
   }
   ExpectInvalidArgument(
       RunOp(kGradOp, Attrs(2, 2, 1.0f),
             {data, rois, Filled<int32_t>(TensorShape({1, 2, 3, 2}), 0), d_pooled})
           .status(),
-      {kGradOp, "argmax must have shape", "[1,2,2,2]", "[1,2,3,2]"});
+      kGradOp, {"argmax must have shape", "[1,2,2,2]", "[1,2,3,2]"});
   ExpectInvalidArgument(
       RunOp(kGradOp, Attrs(2, 2, 1.0f),
             {data, rois, good, Filled<float>(TensorShape({1, 2, 2, 1}), 1.f)})
           .status(),
-      {kGradOp, "d_pooled must have shape", "[1,2,2,1]"});
+      kGradOp, {"d_pooled must have shape", "[1,2,2,1]"});
   ExpectInvalidArgument(
       RunOp(kGradOp, Attrs(2, 2, 1.0f),
             {Filled<float>(TensorShape({3, 4, 2}), 1.f), rois, good, d_pooled})
           .status(),
-      {kGradOp, "data must have rank 4"});
+      kGradOp, {"data must have rank 4"});
 }
 
 }  // namespace

@@ -1,32 +1,18 @@
-// Helpers shared by the ROI ops' tests: inputs, status checks and stand-alone kernel
-// construction.
+// Inputs shared by the ROI ops' tests (status checks and runners: test_util.h, op_runner.h).
 #ifndef TESTS_ROI_TEST_UTIL_H_
 #define TESTS_ROI_TEST_UTIL_H_
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
-#include <memory>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/allocator.h"
-#include "tensorflow/core/framework/device_base.h"
-#include "tensorflow/core/framework/node_def.pb.h"
-#include "tensorflow/core/framework/node_def_util.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
-#include "tensorflow/core/platform/env.h"
-#include "tensorflow/core/public/version.h"
-#include "tf_ext/testing/gradient_checker.h"
 
-namespace tensorflow::tf_ext::roi_test {
+namespace tensorflow::tf_ext::test {
 
 // Values (k - n/2) * 0.1 for k = 0..n-1 in random order: distinct and 0.1 apart, so a max is
 // unique and a finite-difference step cannot change which element wins.
@@ -56,6 +42,13 @@ template <typename T>
 Tensor Filled(const TensorShape& shape, T value) {
   Tensor t(DataTypeToEnum<T>::value, shape);
   t.flat<T>().setConstant(value);
+  return t;
+}
+
+// A `dtype` tensor of zeros (all-zero bytes: 0 for every numeric dtype).
+inline Tensor Zeros(DataType dtype, const TensorShape& shape) {
+  Tensor t(dtype, shape);
+  if (t.TotalBytes() > 0) std::memset(t.data(), 0, t.TotalBytes());
   return t;
 }
 
@@ -98,35 +91,6 @@ inline Tensor RandomRois(std::mt19937* rng, int64_t num_rois, int64_t num_images
   return t;
 }
 
-// Expects an InvalidArgument whose message contains every string of `parts`.
-inline void ExpectInvalidArgument(const absl::Status& s, const std::vector<std::string>& parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error containing " << parts[0];
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  for (const std::string& p : parts) {
-    EXPECT_NE(s.message().find(p), std::string::npos) << "missing '" << p << "' in: " << s;
-  }
-}
-
-// Constructs op_type's CPU kernel for T = `dtype` without running it: reaches the kernel
-// constructor's attr validation, which a graph's shape function would otherwise pre-empt.
-inline absl::Status ConstructCpuKernel(const std::string& op_type, const testing::OpAttrs& attrs,
-                                       DataType dtype) {
-  const OpDef* op_def = nullptr;
-  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op_type, &op_def));
-  NodeDef def;
-  def.set_name("kernel");
-  def.set_op(op_type);
-  for (int i = 0; i < op_def->input_arg_size(); ++i) def.add_input(absl::StrCat("in", i));
-  for (const auto& [name, value] : attrs) (*def.mutable_attr())[name] = value.proto;
-  (*def.mutable_attr())["T"].set_type(dtype);
-  AddDefaultsToNodeDef(*op_def, &def);
-  DeviceBase device(Env::Default());
-  absl::Status status;
-  std::unique_ptr<OpKernel> kernel =
-      CreateOpKernel(DEVICE_CPU, &device, cpu_allocator(), def, TF_GRAPH_DEF_VERSION, &status);
-  return status;
-}
-
-}  // namespace tensorflow::tf_ext::roi_test
+}  // namespace tensorflow::tf_ext::test
 
 #endif  // TESTS_ROI_TEST_UTIL_H_

@@ -15,17 +15,18 @@
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tests/direct_kernel.h"
+#include "tests/test_util.h"
 #include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
-using ::tensorflow::tf_ext::testing::OpAttrs;
-using ::tensorflow::tf_ext::testing::RunKernelDirect;
-using ::tensorflow::tf_ext::testing::RunOp;
-using ::tensorflow::tf_ext::testing::RunOpOptions;
-using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
+using ::tensorflow::tf_ext::test::kAllRunPaths;
+using ::tensorflow::tf_ext::test::OpAttrs;
+using ::tensorflow::tf_ext::test::RunOp;
+using ::tensorflow::tf_ext::test::RunPath;
+using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>SignSTE";
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -69,9 +70,10 @@ TYPED_TEST(SignSTETyped, ForwardIsSign) {
   uint32_t seed = 1;
   for (const TensorShape& shape : Shapes()) {
     Tensor x = MakeX<TypeParam>(shape, seed++);
-    for (int path = 0; path < 3; ++path) {
-      auto out = path == 2 ? RunKernelDirect(kOp, {}, {x})
-                           : RunOp(kOp, {{"clip", 0.5f}}, {x}, RunOpOptions{path == 1});
+    for (RunPath path : kAllRunPaths) {
+      // The bare kernel with the default clip: clip matters to the gradient only.
+      const OpAttrs attrs = path == RunPath::kKernel ? OpAttrs{} : OpAttrs{{"clip", 0.5f}};
+      auto out = RunOp(kOp, attrs, {x}, {path});
       ASSERT_TRUE(out.ok()) << out.status();
       const Tensor& y = (*out)[0];
       ASSERT_EQ(y.shape(), shape);
@@ -130,16 +132,6 @@ TEST(SignSTE, DefaultClipIsOne) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ((*g)[0].flat<float>()(i), want[i]) << i;
 }
 
-void ExpectInvalid(const absl::Status& s, const std::string& value, bool check_code = true) {
-  ASSERT_FALSE(s.ok());
-  if (check_code) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  }
-  EXPECT_NE(s.message().find(kOp), std::string::npos) << s;
-  EXPECT_NE(s.message().find("clip must be finite and >= 0, got " + value), std::string::npos)
-      << s;
-}
-
 TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
   Tensor x = MakeX<float>(TensorShape({6}), 3);
   const std::vector<std::pair<float, std::string>> cases = {
@@ -148,10 +140,12 @@ TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
   for (const auto& [clip, shown] : cases) {
     SCOPED_TRACE(shown);
     const OpAttrs attrs = {{"clip", clip}};
-    ExpectInvalid(RunKernelDirect(kOp, attrs, {x}).status(), shown);             // kernel
-    ExpectInvalid(RunOp(kOp, attrs, {x}, RunOpOptions{true}).status(), shown);   // shape fn
-    // The gradient creator refuses too (the function runtime may rewrap the status code).
-    ExpectInvalid(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), shown, false);
+    const std::string want = "clip must be finite and >= 0, got " + shown;
+    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kKernel}).status(), kOp, {want});
+    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kSessionConstants}).status(), kOp,
+                          {want});  // the shape function
+    // The gradient creator refuses too, with the same status.
+    ExpectInvalidArgument(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), kOp, {want});
   }
 }
 
@@ -164,7 +158,7 @@ TEST(SignSTE, EveryDeclaredTypeHasACpuKernelAndAGradient) {
   for (int t : types) {
     Tensor x(static_cast<DataType>(t), TensorShape({2}));
     memset(x.data(), 0, x.TotalBytes());
-    EXPECT_TRUE(RunKernelDirect(kOp, {}, {x}).ok()) << DataTypeString(x.dtype());
+    EXPECT_TRUE(RunOp(kOp, {}, {x}, {RunPath::kKernel}).ok()) << DataTypeString(x.dtype());
     EXPECT_TRUE(RunSymbolicGradient(kOp, {}, {x}, {x}).ok()) << DataTypeString(x.dtype());
   }
 }

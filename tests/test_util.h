@@ -1,12 +1,17 @@
-// Small tensor helpers for tf_ext's gtests.
+// Shared helpers for tf_ext's gtests: tensors from values, tensor comparison and the one
+// check of the project's error convention. Everything test-only lives in tf_ext::test (never
+// tf_ext::testing, which would shadow gtest's ::testing inside tensorflow::tf_ext).
 #ifndef TF_EXT_TESTS_TEST_UTIL_H_
 #define TF_EXT_TESTS_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
@@ -33,6 +38,19 @@ void ExpectTensorNear(const Tensor& got, const Tensor& want, double tol = 0) {
   for (int64_t i = 0; i < g.size(); ++i) {
     EXPECT_LE(std::abs(static_cast<double>(g(i)) - static_cast<double>(w(i))), tol)
         << "element " << i << ": got " << g(i) << ", want " << w(i);
+  }
+}
+
+// The project's convention for a rejected call: InvalidArgument, a message that starts with
+// "<op>: " (the op type, so a user sees which op refused) and contains every fragment (the
+// offending value, the rule it broke).
+inline void ExpectInvalidArgument(const absl::Status& s, const std::string& op,
+                                  const std::vector<std::string>& fragments = {}) {
+  ASSERT_FALSE(s.ok()) << "expected an error from " << op;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), op + ": ")) << "not \"" << op << ": ...\": " << s;
+  for (const std::string& f : fragments) {
+    EXPECT_TRUE(absl::StrContains(s.message(), f)) << "missing '" << f << "' in: " << s;
   }
 }
 

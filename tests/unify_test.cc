@@ -19,10 +19,10 @@ namespace tensorflow::tf_ext {
 namespace {
 
 using test::AsTensor;
-using testing::CheckGradient;
-using testing::GradientCheckOptions;
-using testing::GradientCheckResult;
-using testing::OpAttrs;
+using test::CheckGradient;
+using test::GradientCheckOptions;
+using test::GradientCheckResult;
+using test::OpAttrs;
 
 // Deterministic, kink-free inputs: 0.3 + 0.17 * i (wrapped into [-1.2, 1.3]).
 Tensor Smooth(TensorShape shape, double offset = 0) {
@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, ClientOnlyGradient, ::testing::ValuesIn(Cases()),
 // SymbolicGradient against closed forms.
 TEST(ListInputs, AddNGradientIsTheIncomingGradientForEveryInput) {
   const Tensor dy = AsTensor<double>({1, -2, 3, 0.5});
-  auto dx = testing::RunSymbolicGradient("AddN", {{"N", 3}},
+  auto dx = test::RunSymbolicGradient("AddN", {{"N", 3}},
                                          {Smooth({4}), Smooth({4}, 1), Smooth({4}, 2)}, {dy});
   ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_EQ(dx->size(), 3u);
@@ -107,7 +107,7 @@ TEST(ListInputs, EinsumMatmulGradient) {
   const Tensor a = AsTensor<double>({1, 2, 3, 4, 5, 6}, {2, 3});
   const Tensor b = AsTensor<double>({1, -1, 0, 2, 3, 1}, {3, 2});
   const Tensor dy = AsTensor<double>({1, 2, -1, 0.5}, {2, 2});
-  auto dx = testing::RunSymbolicGradient("Einsum", {{"equation", "ij,jk->ik"}, {"N", 2}},
+  auto dx = test::RunSymbolicGradient("Einsum", {{"equation", "ij,jk->ik"}, {"N", 2}},
                                          {a, b}, {dy});
   ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_EQ(dx->size(), 2u);
@@ -119,7 +119,7 @@ TEST(ListInputs, EinsumMatmulGradient) {
 
 TEST(ListInputs, SelectV2RoutesByConditionAndConditionGetsZeros) {
   const Tensor dy = AsTensor<double>({1, 2, 3});
-  auto dx = testing::RunSymbolicGradient(
+  auto dx = test::RunSymbolicGradient(
       "SelectV2", {}, {AsTensor<bool>({true, false, true}), Smooth({3}), Smooth({3}, 1)}, {dy});
   ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_EQ(dx->size(), 3u);
@@ -131,7 +131,7 @@ TEST(ListInputs, SelectV2RoutesByConditionAndConditionGetsZeros) {
 TEST(CoreGradients, IdentityNPassesEachGradientThrough) {
   const Tensor dy0 = AsTensor<double>({1, 2, 3});
   const Tensor dy1 = AsTensor<float>({-1, 0.5f, 4, 2}, {2, 2});
-  auto dx = testing::RunSymbolicGradient("IdentityN", {},
+  auto dx = test::RunSymbolicGradient("IdentityN", {},
                                          {Smooth({3}), AsTensor<float>({0, 1, 2, 3}, {2, 2})},
                                          {dy0, dy1});
   ASSERT_TRUE(dx.ok()) << dx.status();

@@ -7,17 +7,19 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tf_ext/testing/gradient_checker.h"
+#include "tests/test_util.h"
 #include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
-using ::tensorflow::tf_ext::testing::CheckGradient;
-using ::tensorflow::tf_ext::testing::GradientCheckOptions;
-using ::tensorflow::tf_ext::testing::GradientCheckResult;
-using ::tensorflow::tf_ext::testing::RunOp;
-using ::tensorflow::tf_ext::testing::RunOpOptions;
-using ::tensorflow::tf_ext::testing::RunSymbolicGradient;
+using ::tensorflow::tf_ext::test::CheckGradient;
+using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
+using ::tensorflow::tf_ext::test::GradientCheckOptions;
+using ::tensorflow::tf_ext::test::GradientCheckResult;
+using ::tensorflow::tf_ext::test::RunOp;
+using ::tensorflow::tf_ext::test::RunPath;
+using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 template <typename T>
 Tensor Iota(const TensorShape& shape, T start) {
@@ -39,8 +41,8 @@ TYPED_TEST(ZeroOutTyped, KeepsOnlyPreservedElementForEveryRank) {
     const int64_t n = shape.num_elements();
     for (int64_t p : {int64_t{0}, n / 2, n - 1}) {
       Tensor in = Iota<TypeParam>(shape, TypeParam(3));
-      for (bool constants : {false, true}) {
-        auto out = RunOp("TfExt>ZeroOut", {{"preserve_index", p}}, {in}, RunOpOptions{constants});
+      for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+        auto out = RunOp("TfExt>ZeroOut", {{"preserve_index", p}}, {in}, {path});
         ASSERT_TRUE(out.ok()) << out.status();
         const Tensor& z = (*out)[0];
         ASSERT_EQ(z.shape(), shape);
@@ -69,23 +71,16 @@ TYPED_TEST(ZeroOutTyped, LargeTensorUsesAllElements) {
 
 TEST(ZeroOut, RejectsOutOfRangeIndexInKernelAndShapeFn) {
   Tensor in = Iota<float>(TensorShape({2, 3}), 1.f);
-  for (bool constants : {false, true}) {
-    auto out = RunOp("TfExt>ZeroOut", {{"preserve_index", 6}}, {in}, RunOpOptions{constants});
-    ASSERT_FALSE(out.ok());
-    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(out.status().message().find("TfExt>ZeroOut"), std::string::npos) << out.status();
-    EXPECT_NE(out.status().message().find("preserve_index 6"), std::string::npos) << out.status();
-    EXPECT_NE(out.status().message().find("(6)"), std::string::npos) << out.status();
+  for (RunPath path : {RunPath::kSessionFed, RunPath::kSessionConstants}) {
+    auto out = RunOp("TfExt>ZeroOut", {{"preserve_index", 6}}, {in}, {path});
+    ExpectInvalidArgument(out.status(), "TfExt>ZeroOut", {"preserve_index 6", "(6)"});
   }
 }
 
 TEST(ZeroOut, RejectsEmptyInput) {
   Tensor in(DT_FLOAT, TensorShape({0, 4}));
   auto out = RunOp("TfExt>ZeroOut", {{"preserve_index", 0}}, {in});
-  ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("TfExt>ZeroOut"), std::string::npos);
-  EXPECT_NE(out.status().message().find("(0)"), std::string::npos) << out.status();
+  ExpectInvalidArgument(out.status(), "TfExt>ZeroOut", {"(0)"});
 }
 
 TEST(ZeroOut, RejectsNegativeIndexAttr) {

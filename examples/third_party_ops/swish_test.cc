@@ -70,9 +70,9 @@ TEST(SwishCheckGradient, SymbolicMatchesNumeric) {
         x.flat<float>()(i) = static_cast<float>(v);
       }
     }
-    testing::GradientCheckResult r;
-    absl::Status status = testing::CheckGradient("ThirdParty>Swish", {}, {x},
-                                                 testing::GradientCheckOptions(), &r);
+    test::GradientCheckResult r;
+    absl::Status status = test::CheckGradient("ThirdParty>Swish", {}, {x},
+                                              test::GradientCheckOptions(), &r);
     ASSERT_TRUE(status.ok()) << status;
     EXPECT_EQ(r.columns, 6);
     EXPECT_TRUE(r.Passed(dtype == DT_DOUBLE ? 1e-6 : 1e-3)) << r.ToString();

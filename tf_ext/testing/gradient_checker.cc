@@ -18,7 +18,7 @@
 #include "tf_ext/grads/specialize.h"
 #include "tf_ext/testing/tensor_doubles.h"
 
-namespace tensorflow::tf_ext::testing {
+namespace tensorflow::tf_ext::test {
 namespace {
 
 // Values the checker built itself: dtype and size are right by construction.
@@ -301,4 +301,4 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   return session->Close();
 }
 
-}  // namespace tensorflow::tf_ext::testing
+}  // namespace tensorflow::tf_ext::test

@@ -1,4 +1,4 @@
-// tf_ext::testing::CheckGradient: symbolic vs numeric Jacobians for any op, with no Python.
+// tf_ext::test::CheckGradient: symbolic vs numeric Jacobians for any op, with no Python.
 //
 // The symbolic Jacobian comes from the op's registered FDH gradient, run through a
 // SymbolicGradient node in a Session (exactly the path C++ serving binaries use). The numeric
@@ -25,7 +25,7 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/tensor.h"
 
-namespace tensorflow::tf_ext::testing {
+namespace tensorflow::tf_ext::test {
 
 // {"pooled_height", 2}, {"spatial_scale", 0.5f}, {"padding", "SAME"}, ... Type attrs bound
 // to inputs (e.g. T) are inferred from the input tensors when omitted.
@@ -74,6 +74,6 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
                            const std::vector<Tensor>& inputs,
                            const GradientCheckOptions& options, GradientCheckResult* result);
 
-}  // namespace tensorflow::tf_ext::testing
+}  // namespace tensorflow::tf_ext::test
 
 #endif  // TF_EXT_TESTING_GRADIENT_CHECKER_H_

@@ -2,17 +2,23 @@
 
 #include <memory>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/common_runtime/device.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/device_factory.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/public/session.h"
+#include "tensorflow/core/public/session_options.h"
+#include "tensorflow/core/public/version.h"
 
-namespace tensorflow::tf_ext::testing {
+namespace tensorflow::tf_ext::test {
 namespace {
 
 NodeDef InputNode(const std::string& name, const Tensor& t, bool constant) {
@@ -78,6 +84,44 @@ absl::StatusOr<std::vector<Tensor>> Run(const GraphDef& graph,
   return outs;
 }
 
+absl::StatusOr<std::vector<Tensor>> RunKernel(const NodeDef& def,
+                                              const std::vector<Tensor>& inputs) {
+  SessionOptions options;
+  // More threads than this machine's cores, so work splitting really runs concurrently.
+  options.config.set_intra_op_parallelism_threads(4);
+  std::unique_ptr<Device> device =
+      DeviceFactory::NewDevice("CPU", options, "/job:localhost/replica:0/task:0");
+  if (device == nullptr) return absl::InternalError("RunOp: no CPU device");
+  absl::Status s;
+  std::unique_ptr<OpKernel> kernel =
+      CreateOpKernel(DEVICE_CPU, device.get(), device->GetAllocator(AllocatorAttributes()), def,
+                     TF_GRAPH_DEF_VERSION, &s);
+  TF_RETURN_IF_ERROR(s);
+
+  std::vector<Tensor> in = inputs;  // shallow copies: the same buffers
+  absl::InlinedVector<TensorValue, 4> values;
+  for (Tensor& t : in) values.push_back(TensorValue(&t));
+  std::vector<AllocatorAttributes> in_attrs(in.size()), out_attrs(kernel->num_outputs());
+  OpKernelContext::Params params;
+  params.device = device.get();
+  params.op_kernel = kernel.get();
+  params.inputs = values;
+  params.input_alloc_attrs = in_attrs;
+  params.output_attr_array = out_attrs.data();
+  OpKernelContext ctx(&params, kernel->num_outputs());
+  device->Compute(kernel.get(), &ctx);
+  TF_RETURN_IF_ERROR(ctx.status());
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < kernel->num_outputs(); ++i) {
+    const Tensor* t = ctx.mutable_output(i);
+    if (t == nullptr) {
+      return absl::InternalError(absl::StrCat("RunOp: output ", i, " was not set"));
+    }
+    outputs.push_back(*t);
+  }
+  return outputs;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> RunOp(const std::string& op_type, const OpAttrs& attrs,
@@ -86,11 +130,13 @@ absl::StatusOr<std::vector<Tensor>> RunOp(const std::string& op_type, const OpAt
   NodeDef op;
   const OpDef* op_def = nullptr;
   TF_RETURN_IF_ERROR(BuildOpNode(op_type, attrs, inputs, &op, &op_def));
+  if (options.path == RunPath::kKernel) return RunKernel(op, inputs);
+  const bool constants = options.path == RunPath::kSessionConstants;
   GraphDef graph;
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    *graph.add_node() = InputNode(absl::StrCat("x", i), inputs[i], options.inputs_as_constants);
-    if (!options.inputs_as_constants) feeds.push_back({absl::StrCat("x", i), inputs[i]});
+    *graph.add_node() = InputNode(absl::StrCat("x", i), inputs[i], constants);
+    if (!constants) feeds.push_back({absl::StrCat("x", i), inputs[i]});
   }
   *graph.add_node() = op;
   DataTypeVector in_types, out_types;
@@ -134,4 +180,4 @@ absl::StatusOr<std::vector<Tensor>> RunSymbolicGradient(const std::string& op_ty
   return Run(graph, feeds, fetches);
 }
 
-}  // namespace tensorflow::tf_ext::testing
+}  // namespace tensorflow::tf_ext::test

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/types.h"
 
-namespace tensorflow::tf_ext::testing {
+namespace tensorflow::tf_ext::test {
 
 #define TF_EXT_NUMERIC_TYPES(CASE)   \
   CASE(DT_FLOAT, float)              \
@@ -71,4 +71,4 @@ absl::StatusOr<Tensor> FromDoubles(DataType dtype, const TensorShape& shape,
 
 #undef TF_EXT_NUMERIC_TYPES
 
-}  // namespace tensorflow::tf_ext::testing
+}  // namespace tensorflow::tf_ext::test

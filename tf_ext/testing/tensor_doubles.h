@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/core/framework/tensor.h"
 
-namespace tensorflow::tf_ext::testing {
+namespace tensorflow::tf_ext::test {
 
 // float, double, half or bfloat16: the dtypes that have gradients (all numeric, below).
 bool IsFloatingPoint(DataType dtype);
@@ -24,6 +24,6 @@ std::vector<double> ToDoubles(const Tensor& t);
 absl::StatusOr<Tensor> FromDoubles(DataType dtype, const TensorShape& shape,
                                    const std::vector<double>& values);
 
-}  // namespace tensorflow::tf_ext::testing
+}  // namespace tensorflow::tf_ext::test
 
 #endif  // TF_EXT_TESTING_TENSOR_DOUBLES_H_

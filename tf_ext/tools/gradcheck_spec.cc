@@ -185,7 +185,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
       break;
     }
   }
-  return testing::FromDoubles(dtype, shape, v);
+  return test::FromDoubles(dtype, shape, v);
 }
 
 OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,

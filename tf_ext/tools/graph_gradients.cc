@@ -40,7 +40,7 @@ namespace {
 
 double Sum(const Tensor& t) {
   double s = 0;
-  for (double v : testing::ToDoubles(t)) s += v;
+  for (double v : test::ToDoubles(t)) s += v;
   return s;
 }
 
@@ -183,7 +183,7 @@ absl::StatusOr<bool> NormalizeReductionIndices(Graph* g, Node* n,
   Tensor indices;
   if (!indices.FromProto(edge->src()->def().attr().at("value").tensor())) return false;
   if (indices.dtype() != DT_INT32 && indices.dtype() != DT_INT64) return false;
-  std::vector<double> values = testing::ToDoubles(indices);
+  std::vector<double> values = test::ToDoubles(indices);
   bool negative = false;
   for (double& v : values) {
     if (v < 0 && v >= -rank) {
@@ -192,7 +192,7 @@ absl::StatusOr<bool> NormalizeReductionIndices(Graph* g, Node* n,
     }
   }
   if (!negative) return false;
-  auto fixed = testing::FromDoubles(indices.dtype(), indices.shape(), values);
+  auto fixed = test::FromDoubles(indices.dtype(), indices.shape(), values);
   if (!fixed.ok()) return false;
   Node* c = nullptr;
   TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/nonnegative_axes")), "Const")
@@ -364,9 +364,9 @@ absl::StatusOr<Tensor> RandomTensor(DataType dtype, const TensorShape& shape, ui
   std::mt19937_64 gen(seq);
   std::normal_distribution<double> normal;
   std::vector<double> values(shape.num_elements());
-  const bool real = testing::IsFloatingPoint(dtype);
+  const bool real = test::IsFloatingPoint(dtype);
   for (double& v : values) v = real ? normal(gen) : static_cast<double>(gen() % 10);
-  return testing::FromDoubles(dtype, shape, values);
+  return test::FromDoubles(dtype, shape, values);
 }
 
 // "2x3" as a shape; errors name the feed.
@@ -510,7 +510,7 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
                                                    " needs ", shape.num_elements(), " values, got ",
                                                    vals.size()));
   }
-  auto t = testing::FromDoubles(dtype, shape, vals);
+  auto t = test::FromDoubles(dtype, shape, vals);
   if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", t.status().message()));
   return std::make_pair(*ref, *t);
 }
@@ -549,7 +549,7 @@ absl::Status SaveGradients(const std::string& path, const GradientRequest& reque
   for (const auto& [name, t] : arrays) {
     std::vector<std::string> dims, values;
     for (int d = 0; d < t.dims(); ++d) dims.push_back(absl::StrCat(t.dim_size(d)));
-    for (double v : testing::ToDoubles(t)) values.push_back(absl::StrFormat("%.17g", v));
+    for (double v : test::ToDoubles(t)) values.push_back(absl::StrFormat("%.17g", v));
     absl::StrAppend(&text, name, " ", DataTypeString(t.dtype()), " [", absl::StrJoin(dims, ","),
                     "] ", absl::StrJoin(values, " "), "\n");
   }
@@ -559,7 +559,7 @@ absl::Status SaveGradients(const std::string& path, const GradientRequest& reque
 std::string FormatTensor(const Tensor& t, int max_values) {
   std::vector<std::string> vals;
   const int64_t n = t.NumElements();
-  const std::vector<double> values = testing::ToDoubles(t);
+  const std::vector<double> values = test::ToDoubles(t);
   for (int64_t i = 0; i < std::min<int64_t>(values.size(), max_values); ++i) {
     vals.push_back(absl::StrCat(values[i]));
   }
@@ -587,7 +587,7 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
   for (Node* n : g.op_nodes()) nodes[n->name()] = n;
   auto y = FindNode(nodes, request.y, "--y");
   if (!y.ok()) return y.status();
-  if (!testing::IsFloatingPoint((*y)->output_type(request.y.index))) {
+  if (!test::IsFloatingPoint((*y)->output_type(request.y.index))) {
     return absl::InvalidArgumentError(absl::StrCat("--y '", request.y.ToString(), "' is ",
                                                    DataTypeString((*y)->output_type(request.y.index)),
                                                    "; only floating-point tensors have gradients"));
@@ -681,7 +681,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
   std::mt19937_64 gen(options.seed);
   for (size_t i = 0; i < request.xs.size(); ++i) {
     const Tensor& base = result.xs[i];
-    if (!testing::IsFloatingPoint(base.dtype())) continue;
+    if (!test::IsFloatingPoint(base.dtype())) continue;
     const double h = options.delta > 0 ? options.delta : (base.dtype() == DT_DOUBLE ? 1e-6 : 1e-3);
     const std::string name = request.xs[i].ToString();
     // Feeding x overrides whatever computed it (placeholder or intermediate tensor).
@@ -690,8 +690,8 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
                                [&](const auto& f) { return f.first == name; }),
                 feeds.end());
     feeds.push_back({name, Tensor()});
-    const std::vector<double> base_values = testing::ToDoubles(base);
-    const std::vector<double> grad_values = testing::ToDoubles(result.grads[i]);
+    const std::vector<double> base_values = test::ToDoubles(base);
+    const std::vector<double> grad_values = test::ToDoubles(result.grads[i]);
     const int64_t n = base.NumElements();
     const int projections = options.projections >= 0 ? options.projections : (n <= 256 ? 0 : 16);
     if (projections > 0) check->projections = projections;
@@ -712,7 +712,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
         } else {
           x[k] += step;
         }
-        auto fed = testing::FromDoubles(base.dtype(), base.shape(), x);
+        auto fed = test::FromDoubles(base.dtype(), base.shape(), x);
         if (!fed.ok()) return fed.status();
         feeds.back().second = *fed;
         std::vector<Tensor> y;

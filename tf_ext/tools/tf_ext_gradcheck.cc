@@ -133,7 +133,7 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
     OpInstance instance = BuildOpInstance(*def, spec, type_attr, dt, seed);
     const std::string& problem = instance.problem;
     const std::vector<Tensor>& inputs = instance.inputs;
-    testing::OpAttrs attrs;
+    test::OpAttrs attrs;
     for (const auto& [name, value] : instance.attrs) {
       FunctionDefHelper::AttrValueWrapper w;
       w.proto = value;
@@ -146,11 +146,11 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
       rows->push_back(row);
       continue;
     }
-    testing::GradientCheckOptions opts;
+    test::GradientCheckOptions opts;
     opts.seed = seed;
     if (spec != nullptr) opts.non_differentiable_inputs = spec->nondiff;
-    testing::GradientCheckResult r;
-    absl::Status s = testing::CheckGradient(op, attrs, inputs, opts, &r);
+    test::GradientCheckResult r;
+    absl::Status s = test::CheckGradient(op, attrs, inputs, opts, &r);
     if (!s.ok()) {
       row.size = row.abs_err = row.rel_err = "-";
       row.result = "ERROR";
