@@ -134,6 +134,7 @@ TEST(Concurrency, EveryOpForwardAndGradientFromEightThreadsMatchesOneThread) {
   op("median_grad", "TfExt>MedianPool2DGrad", {x, NodeOut("median", 0, DT_DOUBLE)}, med);
   op("sign", "TfExt>SignSTE", {x}, {{"clip", F(0.5f)}});
   op("reversal", "TfExt>GradientReversal", {x}, {{"scale", F(0.25f)}});
+  op("smooth_l1", "TfExt>SmoothL1", {x}, {{"delta", F(0.5f)}});
 
   // Gradients through the FDH gradient functions (SymbolicGradient), d(y) = y.
   auto with_t = [](std::vector<std::pair<std::string, AttrValue>> a) {
@@ -152,8 +153,11 @@ TEST(Concurrency, EveryOpForwardAndGradientFromEightThreadsMatchesOneThread) {
              {NodeOut("sign", 0, DT_DOUBLE)});
   g.Gradient("d_reversal", "TfExt>GradientReversal", with_t({{"scale", F(0.25f)}}), {x},
              {NodeOut("reversal", 0, DT_DOUBLE)});
+  g.Gradient("d_smooth_l1", "TfExt>SmoothL1", with_t({{"delta", F(0.5f)}}), {x},
+             {NodeOut("smooth_l1", 0, DT_DOUBLE)});
   for (const char* n : {"d_zero_out:0", "d_roi_pool:0", "d_roi_pool:1", "d_ps_roi_align:0",
-                        "d_ps_roi_align:1", "d_median:0", "d_sign:0", "d_reversal:0"}) {
+                        "d_ps_roi_align:1", "d_median:0", "d_sign:0", "d_reversal:0",
+                        "d_smooth_l1:0"}) {
     fetches.push_back(n);
   }
   // The registry op, too: a gradient FunctionDef built concurrently.

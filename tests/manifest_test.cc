@@ -122,7 +122,9 @@ TEST(Manifest, DeclaredNamesAndTypesExist) {
     for (const std::string& in : f.not_differentiable) EXPECT_TRUE(inputs.count(in)) << in;
     for (const std::string& in : f.reads) EXPECT_TRUE(inputs.count(in)) << in;
     for (const std::string& out : f.ignored_output_grads) EXPECT_TRUE(outputs.count(out)) << out;
-    if (!f.python.empty()) EXPECT_TRUE(python_names.insert(f.python).second) << f.python;
+    if (!f.python.empty()) {
+      EXPECT_TRUE(python_names.insert(f.python).second) << f.python;
+    }
     switch (f.differentiability) {
       case Differentiability::kGradient: {
         EXPECT_NE(f.gradient, nullptr);
