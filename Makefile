@@ -103,7 +103,8 @@ fuzz: setup
 	  --report $(ROOT)/fuzz_report.json
 
 # ASan + UBSan (--config=asan, own output tree): the op library, every gtest, the C API test
-# and tf_ext_grad built sanitized, and every C++ test run under it.
+# and tf_ext_grad built sanitized, and every C++ test run under it. The runtime options are
+# compiled into each program (tf_ext/sanitizers/sanitizer_options.cc).
 sanitize: setup
 	$(BAZEL) test --config=asan --test_lang_filters=cc //tests/... $(BAZEL_TEST_FLAGS)
 	$(BAZEL) build --config=asan //tf_ext:tf_ext_grad $(BAZEL_TEST_FLAGS)

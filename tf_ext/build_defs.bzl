@@ -47,6 +47,7 @@ SANITIZE_FLAGS = [
 # tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
 _CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
 _ASAN_ENABLED = str(Label("//tf_ext:asan_enabled"))
+_SANITIZER_OPTIONS = str(Label("//tf_ext/sanitizers:sanitizer_options"))
 
 def _sanitize_copts():
     return select({
@@ -57,6 +58,13 @@ def _sanitize_copts():
 def _sanitize_linkopts():
     return select({
         _ASAN_ENABLED: SANITIZE_FLAGS,
+        "//conditions:default": [],
+    })
+
+# Programs (not libraries) also get the runtime defaults of tf_ext/sanitizers.
+def _sanitize_deps():
+    return select({
+        _ASAN_ENABLED: [_SANITIZER_OPTIONS],
         "//conditions:default": [],
     })
 
@@ -76,7 +84,7 @@ def tf_ext_cc_binary(name, copts = [], deps = [], linkopts = [], **kwargs):
         name = name,
         copts = TF_EXT_COPTS + copts + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
-        deps = deps + [TF_CC],
+        deps = deps + [TF_CC] + _sanitize_deps(),
         **kwargs
     )
 
@@ -85,7 +93,7 @@ def tf_ext_cc_test(name, copts = [], deps = [], linkopts = [], **kwargs):
         name = name,
         copts = TF_EXT_COPTS + copts + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
-        deps = deps + [TF_CC, "@com_google_googletest//:gtest"],
+        deps = deps + [TF_CC, "@com_google_googletest//:gtest"] + _sanitize_deps(),
         **kwargs
     )
 
@@ -95,7 +103,7 @@ def tf_ext_c_test(name, deps = [], **kwargs):
         name = name,
         copts = ["-std=c11", "-Wall"] + _sanitize_copts(),
         linkopts = _sanitize_linkopts(),
-        deps = deps + [TF_CC],
+        deps = deps + [TF_CC] + _sanitize_deps(),
         **kwargs
     )
 
