@@ -49,9 +49,15 @@ _CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
 _ASAN_ENABLED = str(Label("//tf_ext:asan_enabled"))
 _SANITIZER_OPTIONS = str(Label("//tf_ext/sanitizers:sanitizer_options"))
 
+# NDEBUG_SANITIZER: under ASan, absl's raw_hash_set (flat_hash_map/set) switches on
+# "generations" (ABSL_SWISSTABLE_ENABLE_GENERATIONS), which changes its memory layout.
+# TensorFlow's prebuilt libraries use the plain layout, and hash maps cross the boundary
+# (e.g. ShapeRefiner::GetContext, inline in tf_ext's code, reads the map TensorFlow filled):
+# without this define tf_ext_grad crashed with a SEGV in graph_gradients.cc. The define
+# only turns that layout change off; ASan itself is unaffected.
 def _sanitize_copts():
     return select({
-        _ASAN_ENABLED: SANITIZE_FLAGS + ["-O1", "-g"],
+        _ASAN_ENABLED: SANITIZE_FLAGS + ["-O1", "-g", "-DNDEBUG_SANITIZER"],
         "//conditions:default": [],
     })
 
