@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize clean example pip-install wheel test-wheel test-install test-tf
+.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -109,12 +109,28 @@ fuzz: setup
 	  --report $(ROOT)/fuzz_report.json
 
 # ASan + UBSan (--config=asan, own output tree): the op library, every gtest, the C API test
-# and tf_ext_grad built sanitized, and every C++ test run under it.
+# and tf_ext_grad built sanitized, and every C++ test run under it. The runtime options are
+# compiled into each program (tf_ext/sanitizers/sanitizer_options.cc).
 sanitize: setup
 	$(BAZEL) test --config=asan --test_lang_filters=cc //tests/... $(BAZEL_TEST_FLAGS)
 	$(BAZEL) build --config=asan //tf_ext:tf_ext_grad $(BAZEL_TEST_FLAGS)
 	$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/tf_ext_grad --check \
 	  --library=$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
+
+# The sanitized op library under Python's TensorFlow (not part of `make sanitize`: slow).
+# Python is not linked against ASan, so its runtime must come first: LD_PRELOAD of libasan,
+# and of libstdc++ too (else ASan's __cxa_throw interceptor finds no real __cxa_throw and
+# CHECK-fails on TensorFlow's first C++ exception). Python's defaults differ from the C++
+# programs': CPython and TensorFlow's Python extensions leak by design at exit (detect_leaks=0);
+# detect_container_overflow=0 for the reason given in sanitizer_options.cc.
+SANITIZE_PY_TESTS ?= tests/python/test_ops.py tests/python/test_gradients.py
+sanitize-py: setup
+	$(BAZEL) build --config=asan //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
+	cd $(ROOT) && LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:detect_container_overflow=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  TF_EXT_LIBRARY=$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so \
+	  PYTHONPATH=$(ROOT)/python $(PYTHON_BIN_PATH) -m pytest -q -p no:cacheprovider $(SANITIZE_PY_TESTS)
 
 clean:
 	$(BAZEL) clean

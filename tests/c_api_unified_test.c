@@ -124,9 +124,11 @@ static void RunCase(enum Case c, TF_Status* s) {
 int main(int argc, char** argv) {
   TF_Status* s = TF_NewStatus();
   const char* lib = argc > 1 ? argv[1] : "tf_ext/_tf_ext_ops.so";
-  TF_LoadLibrary(lib, s);
+  /* The handle is the caller's to delete (the library itself stays loaded). */
+  TF_Library* handle = TF_LoadLibrary(lib, s);
   CheckOk(s, "TF_LoadLibrary");
   for (int c = 0; c < kNumCases; ++c) RunCase((enum Case)c, s);
+  TF_DeleteLibraryHandle(handle);
   TF_DeleteStatus(s);
   printf("%d passed, %d failed\n", kNumCases - failures, failures);
   return failures == 0 ? 0 : 1;

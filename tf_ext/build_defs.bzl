@@ -29,11 +29,16 @@ TF_EXT_COPTS = TF_COPTS + [
 ]
 
 # --config=asan: AddressSanitizer + UndefinedBehaviorSanitizer on every tf_ext target. UBSan
-# findings abort (no recovery), so a test that triggers one fails. vptr is left out: it
-# needs RTTI of TensorFlow's own (uninstrumented) classes.
+# findings abort (no recovery), so a test that triggers one fails. Left out:
+#  - vptr: it needs RTTI of TensorFlow's own (uninstrumented) classes.
+#  - null, nonnull-attribute, returns-nonnull-attribute: in GCC 12 they imply
+#    -fno-delete-null-pointer-checks, under which `&function == nullptr` is no longer a
+#    constant expression, and absl's raw_hash_set (flat_hash_map, in TensorFlow's headers)
+#    stops compiling ("TypeErasedApplyToSlotFn<...> == 0 is not a constant expression").
+#    A real null dereference still stops the test: ASan reports it as a SEGV.
 SANITIZE_FLAGS = [
     "-fsanitize=address,undefined",
-    "-fno-sanitize=vptr",
+    "-fno-sanitize=vptr,null,nonnull-attribute,returns-nonnull-attribute",
     "-fno-sanitize-recover=all",
     "-fno-omit-frame-pointer",
 ]
@@ -42,16 +47,30 @@ SANITIZE_FLAGS = [
 # tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
 _CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
 _ASAN_ENABLED = str(Label("//tf_ext:asan_enabled"))
+_SANITIZER_OPTIONS = str(Label("//tf_ext/sanitizers:sanitizer_options"))
 
+# NDEBUG_SANITIZER: under ASan, absl's raw_hash_set (flat_hash_map/set) switches on
+# "generations" (ABSL_SWISSTABLE_ENABLE_GENERATIONS), which changes its memory layout.
+# TensorFlow's prebuilt libraries use the plain layout, and hash maps cross the boundary
+# (e.g. ShapeRefiner::GetContext, inline in tf_ext's code, reads the map TensorFlow filled):
+# without this define tf_ext_grad crashed with a SEGV in graph_gradients.cc. The define
+# only turns that layout change off; ASan itself is unaffected.
 def _sanitize_copts():
     return select({
-        _ASAN_ENABLED: SANITIZE_FLAGS + ["-O1", "-g"],
+        _ASAN_ENABLED: SANITIZE_FLAGS + ["-O1", "-g", "-DNDEBUG_SANITIZER"],
         "//conditions:default": [],
     })
 
 def _sanitize_linkopts():
     return select({
         _ASAN_ENABLED: SANITIZE_FLAGS,
+        "//conditions:default": [],
+    })
+
+# Programs (not libraries) also get the runtime defaults of tf_ext/sanitizers.
+def _sanitize_deps():
+    return select({
+        _ASAN_ENABLED: [_SANITIZER_OPTIONS],
         "//conditions:default": [],
     })
 
@@ -71,7 +90,7 @@ def tf_ext_cc_binary(name, copts = [], deps = [], linkopts = [], **kwargs):
         name = name,
         copts = TF_EXT_COPTS + copts + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
-        deps = deps + [TF_CC],
+        deps = deps + [TF_CC] + _sanitize_deps(),
         **kwargs
     )
 
@@ -80,7 +99,7 @@ def tf_ext_cc_test(name, copts = [], deps = [], linkopts = [], **kwargs):
         name = name,
         copts = TF_EXT_COPTS + copts + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
-        deps = deps + [TF_CC, "@com_google_googletest//:gtest"],
+        deps = deps + [TF_CC, "@com_google_googletest//:gtest"] + _sanitize_deps(),
         **kwargs
     )
 
@@ -90,7 +109,7 @@ def tf_ext_c_test(name, deps = [], **kwargs):
         name = name,
         copts = ["-std=c11", "-Wall"] + _sanitize_copts(),
         linkopts = _sanitize_linkopts(),
-        deps = deps + [TF_CC],
+        deps = deps + [TF_CC] + _sanitize_deps(),
         **kwargs
     )
 

@@ -264,6 +264,7 @@ int Main(int argc, char** argv) {
     TF_Buffer list = TF_GetOpList(lib);
     OpList op_list;
     op_list.ParseFromArray(list.data, static_cast<int>(list.length));
+    TF_DeleteLibraryHandle(lib);  // frees the handle and its op list; the library stays loaded
     std::vector<std::string> lib_ops;
     for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
     std::cout << "library " << library << ": " << lib_ops.size() << " ops\n";
