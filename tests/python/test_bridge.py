@@ -85,17 +85,16 @@ def test_op_missing_from_library_is_named():
 
 def test_own_library_gradients_are_registered():
     status = tf_ext.register_cpp_gradients(tf_ext.library())
-    assert status == {
-        **{op: "bridged" for op in ("TfExt>ZeroOut", "TfExt>RoiPool", "TfExt>PsRoiAlign",
-                                    "TfExt>MedianPool2D", "TfExt>SignSTE",
-                                    "TfExt>GradientReversal")},
-        # Dedicated backward ops: C++ registers their gradient (a second derivative of the
-        # forward op) as not implemented, and so does Python.
-        **{op: "unimplemented" for op in ("TfExt>RoiPoolGrad", "TfExt>PsRoiAlignGrad",
-                                          "TfExt>MedianPool2DGrad")},
-        # A utility op that C++ registers as not differentiable: tf.no_gradient, like C++.
-        "TfExt>GradientFunctionDef": "no_gradient",
-    }
+    # What each declared op gets in Python follows its declaration: a gradient is bridged; a
+    # dedicated backward op's gradient (a second derivative of the forward op) is not
+    # implemented in C++ and so in Python; a not-differentiable op gets tf.no_gradient.
+    word = {"gradient": "bridged", "backward op": "unimplemented",
+            "not differentiable": "no_gradient"}
+    assert status == {f["op"]: word[f["differentiability"]] for f in tf_ext.declared_ops()}
+    assert {op: status[op] for op in ("TfExt>ZeroOut", "TfExt>RoiPoolGrad",
+                                      "TfExt>GradientFunctionDef")} == {
+        "TfExt>ZeroOut": "bridged", "TfExt>RoiPoolGrad": "unimplemented",
+        "TfExt>GradientFunctionDef": "no_gradient"}
     assert tf_ext.register_cpp_gradients(["TfExt>ZeroOut"]) == {"TfExt>ZeroOut": "bridged"}
     assert tf_ext.register_cpp_gradients(tf_ext.library_path()) == status
 
