@@ -210,7 +210,8 @@ def _python_name_to_generated(op_type: str) -> str:
     # tf.load_op_library's wrapper name: "TfExt>SmoothL1" -> "tf_ext_smooth_l1".
     import re
     name = op_type.replace(">", "_")
-    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    # TensorFlow's rule: "_" before a capital after a lower-case letter ("2D" stays "2d").
+    name = re.sub(r"([a-z])([A-Z])", r"\1_\2", name)
     name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     return name.lower()
 
