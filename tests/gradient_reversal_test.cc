@@ -23,17 +23,8 @@
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 
-namespace tensorflow::tf_ext {
+namespace tensorflow::tf_ext::test {
 namespace {
-
-using ::tensorflow::tf_ext::test::CheckGradient;
-using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::test::GradientCheckOptions;
-using ::tensorflow::tf_ext::test::GradientCheckResult;
-using ::tensorflow::tf_ext::test::OpAttrs;
-using ::tensorflow::tf_ext::test::RunOp;
-using ::tensorflow::tf_ext::test::RunPath;
-using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>GradientReversal";
 
@@ -243,4 +234,4 @@ TEST(GradBuilderGetAttr, GradientUsesTheDefaultScaleWhenTheAttrIsAbsent) {
 }
 
 }  // namespace
-}  // namespace tensorflow::tf_ext
+}  // namespace tensorflow::tf_ext::test

@@ -19,22 +19,8 @@
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 
-namespace tensorflow::tf_ext {
+namespace tensorflow::tf_ext::test {
 namespace {
-
-using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::test::Filled;
-using ::tensorflow::tf_ext::test::RandomRois;
-using ::tensorflow::tf_ext::test::Rois;
-using ::tensorflow::tf_ext::test::UniformValues;
-using ::tensorflow::tf_ext::test::Zeros;
-using ::tensorflow::tf_ext::test::CheckGradient;
-using ::tensorflow::tf_ext::test::GradientCheckOptions;
-using ::tensorflow::tf_ext::test::GradientCheckResult;
-using ::tensorflow::tf_ext::test::OpAttrs;
-using ::tensorflow::tf_ext::test::RunOp;
-using ::tensorflow::tf_ext::test::RunPath;
-using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>PsRoiAlign";
 constexpr char kGradOp[] = "TfExt>PsRoiAlignGrad";
@@ -457,4 +443,4 @@ TEST(PsRoiAlignGrad, RejectsMismatchedDOutput) {
 }
 
 }  // namespace
-}  // namespace tensorflow::tf_ext
+}  // namespace tensorflow::tf_ext::test

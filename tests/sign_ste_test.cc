@@ -18,15 +18,8 @@
 #include "tests/test_util.h"
 #include "tf_ext/testing/op_runner.h"
 
-namespace tensorflow::tf_ext {
+namespace tensorflow::tf_ext::test {
 namespace {
-
-using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::test::kAllRunPaths;
-using ::tensorflow::tf_ext::test::OpAttrs;
-using ::tensorflow::tf_ext::test::RunOp;
-using ::tensorflow::tf_ext::test::RunPath;
-using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 constexpr char kOp[] = "TfExt>SignSTE";
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -164,4 +157,4 @@ TEST(SignSTE, EveryDeclaredTypeHasACpuKernelAndAGradient) {
 }
 
 }  // namespace
-}  // namespace tensorflow::tf_ext
+}  // namespace tensorflow::tf_ext::test

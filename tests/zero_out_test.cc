@@ -10,16 +10,8 @@
 #include "tests/test_util.h"
 #include "tf_ext/testing/op_runner.h"
 
-namespace tensorflow::tf_ext {
+namespace tensorflow::tf_ext::test {
 namespace {
-
-using ::tensorflow::tf_ext::test::CheckGradient;
-using ::tensorflow::tf_ext::test::ExpectInvalidArgument;
-using ::tensorflow::tf_ext::test::GradientCheckOptions;
-using ::tensorflow::tf_ext::test::GradientCheckResult;
-using ::tensorflow::tf_ext::test::RunOp;
-using ::tensorflow::tf_ext::test::RunPath;
-using ::tensorflow::tf_ext::test::RunSymbolicGradient;
 
 template <typename T>
 Tensor Iota(const TensorShape& shape, T start) {
@@ -132,4 +124,4 @@ TEST(ZeroOutGrad, Int32IsNotDifferentiable) {
 }
 
 }  // namespace
-}  // namespace tensorflow::tf_ext
+}  // namespace tensorflow::tf_ext::test

@@ -16,15 +16,18 @@
 
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.pb.h"
+#include "tensorflow/core/platform/statusor.h"  // TF_ASSIGN_OR_RETURN, for ValidAttrs
 #include "tf_ext/grads/op_facts.h"
 
 namespace tensorflow::tf_ext::grad {
@@ -56,6 +59,18 @@ class GradBuilder {
 
   const std::string& op_type() const { return op_type_; }
   const OpDef& op_def() const { return op_def_; }
+
+  // The forward node's attrs as checked by the op's own `validate` (ValidateFooAttrs, the
+  // check its kernel and shape function run), so a gradient is built only for a node the
+  // forward accepts, and fails with the forward's message.
+  template <typename A>
+  absl::StatusOr<A> ValidAttrs(
+      absl::Status (*validate)(std::string_view, const AttrSlice&, A*)) const {
+    A a;
+    absl::Status s = validate(op_type_, attrs_, &a);
+    if (!s.ok()) return s;
+    return a;
+  }
 
   // Fails the build (a clear InvalidArgument) unless type attr `attr` is one of `allowed`;
   // e.g. RequireTypes("T", {DT_FLOAT, DT_DOUBLE}) for ops whose int flavour has no gradient.

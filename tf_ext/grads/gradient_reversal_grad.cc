@@ -11,8 +11,7 @@ namespace {
 
 absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>GradientReversal"), attrs);
-  GradientReversalAttrs a;
-  TF_RETURN_IF_ERROR(ValidateGradientReversalAttrs(b.op_type(), attrs, &a));
+  TF_ASSIGN_OR_RETURN(const GradientReversalAttrs a, b.ValidAttrs(ValidateGradientReversalAttrs));
   const float scale = a.scale;
   // -scale, as T: a constant of the function, since scale is an attr value, not a tensor.
   const std::string neg_scale = b.TypedConst("neg_scale", -static_cast<double>(scale));
@@ -26,8 +25,7 @@ absl::Status GradientReversalGrad(const AttrSlice& attrs, FunctionDef* g) {
 absl::Status GradientReversalSurrogate(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>GradientReversal"), attrs,
                       grad::GradBuilder::Kind::kSurrogateForward);
-  GradientReversalAttrs a;
-  TF_RETURN_IF_ERROR(ValidateGradientReversalAttrs(b.op_type(), attrs, &a));
+  TF_ASSIGN_OR_RETURN(const GradientReversalAttrs a, b.ValidAttrs(ValidateGradientReversalAttrs));
   // y ~ -scale * x: its derivative is the reversal's gradient.
   const std::string neg_scale = b.TypedConst("neg_scale", -static_cast<double>(a.scale));
   b.Return("y", b.Add({{"reversed"}, "Mul", {"x", neg_scale}, b.PassAttrs({"T"})}));

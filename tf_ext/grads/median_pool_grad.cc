@@ -9,8 +9,7 @@ namespace {
 
 absl::Status MedianPool2DGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>MedianPool2D"), attrs);
-  MedianPool2DAttrs a;
-  TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(b.op_type(), attrs, &a));
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateMedianPool2DAttrs).status());
   // y = S(x) x with S(x) the 0/1 matrix picking each window's median; S is piecewise constant
   // in x, so d(x) = S^T d(y): the dedicated op recomputes S and scatter-adds d(y).
   b.DedicatedOp("TfExt>MedianPool2DGrad", {"x", grad::GradName("y")},

@@ -9,8 +9,7 @@ namespace {
 
 absl::Status PsRoiAlignGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>PsRoiAlign"), attrs);
-  PsRoiAlignAttrs a;
-  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(b.op_type(), attrs, &a));
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidatePsRoiAlignAttrs).status());
   // output = A(rois) features with A the (sparse) bilinear sampling-and-averaging matrix, so
   // d(features) = A^T d(output): each sample scatters weight * d(output) / count.
   b.DedicatedOp("TfExt>PsRoiAlignGrad", {"features", "rois", grad::GradName("output")},

@@ -9,8 +9,7 @@ namespace {
 
 absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>RoiPool"), attrs);
-  RoiPoolAttrs a;
-  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(b.op_type(), attrs, &a));
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateRoiPoolAttrs).status());
   // A gradient function receives only the forward inputs, so argmax is recomputed (the
   // runtime's common-subexpression elimination can merge this node with the forward one).
   b.Add({{"fwd_pooled", "fwd_argmax"},

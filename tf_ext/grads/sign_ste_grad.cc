@@ -12,8 +12,7 @@ namespace {
 
 absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>SignSTE"), attrs);
-  SignSTEAttrs a;
-  TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
+  TF_ASSIGN_OR_RETURN(const SignSTEAttrs a, b.ValidAttrs(ValidateSignSTEAttrs));
   const float clip = a.clip;  // flushed: the band the forward kernel's world sees
   // The true derivative of sign is 0 almost everywhere; the STE instead differentiates
   // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip].
@@ -34,8 +33,7 @@ absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
 absl::Status SignSTESurrogate(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>SignSTE"), attrs,
                       grad::GradBuilder::Kind::kSurrogateForward);
-  SignSTEAttrs a;
-  TF_RETURN_IF_ERROR(ValidateSignSTEAttrs(b.op_type(), attrs, &a));
+  TF_ASSIGN_OR_RETURN(const SignSTEAttrs a, b.ValidAttrs(ValidateSignSTEAttrs));
   const float clip = a.clip;
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   // y ~ clamp(x, -clip, clip): derivative 1[|x| < clip], the STE's gradient (the two differ

@@ -8,8 +8,7 @@ namespace {
 
 absl::Status SmoothL1Grad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>SmoothL1"), attrs);
-  SmoothL1Attrs a;
-  TF_RETURN_IF_ERROR(ValidateSmoothL1Attrs(b.op_type(), attrs, &a));
+  TF_ASSIGN_OR_RETURN(const SmoothL1Attrs a, b.ValidAttrs(ValidateSmoothL1Attrs));
   // The slope is computed in the forward's accumulation type (double for double, float for
   // float and half), so a tiny or huge delta cannot overflow a half constant.
   const bool is_double = b.GetAttr<DataType>("T") == DT_DOUBLE;

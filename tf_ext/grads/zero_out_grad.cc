@@ -9,8 +9,7 @@ namespace {
 
 absl::Status ZeroOutGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>ZeroOut"), attrs);
-  ZeroOutAttrs a;
-  TF_RETURN_IF_ERROR(ValidateZeroOutAttrs(b.op_type(), attrs, &a));
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateZeroOutAttrs).status());
   // zeroed = S x with S the 0/1 diagonal selector of preserve_index, so
   // d(to_zero) = S^T d(zeroed) = ZeroOut(d(zeroed), preserve_index).
   b.DedicatedOp("TfExt>ZeroOut", {grad::GradName("zeroed")}, {"T", "preserve_index"}, {"to_zero"});

@@ -25,10 +25,8 @@ REGISTER_OP("TfExt>GradientReversal")
     .Attr("T: {half, float, double}")
     .Attr("scale: float = 1.0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>GradientReversal");
-      GradientReversalAttrs a;
       TF_RETURN_IF_ERROR(
-          ValidateGradientReversalAttrs("TfExt>GradientReversal", AttrSlice(&attrs), &a));
+          ShapeFnValidAttrs(c, "TfExt>GradientReversal", ValidateGradientReversalAttrs).status());
       return shape_inference::UnchangedShape(c);
     })
     .Doc(R"doc(

@@ -103,18 +103,16 @@ namespace {
 using shape_inference::InferenceContext;
 
 absl::Status MedianPool2DShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kMedianPool2D);
-  MedianPool2DAttrs a;
-  TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(kMedianPool2D, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const MedianPool2DAttrs a,
+                      ShapeFnValidAttrs(c, kMedianPool2D, ValidateMedianPool2DAttrs));
   PartialTensorShape y;
   TF_RETURN_IF_ERROR(ValidateMedianPool2DShapes(kMedianPool2D, a, InputShape(c, 0), &y));
   return SetOutputShape(c, 0, y);
 }
 
 absl::Status MedianPool2DGradShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kMedianPool2DGrad);
-  MedianPool2DAttrs a;
-  TF_RETURN_IF_ERROR(ValidateMedianPool2DAttrs(kMedianPool2DGrad, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const MedianPool2DAttrs a,
+                      ShapeFnValidAttrs(c, kMedianPool2DGrad, ValidateMedianPool2DAttrs));
   TF_RETURN_IF_ERROR(
       ValidateMedianPool2DGradShapes(kMedianPool2DGrad, a, InputShape(c, 0), InputShape(c, 1)));
   // dx has x's shape; x is 4-D (validated above), so an unknown-rank x still gives rank 4.

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/platform/statusor.h"  // TF_ASSIGN_OR_RETURN, for ShapeFnValidAttrs
 
 namespace tensorflow::tf_ext {
 
@@ -79,6 +81,19 @@ AttrValueMap ShapeFnAttrs(shape_inference::InferenceContext* c, std::string_view
 PartialTensorShape InputShape(shape_inference::InferenceContext* c, int i);
 absl::Status SetOutputShape(shape_inference::InferenceContext* c, int i,
                             const PartialTensorShape& shape);
+
+// The node's attrs as checked by the op's own `validate` (ValidateFooAttrs, the check its
+// kernel runs), so a bad attr fails at graph construction with the kernel's message.
+template <typename A>
+absl::StatusOr<A> ShapeFnValidAttrs(
+    shape_inference::InferenceContext* c, std::string_view op_type,
+    absl::Status (*validate)(std::string_view, const AttrSlice&, A*)) {
+  const AttrValueMap attrs = ShapeFnAttrs(c, op_type);
+  A a;
+  absl::Status s = validate(op_type, AttrSlice(&attrs), &a);
+  if (!s.ok()) return s;
+  return a;
+}
 
 }  // namespace tensorflow::tf_ext
 

@@ -135,9 +135,7 @@ constexpr char kPsRoiAlign[] = "TfExt>PsRoiAlign";
 constexpr char kPsRoiAlignGrad[] = "TfExt>PsRoiAlignGrad";
 
 absl::Status RoiPoolShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kRoiPool);
-  RoiPoolAttrs a;
-  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(kRoiPool, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const RoiPoolAttrs a, ShapeFnValidAttrs(c, kRoiPool, ValidateRoiPoolAttrs));
   PartialTensorShape pooled;
   TF_RETURN_IF_ERROR(ValidateRoiPoolShapes(kRoiPool, a, InputShape(c, 0), InputShape(c, 1), &pooled));
   TF_RETURN_IF_ERROR(SetOutputShape(c, 0, pooled));
@@ -145,9 +143,8 @@ absl::Status RoiPoolShapeFn(InferenceContext* c) {
 }
 
 absl::Status RoiPoolGradShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kRoiPoolGrad);
-  RoiPoolAttrs a;
-  TF_RETURN_IF_ERROR(ValidateRoiPoolAttrs(kRoiPoolGrad, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const RoiPoolAttrs a,
+                      ShapeFnValidAttrs(c, kRoiPoolGrad, ValidateRoiPoolAttrs));
   TF_RETURN_IF_ERROR(ValidateRoiPoolGradShapes(kRoiPoolGrad, a, InputShape(c, 0), InputShape(c, 1),
                                                InputShape(c, 2), InputShape(c, 3)));
   c->set_output(0, c->input(0));
@@ -155,9 +152,8 @@ absl::Status RoiPoolGradShapeFn(InferenceContext* c) {
 }
 
 absl::Status PsRoiAlignShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kPsRoiAlign);
-  PsRoiAlignAttrs a;
-  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(kPsRoiAlign, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const PsRoiAlignAttrs a,
+                      ShapeFnValidAttrs(c, kPsRoiAlign, ValidatePsRoiAlignAttrs));
   PartialTensorShape output;
   TF_RETURN_IF_ERROR(
       ValidatePsRoiAlignShapes(kPsRoiAlign, a, InputShape(c, 0), InputShape(c, 1), &output));
@@ -165,9 +161,8 @@ absl::Status PsRoiAlignShapeFn(InferenceContext* c) {
 }
 
 absl::Status PsRoiAlignGradShapeFn(InferenceContext* c) {
-  const AttrValueMap attrs = ShapeFnAttrs(c, kPsRoiAlignGrad);
-  PsRoiAlignAttrs a;
-  TF_RETURN_IF_ERROR(ValidatePsRoiAlignAttrs(kPsRoiAlignGrad, AttrSlice(&attrs), &a));
+  TF_ASSIGN_OR_RETURN(const PsRoiAlignAttrs a,
+                      ShapeFnValidAttrs(c, kPsRoiAlignGrad, ValidatePsRoiAlignAttrs));
   TF_RETURN_IF_ERROR(ValidatePsRoiAlignGradShapes(kPsRoiAlignGrad, a, InputShape(c, 0),
                                                   InputShape(c, 1), InputShape(c, 2)));
   c->set_output(0, c->input(0));

@@ -28,9 +28,7 @@ REGISTER_OP("TfExt>SignSTE")
     .Attr("T: {half, float, double}")
     .Attr("clip: float = 1.0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>SignSTE");
-      SignSTEAttrs a;
-      TF_RETURN_IF_ERROR(ValidateSignSTEAttrs("TfExt>SignSTE", AttrSlice(&attrs), &a));
+      TF_RETURN_IF_ERROR(ShapeFnValidAttrs(c, "TfExt>SignSTE", ValidateSignSTEAttrs).status());
       return shape_inference::UnchangedShape(c);
     })
     .Doc(R"doc(

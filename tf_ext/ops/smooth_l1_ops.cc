@@ -26,9 +26,7 @@ REGISTER_OP("TfExt>SmoothL1")
     .Attr("T: {half, float, double}")
     .Attr("delta: float = 1.0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>SmoothL1");
-      SmoothL1Attrs a;
-      TF_RETURN_IF_ERROR(ValidateSmoothL1Attrs("TfExt>SmoothL1", AttrSlice(&attrs), &a));
+      TF_RETURN_IF_ERROR(ShapeFnValidAttrs(c, "TfExt>SmoothL1", ValidateSmoothL1Attrs).status());
       return shape_inference::UnchangedShape(c);
     })
     .Doc(R"doc(

@@ -33,9 +33,8 @@ REGISTER_OP("TfExt>ZeroOut")
     .Attr("T: {float, double, int32}")
     .Attr("preserve_index: int >= 0 = 0")
     .SetShapeFn([](shape_inference::InferenceContext* c) -> absl::Status {
-      const AttrValueMap attrs = ShapeFnAttrs(c, "TfExt>ZeroOut");
-      ZeroOutAttrs a;
-      TF_RETURN_IF_ERROR(ValidateZeroOutAttrs("TfExt>ZeroOut", AttrSlice(&attrs), &a));
+      TF_ASSIGN_OR_RETURN(const ZeroOutAttrs a,
+                          ShapeFnValidAttrs(c, "TfExt>ZeroOut", ValidateZeroOutAttrs));
       TF_RETURN_IF_ERROR(ValidateZeroOutShapes("TfExt>ZeroOut", a, InputShape(c, 0)));
       return shape_inference::UnchangedShape(c);
     })
