@@ -568,8 +568,14 @@ std::string FormatTensor(const Tensor& t, int max_values) {
                       absl::StrJoin(vals, " "), "]");
 }
 
-absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResult* result) {
-  const double start = Seconds();
+namespace {
+
+// Imports, inlines and differentiates the request's graph into `backward` (forward +
+// backward); `grad_names`: the tensor of d sum(y) / d x, per x. The Graph exists only in here.
+absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOptions& options,
+                                GradientResult* result, GraphDef* backward,
+                                std::vector<std::string>* grad_names) {
+  const GradientRequest& request = *request_ptr;
   Graph g(OpRegistry::Global());
   GraphConstructorOptions opts;
   absl::Status s = ConvertGraphDefToGraph(opts, request.graph, &g);
@@ -577,6 +583,7 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
     return absl::Status(s.code(), absl::StrCat("cannot import the graph: ", s.message(),
                                                " (is the op library that defines it loaded?)"));
   }
+  if (options.release_forward_graph) GraphDef().Swap(&request_ptr->graph);
   auto inlined = InlineFunctionCalls(&g);
   if (!inlined.ok()) return inlined.status();
   result->inlined_calls = *inlined;
@@ -615,39 +622,55 @@ absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResul
                          .Finalize(&g, &dy));
   // One backward pass per x: TensorFlow's builder stops back-propagation at every requested x,
   // so asking for x and a tensor computed from x together would cut x's path.
-  std::vector<NodeOut> grads;
   for (const NodeOut& x : xs) {
     std::vector<NodeOut> grad;
     TF_RETURN_IF_ERROR(AddSymbolicGradients({{y_ret, 0}}, {x}, {{dy, 0}}, &grad, &g));
-    grads.push_back(grad[0]);
+    grad_names->push_back(grad[0].name());
   }
-  g.ToGraphDef(&result->backward_graph);
+  g.ToGraphDef(backward);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* result,
+                                   const GradientOptions& options) {
+  const GradientRequest& req = *request;
+  const double start = Seconds();
+  GraphDef backward;
+  std::vector<std::string> grad_names;
+  TF_RETURN_IF_ERROR(BuildBackwardGraph(request, options, result, &backward, &grad_names));
+  result->backward_nodes = backward.node_size();
+  if (options.keep_backward_graph) result->backward_graph = backward;
   result->build_seconds = Seconds() - start;
 
   const double run_start = Seconds();
-  result->session.reset(NewSession(SessionOptions()));
+  // A static graph: the Session drops its GraphDef once it has built the executors.
+  SessionOptions session_options;
+  session_options.config.mutable_experimental()->set_optimize_for_static_graph(true);
+  result->session.reset(NewSession(session_options));
   if (result->session == nullptr) return absl::InternalError("could not create a Session");
-  TF_RETURN_IF_ERROR(result->session->Create(result->backward_graph));
+  TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
   // x values: a fed x is taken from its feed (TensorFlow refuses to fetch a fed tensor).
-  const auto feeds = Feeds(request);
+  const auto feeds = Feeds(req);
   auto fed = [&](const std::string& name) -> const Tensor* {
     for (const auto& f : feeds) {
       if (f.first == name) return &f.second;
     }
     return nullptr;
   };
-  std::vector<std::string> fetches = {request.y.ToString()};
-  for (const NodeOut& gr : grads) fetches.push_back(gr.name());
-  for (const TensorRef& ref : request.xs) {
+  std::vector<std::string> fetches = {req.y.ToString()};
+  for (const std::string& gr : grad_names) fetches.push_back(gr);
+  for (const TensorRef& ref : req.xs) {
     if (fed(ref.ToString()) == nullptr) fetches.push_back(ref.ToString());
   }
   std::vector<Tensor> outs;
   TF_RETURN_IF_ERROR(result->session->Run(feeds, fetches, {}, &outs));
   result->y = outs[0];
-  const size_t n = request.xs.size();
+  const size_t n = req.xs.size();
   result->grads.assign(outs.begin() + 1, outs.begin() + 1 + n);
   size_t next = 1 + n;
-  for (const TensorRef& ref : request.xs) {
+  for (const TensorRef& ref : req.xs) {
     const Tensor* f = fed(ref.ToString());
     result->xs.push_back(f != nullptr ? *f : outs[next++]);
   }
@@ -659,7 +682,14 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
                           const NumericCheckOptions& options, NumericCheckResult* check) {
   const double start = Seconds();
   *check = NumericCheckResult();
-  GraphDef numeric = request.graph;
+  bool any_surrogate = false;
+  for (const NodeDef& n : request.graph.node()) {
+    FunctionDef surrogate;
+    any_surrogate |= SpecializedSurrogateForward(n, &surrogate).ok();
+  }
+  // A copy of the forward graph (its weights) only where a surrogate replaces a node.
+  GraphDef numeric;
+  if (any_surrogate) numeric = request.graph;
   std::set<std::string> in_library;
   for (NodeDef& n : *numeric.mutable_node()) {
     FunctionDef surrogate;

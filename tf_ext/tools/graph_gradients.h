@@ -37,6 +37,16 @@ struct GradientRequest {
   std::vector<std::pair<TensorRef, Tensor>> feeds;    // placeholder (or any tensor) values
 };
 
+// Memory: a frozen model's weights are Const nodes, so every copy of the graph is a copy of
+// the weights (ConvNeXtXLarge: 1.4 GB each). ComputeGraphGradients holds at most the Graph it
+// differentiates and then the Session's copy, never both, and by default keeps no GraphDef.
+struct GradientOptions {
+  // Fill GradientResult::backward_graph (one more copy of the weights).
+  bool keep_backward_graph = false;
+  // Clear request->graph once it has been imported (NumericCheck needs it: keep it then).
+  bool release_forward_graph = false;
+};
+
 // Rewrites that work around bugs of TensorFlow 2.21's C++ gradients, each keeping the forward
 // value exactly (both need static shapes, from shape inference; nodes keep their names):
 //  * negative_axes: the function gradient of the reductions (Sum, Mean, Prod, Max, Min;
@@ -60,11 +70,13 @@ struct GradientResult {
   Tensor y;
   std::vector<Tensor> grads;   // one per x, d sum(y) / d x
   std::vector<Tensor> xs;      // the values of the xs in this run
-  GraphDef backward_graph;     // forward + backward, as run
+  int backward_nodes = 0;      // nodes of the forward + backward graph
+  GraphDef backward_graph;     // forward + backward, as run (GradientOptions::keep_backward_graph)
   std::unique_ptr<Session> session;
 };
 
-absl::Status ComputeGraphGradients(const GradientRequest& request, GradientResult* result);
+absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* result,
+                                   const GradientOptions& options = {});
 
 // Every op between the xs and y that lacks a gradient, all in one InvalidArgument: per op
 // type its nodes, and whether TensorFlow has a Python-only gradient for it; loops (While,

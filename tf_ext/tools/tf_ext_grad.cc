@@ -138,11 +138,14 @@ int Main(int argc, char** argv) {
   }
 
   GradientResult result;
-  if (absl::Status s = ComputeGraphGradients(request, &result); !s.ok()) {
+  GradientOptions options;
+  options.keep_backward_graph = !flags.dump_backward.empty();
+  options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
+  if (absl::Status s = ComputeGraphGradients(&request, &result, options); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   std::cout << "built the backward graph in " << absl::StrFormat("%.2f", result.build_seconds)
-            << " s (" << result.backward_graph.node_size() << " nodes";
+            << " s (" << result.backward_nodes << " nodes";
   if (result.inlined_calls > 0) std::cout << ", " << result.inlined_calls << " function calls inlined";
   if (result.workarounds.negative_axes > 0) {
     std::cout << ", " << result.workarounds.negative_axes
@@ -172,11 +175,11 @@ int Main(int argc, char** argv) {
   }
   if (flags.check) {
     NumericCheckResult check;
-    NumericCheckOptions options;
-    options.delta = flags.delta;
-    options.projections = flags.projections;
-    options.seed = flags.seed;
-    if (absl::Status s = NumericCheck(request, result, options, &check); !s.ok()) {
+    NumericCheckOptions check_options;
+    check_options.delta = flags.delta;
+    check_options.projections = flags.projections;
+    check_options.seed = flags.seed;
+    if (absl::Status s = NumericCheck(request, result, check_options, &check); !s.ok()) {
       return Fail(absl::StrCat("numeric check failed to run: ", s.message()));
     }
     bool all_double = true;
