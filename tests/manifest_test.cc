@@ -50,27 +50,30 @@ TEST(Manifest, DeclaresEveryTfExtOpExactlyOnce) {
   EXPECT_EQ(seen.size(), ops.size());
 }
 
-// A NodeDef with valid attrs for each backward op (a new one must be added here: the lookup
-// fails the test otherwise).
-NodeDef ValidNode(const std::string& op) {
+// A NodeDef with valid attrs for a backward op: the attrs its forward op's input spec gives
+// (a backward op shares its forward op's attrs), those the backward op has.
+NodeDef ValidNode(const OpFacts& backward) {
   NodeDef node;
   node.set_name("n");
-  node.set_op(op);
-  auto& attr = *node.mutable_attr();
-  attr["T"].set_type(DT_FLOAT);
-  if (op == "TfExt>RoiPoolGrad" || op == "TfExt>PsRoiAlignGrad") {
-    attr["pooled_height"].set_i(2);
-    attr["pooled_width"].set_i(2);
-    attr["spatial_scale"].set_f(1.0f);
-  } else if (op == "TfExt>MedianPool2DGrad") {
-    for (int i = 0; i < 2; ++i) attr["ksize"].mutable_list()->add_i(3);
-    for (int i = 0; i < 2; ++i) attr["strides"].mutable_list()->add_i(1);
-    attr["padding"].set_s("SAME");
-  } else {
-    ADD_FAILURE() << "no valid attrs known for " << op;
-  }
+  node.set_op(backward.op);
+  const OpFacts* forward = FindOpFacts(backward.backward_of);
   const OpDef* def = nullptr;
-  if (OpRegistry::Global()->LookUpOpDef(op, &def).ok()) AddDefaultsToNodeDef(*def, &node);
+  const OpDef* forward_def = nullptr;
+  auto specs = tools::ParseSpecs(ManifestGradCheckSpecs());
+  if (forward == nullptr || !specs.ok() ||
+      !OpRegistry::Global()->LookUpOpDef(backward.op, &def).ok() ||
+      !OpRegistry::Global()->LookUpOpDef(forward->op, &forward_def).ok()) {
+    ADD_FAILURE() << "no forward op declaration or spec for " << backward.op;
+    return node;
+  }
+  tools::OpInstance inst = tools::BuildOpInstance(*forward_def, &(*specs)[forward->op],
+                                                  forward->type_attr, DT_FLOAT, 1);
+  for (const auto& [name, value] : inst.attrs) {
+    for (const auto& a : def->attr()) {
+      if (a.name() == name) (*node.mutable_attr())[name] = value;
+    }
+  }
+  AddDefaultsToNodeDef(*def, &node);
   return node;
 }
 
@@ -101,7 +104,7 @@ TEST(Manifest, MatchesEveryRegistry) {
       FunctionDef fdef;
       test::ExpectInvalidArgument(SpecializedGradient(bare, &fdef), f.op);
       // ... and a valid one reaches the unimplemented creator, with the declared message.
-      absl::Status s = SpecializedGradient(ValidNode(f.op), &fdef);
+      absl::Status s = SpecializedGradient(ValidNode(f), &fdef);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << f.op << ": " << s;
       EXPECT_EQ(s.message(), BackwardOpMessage(f));
     }

@@ -72,6 +72,11 @@ def module_op_names(module: types.ModuleType) -> list[str]:
     return names
 
 
+def op_def(op_type: str) -> op_def_pb2.OpDef | None:
+    """op_type's OpDef from TensorFlow's op registry (op_def_registry.get); None if unknown."""
+    return op_def_registry.get(op_type)
+
+
 def is_registered_op(op_type: str) -> bool:
     """Whether op_type is in TensorFlow's op registry (op_def_registry.get)."""
     return op_def_registry.get(op_type) is not None

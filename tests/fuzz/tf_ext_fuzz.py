@@ -41,14 +41,16 @@ import tempfile
 import time
 from typing import Any
 
-OPS = (
+# Ops with a hand-written generator below (hostile cases chosen for their semantics). Every
+# other op the library declares is fuzzed by generate_generic() from its OpDef and its
+# declaration's input spec, so a new op is fuzzed without editing this file.
+HAND_WRITTEN = (
     "TfExt>ZeroOut", "TfExt>RoiPool", "TfExt>RoiPoolGrad", "TfExt>PsRoiAlign",
     "TfExt>PsRoiAlignGrad", "TfExt>MedianPool2D", "TfExt>MedianPool2DGrad", "TfExt>SignSTE",
-    "TfExt>GradientReversal", "TfExt>SmoothL1", "TfExt>GradientFunctionDef",
+    "TfExt>GradientReversal", "TfExt>GradientFunctionDef",
 )
 # Elementwise ops with one float attr: the attr's name.
-ELEMENTWISE_FLOAT_ATTR = {"TfExt>SignSTE": "clip", "TfExt>GradientReversal": "scale",
-                          "TfExt>SmoothL1": "delta"}
+ELEMENTWISE_FLOAT_ATTR = {"TfExt>SignSTE": "clip", "TfExt>GradientReversal": "scale"}
 MODES = ("eager", "function", "function_unknown", "tape")
 HUGE = (2**31 - 1, 2**31, 2**32, 2**40, 2**62)
 FLOAT_VALUES = (1.0, 0.0625, 0.0, -0.0, -1.0, 1e-45, -1e-45, 1e-39, float("nan"),
@@ -124,8 +126,15 @@ def _image(rng: random.Random, dtype: str, channels: int | None = None) -> dict:
     return _tensor(rng, dims, dtype)
 
 
-def generate(op: str, rng: random.Random) -> dict:
-    """One random call of `op` as a JSON-able spec (arrays are rebuilt from it)."""
+def generate(op: str, rng: random.Random, described: dict | None = None,
+             generic: bool = False) -> dict:
+    """One random call of `op` as a JSON-able spec (arrays are rebuilt from it). `described`:
+    what the library says of its ops (describe_library()), for ops without a hand-written
+    generator (or every op but GradientFunctionDef, with `generic`)."""
+    if op not in HAND_WRITTEN or (generic and op != "TfExt>GradientFunctionDef"):
+        if not described or op not in described:
+            raise ValueError(f"{op}: not declared by the library")
+        return generate_generic(described[op], described, rng)
     mode = rng.choice(MODES)
     attrs: dict[str, Any] = {}
     inputs: list[dict] = []
@@ -199,16 +208,177 @@ def generate(op: str, rng: random.Random) -> dict:
         inputs = [_tensor(rng, _dims(rng, rng.choice([0, 1, 2, 3])), dt)]
     elif op == "TfExt>GradientFunctionDef":
         mode = rng.choice(["eager", "eager", "function", "c_api"])
-        inputs = [{"node_def": _node_def_spec(rng)}]
+        inputs = [{"node_def": _node_def_spec(rng, sorted(described or HAND_WRITTEN))}]
     return {"op": op, "mode": mode, "attrs": attrs, "inputs": inputs}
 
 
-def _node_def_spec(rng: random.Random) -> dict:
+# --------------------------------------------------------------- generic (from the declaration)
+
+def _parse_spec(text: str) -> tuple[dict, dict]:
+    """A declaration's input spec (tf_ext/tools/gradcheck_spec.h) as (inputs, attrs): input
+    name -> {"shape", "lo", "hi"} | {"values", "scalar"} | {"rois": R}; attr name -> text."""
+    inputs: dict[str, dict] = {}
+    attrs: dict[str, str] = {}
+    for token in text.split():
+        key, _, value = token.partition("=")
+        if key.startswith("attr."):
+            attrs[key[5:]] = value
+        elif key in ("nondiff", "dtypes"):
+            continue
+        elif value.startswith("rois:"):
+            inputs[key] = {"rois": int(value[5:])}
+        elif value.startswith(("values:", "scalar:")):
+            kind, _, vals = value.partition(":")
+            inputs[key] = {"values": [float(v) for v in vals.split(",")], "scalar": kind == "scalar"}
+        else:
+            dims, _, rng_text = value.partition("@")
+            shape = [] if dims == "scalar" else [int(d) for d in dims.split("x")]
+            lo, _, hi = rng_text.partition(":")
+            inputs[key] = {"shape": shape, "lo": float(lo or 0.1), "hi": float(hi or 0.9)}
+    return inputs, attrs
+
+
+def _attr_value(attr: dict, text: str):
+    kind = attr["type"]
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        return text.lower() in ("1", "true")
+    if kind == "list(int)":
+        return [int(v) for v in text.strip("[]").split(",") if v.strip()]
+    return text
+
+
+def _hostile_attr(rng: random.Random, attr: dict, value):
+    """A hostile value of the attr's type, near or far from its valid `value`."""
+    kind = attr["type"]
+    if kind == "int":
+        v = value if isinstance(value, int) else 1
+        return rng.choice([0, -1, v + 1, v - 1, 2 * v, 1024, 1025, *HUGE, -2**62])
+    if kind == "float":
+        v = value if isinstance(value, float) else 1.0
+        return rng.choice([*FLOAT_VALUES, -v, -2.0, 1e30])
+    if kind == "list(int)":
+        n = len(value) if isinstance(value, list) else 2
+        return rng.choice([[], [1] * (n + 1), [0] * n, [-1] * n, [2**31] * n, [1] * max(n - 1, 0)])
+    if kind == "bool":
+        return not value if isinstance(value, bool) else True
+    if kind == "string":
+        return rng.choice(["", "x", str(value).lower(), str(value) + " ", "\u00e9"])
+    return value
+
+
+def generate_generic(desc: dict, described: dict, rng: random.Random) -> dict:
+    """A random call of a declared op from its OpDef and its declaration's input spec: valid
+    calls (the spec's shapes, attrs and value ranges, other dims and values), mutated into
+    hostile ones (wrong ranks and dtypes, empty and huge dims, NaN/inf/denormal values, bad ROI
+    rows, hostile attrs). A backward op borrows its forward op's spec for the attrs they share."""
+    op = desc["op"]
+    spec_text = desc.get("gradcheck") or described.get(desc.get("backward_of"), {}).get("gradcheck", "")
+    in_specs, attr_texts = _parse_spec(spec_text)
+    types = desc.get("types") or ["float32", "float64"]
+    dt = _float_dtype(rng, types)
+    attrs: dict[str, Any] = {}
+    for attr in desc["attrs"]:
+        if attr["type"] == "type":
+            continue  # inferred from the inputs
+        if attr["name"] in attr_texts:
+            value = _attr_value(attr, attr_texts[attr["name"]])
+        elif "default" in attr:
+            value = attr["default"]
+        else:
+            value = _hostile_attr(rng, attr, None)
+        if rng.random() < 0.2:
+            value = _hostile_attr(rng, attr, value)
+        if attr["name"] in attr_texts or "default" not in attr or value != attr.get("default"):
+            attrs[attr["name"]] = value
+    inputs: list[dict] = []
+    image = None
+    for arg in desc["inputs"]:
+        arg_dt = dt if arg.get("type_attr") else arg["type"]
+        spec = in_specs.get(arg["name"])
+        if spec is None and image is not None and rng.random() < 0.6:
+            spec = {"shape": list(image), "lo": -1.0, "hi": 1.0}  # e.g. an incoming gradient
+        if spec is not None and "rois" in spec:
+            n, h, w = (image[0], image[1], image[2]) if image and len(image) == 4 else (1, 1, 1)
+            inputs.append(_rois(rng, n, h, w))
+            continue
+        if spec is not None and "values" in spec:
+            shape = [] if spec["scalar"] else [len(spec["values"])]
+            if rng.random() < 0.2:
+                inputs.append(_tensor(rng, _dims(rng, rng.choice([0, 1, 2])), arg_dt))
+            else:
+                inputs.append({"shape": shape, "dtype": arg_dt, "fill": "values",
+                               "values": spec["values"], "seed": rng.randrange(2**31)})
+            continue
+        if spec is not None:
+            dims = list(spec["shape"])
+            for k in range(len(dims)):  # other sizes, empty and (with an empty dim) huge ones
+                if rng.random() < 0.3:
+                    dims[k] = rng.choice([0, 1, 2, 3, 5, 7, dims[k]])
+            if rng.random() < 0.08:
+                dims = _dims(rng, rng.choice([0, 1, 2, 3, 4, 5]))
+            elif len(dims) >= 2 and rng.random() < 0.05:
+                dims[rng.randrange(len(dims))] = 0
+                dims[rng.randrange(len(dims))] = rng.choice(HUGE)
+        else:
+            dims = _dims(rng, rng.choice([0, 1, 2, 3, 4]))
+        t = _tensor(rng, dims, arg_dt)
+        if image is None and len(t["shape"]) == 4:
+            image = t["shape"]
+        inputs.append(t)
+    return {"op": op, "mode": rng.choice(MODES), "attrs": attrs, "inputs": inputs}
+
+
+def describe_library(library: str) -> dict:
+    """What the library declares of each of its ops (its manifest) and its OpDef's inputs and
+    attrs, read in a child process (TensorFlow is imported only in children)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-describe",
+                          "--library", library], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"describing {library} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _describe_main(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ["TF_EXT_LIBRARY"] = args.library  # the package loads this copy, no other
+    import tensorflow as tf
+    tf.load_op_library(args.library)
+    import tf_ext
+    from tf_ext import _tf_compat
+    described = {}
+    for facts in tf_ext.declared_ops():
+        op_def = _tf_compat.op_def(facts["op"])
+        d = dict(facts)
+        d["types"] = [tf.as_dtype(t).name for t in d.get("types", [])]  # "float" -> "float32"
+        d["inputs"] = [{"name": a.name, "type_attr": a.type_attr,
+                        "type": tf.dtypes.as_dtype(a.type).name if a.type else ""}
+                       for a in op_def.input_arg]
+        d["attrs"] = []
+        for a in op_def.attr:
+            attr = {"name": a.name, "type": a.type}
+            if a.HasField("default_value"):
+                v = a.default_value
+                kind = v.WhichOneof("value")
+                if kind == "list":
+                    attr["default"] = list(v.list.i)
+                elif kind in ("i", "f", "b"):
+                    attr["default"] = getattr(v, kind)
+                elif kind == "s":
+                    attr["default"] = v.s.decode()
+            d["attrs"].append(attr)
+        described[op_def.name] = d
+    print(json.dumps(described))
+    return 0
+
+
+def _node_def_spec(rng: random.Random, ops: list[str]) -> dict:
     if rng.random() < 0.1:
         return {"garbage": rng.randrange(2**31), "len": rng.choice([0, 1, 3, 16, 200])}
-    op = rng.choice(["TfExt>ZeroOut", "TfExt>RoiPool", "TfExt>PsRoiAlign", "TfExt>MedianPool2D",
-                     "TfExt>SignSTE", "TfExt>GradientReversal", "TfExt>RoiPoolGrad",
-                     "TfExt>GradientFunctionDef", "_ListToArray", "_ArrayToList", "Concat",
+    op = rng.choice([*ops, "_ListToArray", "_ArrayToList", "Concat",
                      "ConcatV2", "AddN", "MatMul", "Tanh", "Pack", "NoSuchOp", ""])
     attrs: dict[str, Any] = {}
     for name in ("T", "N", "Tin", "preserve_index", "pooled_height", "pooled_width",
@@ -233,6 +403,7 @@ def _node_def_spec(rng: random.Random) -> dict:
 
 def _child_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ["TF_EXT_LIBRARY"] = args.library  # the package loads this copy, no other
     import numpy as np
     import tensorflow as tf
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
@@ -285,6 +456,8 @@ class _Runner:
         if 0 in shape:
             return self.tf.zeros(shape, dtype=dtype)  # may be huge-but-empty
         fill = spec["fill"]
+        if fill == "values":
+            return self.tf.constant(np.asarray(spec["values"]).reshape(shape).astype(npdt), dtype=dtype)
         if fill == "rois":
             return self._rois(spec, rng)
         if fill == "argmax":
@@ -332,17 +505,8 @@ class _Runner:
 
     # -- calls
     def _fn(self, op: str):
-        name = {"TfExt>ZeroOut": "tf_ext_zero_out", "TfExt>RoiPool": "tf_ext_roi_pool",
-                "TfExt>RoiPoolGrad": "tf_ext_roi_pool_grad",
-                "TfExt>PsRoiAlign": "tf_ext_ps_roi_align",
-                "TfExt>PsRoiAlignGrad": "tf_ext_ps_roi_align_grad",
-                "TfExt>MedianPool2D": "tf_ext_median_pool2d",
-                "TfExt>MedianPool2DGrad": "tf_ext_median_pool2d_grad",
-                "TfExt>SignSTE": "tf_ext_sign_ste",
-                "TfExt>GradientReversal": "tf_ext_gradient_reversal",
-                "TfExt>SmoothL1": "tf_ext_smooth_l1",
-                "TfExt>GradientFunctionDef": "tf_ext_gradient_function_def"}[op]
-        return getattr(self.lib, name)
+        from tf_ext import ops as tf_ext_ops
+        return getattr(self.lib, tf_ext_ops._python_name_to_generated(op))  # noqa: SLF001
 
     def _call(self, op: str, mode: str, inputs: list, attrs: dict):
         tf = self.tf
@@ -471,7 +635,7 @@ class _Runner:
         if any(t.shape.num_elements() == 0 for t in inputs):
             return None  # empty inputs: the modes' outputs were compared (shape, dtype)
         xs = [t.numpy() for t in inputs]
-        finite = all(s.get("fill") in ("normal", "rois", "argmax", "zeros") and not s.get("bad")
+        finite = all(s.get("fill") in ("normal", "rois", "argmax", "zeros", "values") and not s.get("bad")
                      for s in case["inputs"])
         if op == "TfExt>ZeroOut":
             want = np.zeros_like(xs[0]).reshape(-1)
@@ -709,19 +873,32 @@ def main() -> int:
                    help="seconds a child may take to import TensorFlow and load the library")
     p.add_argument("--shrink-budget", type=int, default=4,
                    help="child runs spent shrinking each crash or hang")
-    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--ops", default="", help="comma-separated op types (default: every op the "
+                   "library declares)")
     p.add_argument("--report", default="", help="write the JSON report here")
+    p.add_argument("--generic", action="store_true",
+                   help="generate every op's calls from its declaration, even ops with a "
+                   "hand-written generator (checks the generic generator)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child-describe", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", help=argparse.SUPPRESS)
     p.add_argument("--results", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.library = os.path.abspath(args.library)
     if args.child:
         return _child_main(args)
+    if args.child_describe:
+        return _describe_main(args)
 
-    ops = [o for o in args.ops.split(",") if o]
+    described = describe_library(args.library)
+    ops = [o for o in args.ops.split(",") if o] or sorted(described)
     rng = random.Random(args.seed)
-    cases = [generate(op, rng) for _ in range(args.calls_per_op) for op in ops]
+    cases = [generate(op, rng, described, args.generic)
+             for _ in range(args.calls_per_op) for op in ops]
+    generic = [o for o in ops if o not in HAND_WRITTEN or (args.generic and
+                                                           o != "TfExt>GradientFunctionDef")]
+    print(f"fuzz: {len(ops)} ops ({', '.join(generic) or 'none'} "
+          f"from their declarations)", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     counts = collections.Counter()
     calls = collections.Counter()

@@ -29,12 +29,28 @@ def test_seeded_run_over_every_op_finds_nothing():
     print(out)
     assert report["findings"] == [], json.dumps(report["findings"], indent=1)[:5000]
     assert rc == 0, out
-    # Every op of the library is fuzzed (a new op without a generator in tf_ext_fuzz.py fails
-    # here, by name).
+    # Every op of the library is fuzzed (an op without a hand-written generator from its
+    # declaration: test_the_generic_generator_makes_valid_and_hostile_calls_of_every_op).
     import tf_ext
     assert sorted(report["per_op"]) == sorted(tf_ext.op_names())
     for op, counts in report["per_op"].items():
         assert counts["calls"] >= SMOKE_CALLS_PER_OP, (op, counts)
+
+
+def test_the_generic_generator_makes_valid_and_hostile_calls_of_every_op():
+    # Every op generated from its declaration alone (what a new op gets): no findings, and for
+    # every forward op both accepted calls (the spec's valid calls survive the mutations) and
+    # rejected ones (the hostile mutations reach the op's checks).
+    rc, out, report = fuzz("--generic", "--seed", "11", "--calls-per-op", "25")
+    print(out)
+    assert report["findings"] == [], json.dumps(report["findings"], indent=1)[:5000]
+    assert rc == 0, out
+    import tf_ext
+    for facts in tf_ext.declared_ops():
+        counts = report["per_op"][facts["op"]]
+        assert counts["calls"] >= 25, (facts["op"], counts)
+        if facts["differentiability"] == "gradient":
+            assert counts.get("ok", 0) > 0 and counts.get("error", 0) > 0, (facts["op"], counts)
 
 
 def test_a_crash_is_caught_confirmed_and_reported():
