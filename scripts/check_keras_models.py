@@ -58,6 +58,26 @@ def freeze(model, mode, out, python, batch):
     return None
 
 
+def run_measured(cmd):
+    """subprocess.run(cmd, capture_output=True, text=True), plus the child's peak RSS in MB
+    (os.wait4's rusage of that one process)."""
+    import resource  # noqa: F401  (wait4's rusage)
+    import threading
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = {}
+    readers = [threading.Thread(target=lambda k, f: out.__setitem__(k, f.read()), args=(k, f))
+               for k, f in (("stdout", p.stdout), ("stderr", p.stderr))]
+    for t in readers:
+        t.start()
+    _, status, usage = os.wait4(p.pid, 0)
+    for t in readers:
+        t.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    result = subprocess.CompletedProcess(cmd, p.returncode, out["stdout"], out["stderr"])
+    result.peak_mb = round(usage.ru_maxrss / 1024)
+    return result
+
+
 def check(model, mode, args):
     out = os.path.join(args.work, "%s_%s" % (model, mode))
     row = dict(model=model, mode=mode)
@@ -74,8 +94,9 @@ def check(model, mode, args):
     cmd = [args.tf_ext_grad, "--library=" + args.library, "--graph=" + os.path.join(out, "model.pb"),
            "--y=y", "--x=x", "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad]
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_measured(cmd)
     row["tf_ext_grad_s"] = round(time.time() - t0, 2)
+    row["tf_ext_grad_peak_mb"] = r.peak_mb
     if r.returncode != 0:
         msg = [l for l in r.stderr.splitlines() if "tf_ext_grad: error" in l or l.startswith("  ")]
         row.update(result="ERROR", note=" ".join(msg)[:400])
@@ -118,21 +139,27 @@ def main(argv=None):
             print("%-20s %-9s %-5s %s %s" % (model, mode, row["result"],
                                              "%.2e" % row["rel_error"] if "rel_error" in row else "",
                                              row.get("note", "")), flush=True)
+            write_results(rows, args)  # kept current: an interrupted run keeps its rows
     failed = [r for r in rows if r["result"] != "PASS"]
     print("%d passed, %d failed" % (len(rows) - len(failed), len(failed)))
+    return 1 if failed else 0
+
+
+def write_results(rows, args):
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)
     if args.table:
         with open(args.table, "w") as f:
-            f.write("| model | mode | input | params | rel. error vs Python | tf_ext_grad wall | result |\n")
-            f.write("|---|---|---|---|---|---|---|\n")
+            f.write("| model | mode | input | params | rel. error vs Python | tf_ext_grad wall "
+                    "| tf_ext_grad peak RSS | result |\n")
+            f.write("|---|---|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write("| %s | %s | %s | %s | %s | %s s | %s |\n" % (
+                f.write("| %s | %s | %s | %s | %s | %s s | %s MB | %s |\n" % (
                     r["model"], r["mode"], "x".join(map(str, r.get("input", []))),
                     "{:,}".format(r["params"]) if "params" in r else "",
                     "%.1e" % r["rel_error"] if "rel_error" in r else "",
-                    r.get("tf_ext_grad_s", ""), r["result"] + (" " + r["note"] if r.get("note") else "")))
-    return 1 if failed else 0
+                    r.get("tf_ext_grad_s", ""), r.get("tf_ext_grad_peak_mb", ""),
+                    r["result"] + (" " + r["note"] if r.get("note") else "")))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ struct GradientOptions {
   bool keep_backward_graph = false;
   // Clear request->graph once it has been imported (NumericCheck needs it: keep it then).
   bool release_forward_graph = false;
+  // Run TensorFlow's graph optimizations (Grappler, constant folding) in the Session. Off by
+  // default: on frozen models they copy the weights and slow the run (graph_gradients.cc).
+  bool optimize_graph = false;
 };
 
 // Rewrites that work around bugs of TensorFlow 2.21's C++ gradients, each keeping the forward
@@ -97,6 +100,7 @@ struct NumericCheckOptions {
   // most 256 elements, else 16 projections; 0: always elementwise.
   int projections = -1;
   uint64_t seed = 0;
+  bool optimize_graph = false;  // as GradientOptions::optimize_graph
 };
 
 struct NumericCheckResult {

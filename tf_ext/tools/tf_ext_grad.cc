@@ -3,6 +3,7 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
+//               [--optimize]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -26,7 +27,7 @@ namespace {
 struct Flags {
   std::string graph, y, x, library, save, dump_backward;
   std::vector<std::string> feeds;
-  bool check = false;
+  bool check = false, optimize = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
@@ -53,6 +54,10 @@ void DeclareFlags(FlagParser* p, Flags* f) {
             "this binary: README.md, \"Where the op library is found\")")
       .ValueName("PATH");
   p->Bool("check", &f->check, "also compare with central differences and print PASS/FAIL");
+  p->Bool("optimize", &f->optimize,
+          "run TensorFlow's graph optimizations (Grappler, constant folding) on the backward "
+          "graph; off by default: on frozen models they copy the weights and cost more time "
+          "than they save");
   p->Int("projections", &f->projections,
          "--check along N random +-1 directions per x (default: elementwise for\n"
          "xs of <= 256 elements, else 16); 0: always elementwise",
@@ -141,6 +146,7 @@ int Main(int argc, char** argv) {
   GradientOptions options;
   options.keep_backward_graph = !flags.dump_backward.empty();
   options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
+  options.optimize_graph = flags.optimize;
   if (absl::Status s = ComputeGraphGradients(&request, &result, options); !s.ok()) {
     return Fail(std::string(s.message()));
   }
@@ -179,6 +185,7 @@ int Main(int argc, char** argv) {
     check_options.delta = flags.delta;
     check_options.projections = flags.projections;
     check_options.seed = flags.seed;
+    check_options.optimize_graph = flags.optimize;
     if (absl::Status s = NumericCheck(request, result, check_options, &check); !s.ok()) {
       return Fail(absl::StrCat("numeric check failed to run: ", s.message()));
     }
