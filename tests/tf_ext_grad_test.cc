@@ -6,6 +6,8 @@
 #include <string>
 
 #include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/env.h"
 #include "absl/strings/str_format.h"
 #include "tests/command.h"
@@ -45,6 +47,73 @@ TEST(TfExtGrad, GraphFileGradientAndSave) {
   EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("built the backward graph in "), std::string::npos) << r.output;
   EXPECT_EQ(ReadAll(save), "y double [3] 0 36 0\nd_x double [3] 0 -36 0\n");
+}
+
+// y = x * sum(w) with a 128 MB constant w: the run may hold a few copies of w (the Graph, the
+// Session's graph and its kernels' tensors), not one per graph representation (the
+// GraphDef read, the Graph, the backward GraphDef, the Session's GraphDef, its Graph, and
+// constant folding's copy: 11 copies before tf_ext_grad released and moved them).
+int64_t PeakMb(const std::string& output) {
+  const std::string key = "peak resident memory: ";
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stoll(output.substr(at + key.size()));
+}
+
+std::string WriteWeightGraph(const std::string& name, int64_t n) {
+  GraphDef g;
+  auto node = [&](const std::string& nm, const std::string& op) {
+    NodeDef* d = g.add_node();
+    d->set_name(nm);
+    d->set_op(op);
+    (*d->mutable_attr())["T"].set_type(DT_FLOAT);
+    return d;
+  };
+  NodeDef* x = node("x", "Placeholder");
+  x->mutable_attr()->erase("T");
+  (*x->mutable_attr())["dtype"].set_type(DT_FLOAT);
+  NodeDef* w = node("w", "Const");
+  w->mutable_attr()->erase("T");
+  (*w->mutable_attr())["dtype"].set_type(DT_FLOAT);
+  Tensor wt(DT_FLOAT, TensorShape({n}));
+  for (int64_t i = 0; i < n; ++i) wt.flat<float>()(i) = static_cast<float>(i % 7);
+  wt.AsProtoTensorContent((*w->mutable_attr())["value"].mutable_tensor());
+  NodeDef* axis = node("axis", "Const");
+  axis->mutable_attr()->erase("T");
+  (*axis->mutable_attr())["dtype"].set_type(DT_INT32);
+  Tensor at(DT_INT32, TensorShape({}));
+  at.scalar<int32_t>()() = 0;
+  at.AsProtoTensorContent((*axis->mutable_attr())["value"].mutable_tensor());
+  NodeDef* read = node("w_read", "Identity");
+  read->add_input("w");
+  NodeDef* sum = node("s", "Sum");
+  sum->add_input("w_read");
+  sum->add_input("axis");
+  (*sum->mutable_attr())["Tidx"].set_type(DT_INT32);
+  NodeDef* y = node("y", "Mul");
+  y->add_input("x");
+  y->add_input("s");
+  const std::string path = TmpFile(name);
+  EXPECT_TRUE(WriteBinaryProto(Env::Default(), path, g).ok());
+  return path;
+}
+
+TEST(TfExtGrad, HoldsFewCopiesOfAFrozenModelsWeights) {
+  constexpr int64_t kWeights = 32 << 20;  // 128 MB of float32
+  const std::string flags = " --y=y --x=x --feed=x=4:1,2,3,4";
+  ToolRun small = RunTool("--graph=" + WriteWeightGraph("w_small.pb", 4) + flags);
+  ASSERT_EQ(small.code, 0) << small.output;
+  ToolRun big = RunTool("--graph=" + WriteWeightGraph("w_big.pb", kWeights) + flags);
+  ASSERT_EQ(big.code, 0) << big.output;
+  // d sum(y) / dx = sum(w) = 21 per 7 elements: 21 * (2^25 div 7) + (0 + 1) = 100663291.
+  EXPECT_NE(big.output.find("d sum(y) / d x:0: float [4] = [1.00663e+08 1.00663e+08"),
+            std::string::npos) << big.output;
+  const int64_t base = PeakMb(small.output), peak = PeakMb(big.output);
+  ASSERT_GT(base, 0) << small.output;
+  ASSERT_GT(peak, 0) << big.output;
+  const double copies = static_cast<double>(peak - base) / 128.0;
+  EXPECT_LT(copies, 6.0) << "peak " << peak << " MB, without the weights " << base << " MB";
+  EXPECT_GT(copies, 0.9) << "the weights were not even loaded once?";
 }
 
 TEST(TfExtGrad, SaveIsFullPrecision) {

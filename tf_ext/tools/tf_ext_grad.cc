@@ -7,6 +7,8 @@
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -162,6 +164,12 @@ int Main(int argc, char** argv) {
               << " grouped Conv2D as DepthwiseConv2dNative";
   }
   std::cout << "), ran it in " << absl::StrFormat("%.2f", result.run_seconds) << " s\n";
+  // A frozen model's weights are copied by every graph representation that holds them
+  // (GradientOptions): the peak says how many copies a run needed.
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    std::cout << "peak resident memory: " << usage.ru_maxrss / 1024 << " MB\n";
+  }
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {
