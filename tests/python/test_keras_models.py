@@ -73,7 +73,7 @@ def test_frozen_model_gradient_matches_python(tmp_path, model, size, training):
         assert "negative reduction axes made non-negative" in r.stdout, r.stdout
 
 
-def test_frozen_model_random_projection_check(tmp_path):
+def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
     # --check stays bounded on a model with 6144 inputs: random projections, PASS.
     out, _ = freeze(tmp_path, "MobileNetV2", 32, False)
     r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x", "--check",
@@ -82,6 +82,17 @@ def test_frozen_model_random_projection_check(tmp_path):
     assert "feeding 'x' random values (--seed=3" in r.stdout
     assert "16 random projections per x over 256 elements" in r.stdout
     assert ": PASS" in r.stdout
+    # With TensorFlow's graph optimizations (--optimize; off by default) the gradient is the
+    # same function's, and the tool reports its peak memory either way.
+    ref = np.load(os.path.join(out, "expected.npz"))["dy_dx"]
+    for flags in ([], ["--optimize"]):
+        grad = os.path.join(out, "grad_%d.npz" % len(flags))
+        r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
+                        "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad, *flags)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "peak resident memory: " in r.stdout, r.stdout
+        rel = np.abs(np.load(grad)["d_x"] - ref).max() / np.abs(ref).max()
+        assert rel <= 1e-3, (flags, rel)
 
 
 def test_lstm_loop_is_rejected_naming_every_loop_op(tmp_path):
