@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf
+.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -131,6 +131,15 @@ sanitize-py: setup
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  TF_EXT_LIBRARY=$$($(BAZEL) info --config=asan bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so \
 	  PYTHONPATH=$(ROOT)/python $(PYTHON_BIN_PATH) -m pytest -q -p no:cacheprovider $(SANITIZE_PY_TESTS)
+
+# tf_ext against stock-TensorFlow baselines, measured in the same run (bench/tf_ext_bench.py):
+# a table on stdout; bench_results/bench.{json,md,png}. Not part of `make test` (minutes, and
+# the numbers are the machine's). BENCH_ARGS="--workloads roi_pool,sign_ste_fwd --reps 5".
+BENCH_ARGS ?=
+bench: setup
+	$(BAZEL) build //tf_ext:_tf_ext_ops.so
+	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
+	  $(PYTHON_BIN_PATH) $(ROOT)/bench/tf_ext_bench.py --out $(ROOT)/bench_results $(BENCH_ARGS)
 
 clean:
 	$(BAZEL) clean

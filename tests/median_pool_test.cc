@@ -264,6 +264,31 @@ TYPED_TEST(MedianPoolTyped, LargeInputsMatchBruteForce) {
   }
 }
 
+// The channel-parallel kernel (blocks of channels through a selection network) returns the very
+// element the definition picks: -0 vs +0 and NaN payloads and signs included, with channel counts
+// that fill no, some and several whole blocks.
+TYPED_TEST(MedianPoolTyped, OutputIsTheMedianElementBitForBit) {
+  using T = TypeParam;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const T alphabet[] = {T(-0.0), T(0.0), nan, -nan, T(1), -std::numeric_limits<T>::infinity()};
+  const std::vector<Config> configs = {{2, 9, 8, 9, 3, 3, 1, 1, "SAME"},
+                                       {1, 9, 9, 6, 5, 5, 1, 1, "SAME"},
+                                       {1, 7, 8, 5, 4, 4, 1, 1, "VALID"},
+                                       {1, 6, 7, 17, 3, 2, 2, 1, "SAME"}};
+  std::mt19937 rng(11);
+  for (const Config& cfg : configs) {
+    Tensor x(DataTypeToEnum<T>::value, cfg.InputShape());
+    for (int64_t i = 0; i < x.NumElements(); ++i) x.flat<T>()(i) = alphabet[rng() % 6];
+    const RefResult ref = RefMedianPool<T>(cfg, x);
+    auto y = RunOp(kOp, cfg.Attrs(), {x});
+    ASSERT_TRUE(y.ok()) << y.status();
+    for (int64_t o = 0; o < ref.shape.num_elements(); ++o) {
+      const T got = (*y)[0].flat<T>()(o), want = x.flat<T>()(ref.arg[o]);
+      ASSERT_EQ(std::memcmp(&got, &want, sizeof(T)), 0) << cfg.ToString() << " output " << o;
+    }
+  }
+}
+
 // ---- The 3x3 selection network against the general selection and a full sort. ----
 
 template <typename T>

@@ -20,6 +20,15 @@ gradient that C++ registers as not implemented (tf_ext's dedicated backward ops,
 TfExt>RoiPoolGrad: their gradient would be a second derivative of TfExt>RoiPool), it raises
 GradientNotImplementedError carrying the C++ message instead.
 
+Eager GradientTape memory: TensorFlow's tape keeps every input and output of a recorded op alive
+until the gradient is taken (its exclusion tables cover only TensorFlow's own ops). tf_ext's
+functions therefore run eagerly under a tape through call_recorded(): the op runs unrecorded and
+is recorded with a backward function that keeps only the forward tensors its declaration says
+the gradient reads (Reads(...) in tf_ext/grads/*_grad.cc): nothing for gradient_reversal, x for
+sign_ste, x for median_pool2d, data, rois and argmax for roi_pool. A gradient that reads forward
+outputs (RoiPool's argmax) gets them from the forward op, in graphs and on tapes alike; only
+SymbolicGradient, which has no outputs to give, recomputes them.
+
 library() is the op library with its gradients bridged: tf_ext.library() and every function of
 tf_ext.ops go through it. Layering: this module calls tf_ext._loader (which only loads) and
 _c_api; neither imports this module. Private TensorFlow APIs are reached through _tf_compat.
@@ -284,11 +293,29 @@ def _callable_gradient(
     return (lambda *args: list(first_order_only(*args))), name
 
 
+# The forward-node attr asking the C++ registry for the gradient function that takes the
+# forward outputs too (tf_ext/grads/grad_builder.h, "Forward outputs"): inputs, outputs, then
+# the incoming gradients.
+_FORWARD_OUTPUTS_ATTR = "_tf_ext_forward_outputs"
+
+
+def _reads_outputs(op_type: str) -> bool:
+    """Whether op_type's declared gradient reads one of its forward outputs (RoiPool: argmax);
+    False for ops without a tf_ext declaration."""
+    facts = _facts(op_type)
+    return bool(facts) and bool(set(facts["reads"]) & set(_tf_compat.output_names(op_type)))
+
+
 def _bridged_gradient(op: Any, *grads: tf.Tensor | None) -> list[tf.Tensor]:
-    """The Python gradient of every bridged op: calls its specialised C++ gradient."""
-    fn = _specialised(_tf_compat.node_def_of(op))
-    # An output nobody differentiated arrives as None; the C++ gradient expects zeros.
+    """The Python gradient of every bridged op: calls its specialised C++ gradient, with the
+    forward outputs when it reads them (never a recomputed forward)."""
+    node = _tf_compat.node_def_of(op)
     args: list[tf.Tensor] = list(op.inputs)
+    if _reads_outputs(op.type):
+        node.attr[_FORWARD_OUTPUTS_ATTR].b = True
+        args += list(op.outputs)
+    fn = _specialised(node)
+    # An output nobody differentiated arrives as None; the C++ gradient expects zeros.
     args += [tf.zeros_like(y) if g is None else g for g, y in zip(grads, op.outputs)]
     results = fn(*args)
     if len(results) != len(op.inputs):
@@ -298,3 +325,84 @@ def _bridged_gradient(op: Any, *grads: tf.Tensor | None) -> list[tf.Tensor]:
         for result, x in zip(results, op.inputs):
             result.set_shape(x.shape)  # a gradient has its input's shape
     return results
+
+
+_facts_cache: dict[str, dict[str, Any]] = {}
+
+
+def _facts(op_type: str) -> dict[str, Any] | None:
+    if not _facts_cache:
+        with _lock:
+            if not _facts_cache:
+                _facts_cache.update({f["op"]: f for f in _c_api.manifest()})
+    return _facts_cache.get(op_type)
+
+
+class _Plan(types.SimpleNamespace):
+    """How call_recorded records one (op type, input dtypes, attrs): the forward NodeDef, which
+    of inputs (+ outputs) backward keeps, and whether the gradient takes the outputs."""
+
+
+_plans: dict[Any, _Plan] = {}
+
+
+def _recording_plan(op_type: str, facts: dict[str, Any], inputs: list[tf.Tensor],
+                    attrs: dict[str, Any]) -> _Plan:
+    key = (op_type, tuple(x.dtype for x in inputs), repr(sorted(attrs.items())))
+    plan = _plans.get(key)
+    if plan is None:
+        node = _tf_compat.node_def_for(op_type, inputs, attrs)
+        read = set(facts["reads"]) | set(facts["not_differentiable"])
+        names = _tf_compat.input_names(op_type)
+        with_outputs = _reads_outputs(op_type)
+        if with_outputs:
+            node.attr[_FORWARD_OUTPUTS_ATTR].b = True
+            names = names + _tf_compat.output_names(op_type)
+        plan = _Plan(node=node, keep=[name in read for name in names], with_outputs=with_outputs)
+        _plans[key] = plan
+    return plan
+
+
+def call_recorded(op_type: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    """fn(*args, **kwargs), the generated wrapper of op_type called with its inputs as `args`
+    and its attrs (and name) as `kwargs`; under an eager GradientTape it is recorded so that
+    the tape keeps alive only the inputs the op's gradient reads (see the module docstring).
+    Anywhere else (graphs, tf.function, no tape, ops without a bridged gradient, inputs that
+    are not yet tensors) it is a plain call."""
+    if not (tf.executing_eagerly() and _tf_compat.tape_could_record()):
+        return fn(*args, **kwargs)
+    facts = _facts(op_type)
+    names = _tf_compat.input_names(op_type)
+    if (facts is None or _status.get(op_type) != "bridged" or len(args) != len(names) or
+            not all(isinstance(x, (tf.Tensor, tf.Variable)) for x in args)):
+        return fn(*args, **kwargs)
+    # Variables are read here, recorded, so that their gradient still flows.
+    inputs = [tf.convert_to_tensor(x) for x in args]
+    attrs = {k: v for k, v in kwargs.items() if k != "name"}
+    with _tf_compat.stop_recording():
+        result = fn(*inputs, **kwargs)
+    outputs = tf.nest.flatten(result)
+    plan = _recording_plan(op_type, facts, inputs, attrs)
+    node, keep = plan.node, plan.keep
+    tensors = inputs + outputs if plan.with_outputs else inputs
+    kept = [t if k else None for t, k in zip(tensors, keep)]
+    dtypes = [t.dtype for t in tensors]
+    output_specs = [(y.shape, y.dtype) for y in outputs]
+    count = len(inputs)
+
+    def backward(*grads: tf.Tensor | None) -> list[tf.Tensor]:
+        gradient = _specialised(node)
+        # A tensor the gradient does not read is not kept: any tensor of its dtype stands in.
+        call = [x if x is not None else tf.zeros([0], dtype) for x, dtype in zip(kept, dtypes)]
+        call += [tf.zeros(shape, dtype) if g is None else g
+                 for g, (shape, dtype) in zip(grads, output_specs)]
+        results = gradient(*call)
+        if len(results) != count:
+            raise ValueError(f"{op_type}: its C++ gradient returned {len(results)} gradients "
+                             f"for {count} inputs")
+        return results
+
+    # backward closes over `kept` only: unread inputs and outputs do not stay alive.
+    _tf_compat.record_operation(op_type, outputs, inputs, backward)
+    return result

@@ -115,6 +115,49 @@ def node_def_of(op: Any) -> NodeDef:
     return node
 
 
+def node_def_for(op_type: str, inputs: list[tf.Tensor], attrs: dict[str, Any]) -> NodeDef:
+    """The NodeDef (op type + attrs) of an eager call of op_type with `inputs` and keyword
+    `attrs`, as the eager runtime completes it: type attrs from the inputs' dtypes, absent
+    attrs from the OpDef's defaults (op_def_registry, op_def_library.value_to_attr_value)."""
+    op_def = op_def_registry.get(op_type)
+    node = NodeDef(op=op_type)
+    for arg, x in zip(op_def.input_arg, inputs):
+        if arg.type_attr:
+            node.attr[arg.type_attr].type = x.dtype.as_datatype_enum
+    for attr in op_def.attr:
+        if attr.name in attrs:
+            node.attr[attr.name].CopyFrom(op_def_library.value_to_attr_value(
+                attrs[attr.name], attr.type, attr.name))
+        elif attr.name not in node.attr and attr.HasField("default_value"):
+            node.attr[attr.name].CopyFrom(attr.default_value)
+    return node
+
+
+def input_names(op_type: str) -> list[str]:
+    """op_type's input argument names, in order (op_def_registry)."""
+    return [arg.name for arg in op_def_registry.get(op_type).input_arg]
+
+
+def output_names(op_type: str) -> list[str]:
+    """op_type's output argument names, in order (op_def_registry)."""
+    return [arg.name for arg in op_def_registry.get(op_type).output_arg]
+
+
+def tape_could_record() -> bool:
+    """Whether any GradientTape (or forward accumulator) is active on this thread
+    (record.could_possibly_record): without one, nothing needs recording."""
+    return record.could_possibly_record()
+
+
+def record_operation(op_type: str, outputs: list[tf.Tensor], inputs: list[tf.Tensor],
+                     backward: Callable[..., list[tf.Tensor]]) -> None:
+    """Records `outputs` = op(`inputs`) on every active tape with `backward` (d(outputs) ->
+    d(inputs)) as its gradient, the way tf.custom_gradient records in eager mode
+    (record.record_operation). The tape then holds only tensor ids of inputs and outputs, and
+    what `backward` closes over: the caller decides what stays alive."""
+    record.record_operation(op_type, outputs, inputs, backward)
+
+
 @contextlib.contextmanager
 def eager_scope() -> Iterator[None]:
     """Runs eagerly whatever the caller builds (a TF1 graph, a tf.function): tf.init_scope

@@ -43,7 +43,12 @@ def _wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
             f"{op_type} is not in the loaded op library {_loader.library_path()} (it has "
             f"{', '.join(_loader.op_names())}); rebuild //tf_ext:_tf_ext_ops.so or point "
             f"{_loader.LIBRARY_ENV} at a library that registers {op_type}")
-    return fn
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        # Under an eager GradientTape, kept alive only what the gradient reads (_bridge).
+        return _bridge.call_recorded(op_type, fn, args, kwargs)
+
+    return recorded
 
 
 @_not_converted

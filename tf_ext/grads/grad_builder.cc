@@ -18,8 +18,14 @@ FDH::AttrValueWrapper Placeholder(const std::string& name) {
   return w;
 }
 
+bool WantsForwardOutputs(const AttrSlice& attrs) {
+  const AttrValue* v = attrs.Find(kForwardOutputsAttr);
+  return v != nullptr && v->value_case() == AttrValue::kB && v->b();
+}
+
 GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind)
     : op_type_(op_type), kind_(kind), attrs_(attrs) {
+  with_outputs_ = kind == Kind::kGradient && WantsForwardOutputs(attrs);
   for (const auto& kv : attrs) attrs_with_defaults_[kv.first] = kv.second;
   const OpDef* def = nullptr;
   absl::Status s = OpRegistry::Global()->LookUpOpDef(op_type, &def);
@@ -160,17 +166,6 @@ GradBuilder& GradBuilder::UnaryCwise(std::vector<FDH::Node> body) {
     return *this;
   }
   const std::string& x = op_def_.input_arg(0).name();
-  const std::string& y = op_def_.output_arg(0).name();
-  bool reads_y = false;
-  for (const FDH::Node& n : body) {
-    reads_y |= std::find(n.arg.begin(), n.arg.end(), y) != n.arg.end();
-  }
-  if (reads_y) {
-    // y = op(x): recomputed, since a gradient function only receives x and d(y).
-    FDH::Node fwd{{y}, op_type_, {x}, {}};
-    for (const auto& attr : op_def_.attr()) fwd.attr.push_back({attr.name(), Placeholder(attr.name())});
-    Add(std::move(fwd));
-  }
   std::string last;
   for (FDH::Node& n : body) last = Add(std::move(n));
   return Return(x, last);
@@ -186,6 +181,11 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
   for (const OpDef::ArgDef& in : op_def_.input_arg()) {
     arg_def.push_back(absl::StrCat(in.name(), ": ", type_string(in)));
   }
+  if (gradient && with_outputs_) {
+    for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+      arg_def.push_back(absl::StrCat(out.name(), ": ", type_string(out)));
+    }
+  }
   if (gradient) {
     for (const OpDef::ArgDef& out : op_def_.output_arg()) {
       arg_def.push_back(absl::StrCat(GradName(out.name()), ": ", type_string(out)));
@@ -199,6 +199,18 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
   std::vector<FDH::Node> nodes = nodes_;
   std::vector<std::pair<std::string, std::string>> returns = returns_;
   if (has_facts_ && gradient) TF_RETURN_IF_ERROR(ApplyFacts(&nodes, &returns));
+  if (gradient && !with_outputs_ && ReadsForwardOutput(nodes)) {
+    // The outputs = op(inputs), recomputed: SymbolicGradient passes only inputs and d(outputs)
+    // (the runtime's common-subexpression elimination can merge this node with the forward).
+    FDH::Node fwd;
+    for (const OpDef::ArgDef& out : op_def_.output_arg()) fwd.ret.push_back(out.name());
+    fwd.op = op_type_;
+    for (const OpDef::ArgDef& in : op_def_.input_arg()) fwd.arg.push_back(in.name());
+    for (const auto& attr : op_def_.attr()) {
+      fwd.attr.push_back({attr.name(), Placeholder(attr.name())});
+    }
+    nodes.insert(nodes.begin(), std::move(fwd));
+  }
   const auto& results = gradient ? op_def_.input_arg() : op_def_.output_arg();
   for (const OpDef::ArgDef& r : results) {
     auto it = std::find_if(returns.begin(), returns.end(),
@@ -214,6 +226,18 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
   }
   *g = FDH::Define(arg_def, ret_def, attr_def, nodes);
   return absl::OkStatus();
+}
+
+bool GradBuilder::ReadsForwardOutput(const std::vector<FDH::Node>& nodes) const {
+  for (const FDH::Node& n : nodes) {
+    for (const std::string& a : n.arg) {
+      const std::string name = a.substr(a[0] == '^', a.find(':') - (a[0] == '^'));
+      for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+        if (out.name() == name) return true;
+      }
+    }
+  }
+  return false;
 }
 
 absl::Status GradBuilder::ApplyFacts(
@@ -234,6 +258,11 @@ absl::Status GradBuilder::ApplyFacts(
     }
   }
   for (const OpDef::ArgDef& out : op_def_.output_arg()) {
+    if (read.count(out.name()) != contains(facts_.reads, out.name())) {
+      return absl::InternalError(absl::StrCat(
+          op_type_, ": the gradient ", read.count(out.name()) ? "reads" : "does not read",
+          " forward output '", out.name(), "', but its declaration's Reads(...) says otherwise"));
+    }
     const bool ignored = contains(facts_.ignored_output_grads, out.name());
     if (read.count(GradName(out.name())) == ignored) {
       return absl::InternalError(absl::StrCat(

@@ -9,6 +9,14 @@
 // This is the calling convention of SymbolicGradient, so the result is directly usable by
 // TensorFlow's function runtime, its graph-level gradient builder and tf_ext's bridges.
 //
+// Forward outputs. A body may read forward outputs by their OpDef names too (RoiPool's
+// gradient reads argmax). Front ends that have the forward node's outputs (the Python bridge,
+// the C++ client registry) ask for them to be passed in: the forward attrs then carry
+// kForwardOutputsAttr = true and the signature becomes
+//   inputs, then every forward output by its name, then the incoming gradients;
+// otherwise (SymbolicGradient: inputs + incoming gradients only) Build recomputes the outputs
+// with one forward node, and only when the body reads one. Either way the body is the same.
+//
 // Node references use FDH's Define syntax: a node's `ret` names its outputs, "name" is output
 // 0 and "name:k" output k of a multi-output node.
 #ifndef TF_EXT_GRADS_GRAD_BUILDER_H_
@@ -41,6 +49,12 @@ FDH::AttrValueWrapper Placeholder(const std::string& name);
 
 // Name of the incoming gradient of forward output `name` / of the result for input `name`.
 inline std::string GradName(const std::string& name) { return "d_" + name; }
+
+// The forward-node attr (internal: "_" attrs are no op attrs) by which a front end asks for
+// the gradient function whose signature includes the forward outputs (see above).
+inline constexpr char kForwardOutputsAttr[] = "_tf_ext_forward_outputs";
+// Whether `attrs` ask for that form.
+bool WantsForwardOutputs(const AttrSlice& attrs);
 
 class GradBuilder {
  public:
@@ -117,17 +131,22 @@ class GradBuilder {
 
   // Element-wise unary op (one input x, one output y): d(x) = f(x, y, d(y)).
   // `body` may read the forward input and output by their OpDef names and the incoming gradient
-  // as GradName(output); y is recomputed by a forward node only if the body reads it. The last
-  // body node's first output is returned as d(x).
+  // as GradName(output) (y: see "Forward outputs" above). The last body node's first output is
+  // returned as d(x).
   GradBuilder& UnaryCwise(std::vector<FDH::Node> body);
 
   // Every forward input must have been given a gradient (Return / NotDifferentiable /
   // DedicatedOp); incoming gradients the maths does not read are simply ignored.
   absl::Status Build(FunctionDef* g) const;
 
+  // Whether the function receives the forward outputs (kForwardOutputsAttr).
+  bool with_outputs() const { return with_outputs_; }
+
  private:
   void Fail(absl::Status s);
   const OpDef::ArgDef* FindArg(const std::string& name) const;
+  // Whether a node of `nodes` reads a forward output.
+  bool ReadsForwardOutput(const std::vector<FDH::Node>& nodes) const;
   // The declared facts' checks of Build (reads, ignored gradients, non-differentiable inputs);
   // appends the zeros of undefined non-differentiable inputs to `nodes` and `returns`.
   absl::Status ApplyFacts(std::vector<FDH::Node>* nodes,
@@ -143,6 +162,7 @@ class GradBuilder {
   std::vector<std::pair<std::string, std::string>> returns_;  // input -> node output
   int counter_ = 0;
   bool has_facts_ = false;
+  bool with_outputs_ = false;
   OpFacts facts_;
 };
 

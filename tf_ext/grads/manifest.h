@@ -41,7 +41,9 @@ class OpDeclaration {
   OpDeclaration& NotDifferentiableOp(const char* why);
   OpDeclaration& Types(std::initializer_list<DataType> types, const char* type_attr = "T");
   OpDeclaration& NotDifferentiable(std::initializer_list<const char*> inputs);
-  OpDeclaration& Reads(std::initializer_list<const char*> inputs);
+  // The forward inputs and outputs (by OpDef name) the gradient reads; GradBuilder checks it,
+  // and the Python bridge keeps only these alive on an eager tape.
+  OpDeclaration& Reads(std::initializer_list<const char*> inputs_and_outputs);
   OpDeclaration& IgnoresGradientOf(std::initializer_list<const char*> outputs);
   OpDeclaration& Surrogate(GradientFn fn);
   OpDeclaration& GradCheck(const char* spec);

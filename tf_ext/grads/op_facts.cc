@@ -1,6 +1,10 @@
 #include "tf_ext/grads/op_facts.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -24,9 +28,18 @@ const char* DifferentiabilityName(Differentiability d) {
 
 void RegisterOpFacts(const OpFacts& facts) {
   switch (facts.differentiability) {
-    case Differentiability::kGradient:
+    case Differentiability::kGradient: {
       RegisterGradient(facts.op, facts.gradient);
+      const OpDef* def = nullptr;
+      if (OpRegistry::Global()->LookUpOpDef(facts.op, &def).ok()) {
+        for (const OpDef::ArgDef& out : def->output_arg()) {
+          if (std::find(facts.reads.begin(), facts.reads.end(), out.name()) != facts.reads.end()) {
+            DeclareReadsForwardOutputs(facts.op);
+          }
+        }
+      }
       break;
+    }
     case Differentiability::kNotDifferentiable:
       RegisterNoGradient(facts.op);
       break;

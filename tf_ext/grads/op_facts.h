@@ -33,7 +33,8 @@ struct OpFacts {
   std::string type_attr = "T";                    // the attr `types` constrains
   std::vector<DataType> types;                    // dtypes with a gradient (kGradient)
   std::vector<std::string> not_differentiable;    // inputs whose gradient is zero
-  std::vector<std::string> reads;                 // forward inputs the gradient reads
+  std::vector<std::string> reads;                 // forward inputs and outputs the gradient
+                                                  // reads
   std::vector<std::string> ignored_output_grads;  // outputs whose incoming gradient is unused
   // For gradients that are by design not the forward's derivative (STE, reversal): a function
   // with the op's signature whose derivative is the gradient (RegisterSurrogateForward).

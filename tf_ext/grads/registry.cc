@@ -1,12 +1,20 @@
 #include "tf_ext/grads/registry.h"
 
+#include <mutex>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/cc/framework/ops.h"
 #include "tensorflow/cc/ops/array_ops.h"
 #include "tensorflow/cc/ops/functional_ops.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tensorflow/core/framework/function.pb.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/side_table.h"
+#include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -45,10 +53,20 @@ bool AlreadyRegistered(const std::string& op_type) {
   return false;
 }
 
+struct ForwardOutputReaders {
+  std::mutex mu;
+  std::set<std::string> ops;
+};
+ForwardOutputReaders& TheForwardOutputReaders() {
+  static ForwardOutputReaders* r = new ForwardOutputReaders;
+  return *r;
+}
+
 }  // namespace
 
 // The C++ client registry's gradient for every tf_ext-registered op: one SymbolicGradient node
-// whose function is the op itself with the node's attrs, so the FDH creator does the work.
+// whose function is the op itself with the node's attrs, so the FDH creator does the work; for
+// gradients that read forward outputs, a call of the gradient function taking them.
 absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
                                         const std::vector<Output>& grad_inputs,
                                         std::vector<Output>* grad_outputs) {
@@ -69,10 +87,45 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
       inputs.push_back(ops::ZerosLike(scope, op.output(i)).y);
     }
   }
-  ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
+  if (!ReadsForwardOutputs(node->type_string())) {
+    ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
+    TF_RETURN_IF_ERROR(scope.status());
+    grad_outputs->assign(grad.output.begin(), grad.output.end());
+    return absl::OkStatus();
+  }
+  // The gradient reads forward outputs, which this front end has: call the gradient function
+  // that takes them (GradBuilder, "Forward outputs") instead of letting SymbolicGradient
+  // recompute them. Its specialised FunctionDef joins the graph's library.
+  NodeDef forward;
+  forward.set_op(node->type_string());
+  *forward.mutable_attr() = f.attr();
+  (*forward.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
+  FunctionDef fdef;
+  TF_RETURN_IF_ERROR(SpecializedGradient(forward, &fdef));
+  FunctionDefLibrary library;
+  *library.add_function() = fdef;
+  TF_RETURN_IF_ERROR(scope.graph()->AddFunctionLibrary(library));
+  std::vector<Output> args(inputs.begin(), inputs.begin() + op.num_inputs());
+  for (int i = 0; i < op.num_outputs(); ++i) args.push_back(op.output(i));
+  args.insert(args.end(), inputs.begin() + op.num_inputs(), inputs.end());
+  NameAttrList call_f;
+  call_f.set_name(fdef.signature().name());
+  ops::PartitionedCall grad(scope, InputList(args), node->input_types(), call_f);
   TF_RETURN_IF_ERROR(scope.status());
   grad_outputs->assign(grad.output.begin(), grad.output.end());
   return absl::OkStatus();
+}
+
+void DeclareReadsForwardOutputs(const std::string& op_type) {
+  ForwardOutputReaders& r = TheForwardOutputReaders();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.ops.insert(op_type);
+}
+
+bool ReadsForwardOutputs(const std::string& op_type) {
+  ForwardOutputReaders& r = TheForwardOutputReaders();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.ops.count(op_type) > 0;
 }
 
 bool RegisterGradient(const std::string& op_type, gradient::Creator creator) {

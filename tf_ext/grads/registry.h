@@ -35,6 +35,13 @@ namespace tensorflow::tf_ext {
 // Registers `creator` as op_type's gradient in every C++ registry. Returns true (for use in
 // static initialisers).
 bool RegisterGradient(const std::string& op_type, gradient::Creator creator);
+
+// Marks op_type's gradient as one that reads forward outputs (GradBuilder, "Forward
+// outputs"): the client registry's gradient then passes the node's outputs to the gradient
+// function taking them instead of a SymbolicGradient that recomputes them. RegisterOpFacts
+// calls it from the declaration's Reads(...).
+void DeclareReadsForwardOutputs(const std::string& op_type);
+bool ReadsForwardOutputs(const std::string& op_type);
 // Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);
 // op_type has a gradient that is not implemented (e.g. the dedicated backward op of another

@@ -10,15 +10,11 @@ namespace {
 absl::Status RoiPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>RoiPool"), attrs);
   TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateRoiPoolAttrs).status());
-  // A gradient function receives only the forward inputs, so argmax is recomputed (the
-  // runtime's common-subexpression elimination can merge this node with the forward one).
-  b.Add({{"fwd_pooled", "fwd_argmax"},
-         "TfExt>RoiPool",
-         {"data", "rois"},
-         b.PassAttrs({"T", "pooled_height", "pooled_width", "spatial_scale"})});
   // pooled[r, i, j, c] = data[n(r), argmax[r, i, j, c], c], a selection, so
   // d(data)[n, p, c] = sum of d(pooled)[r, i, j, c] over the bins of image n whose argmax is p.
-  b.DedicatedOp("TfExt>RoiPoolGrad", {"data", "rois", "fwd_argmax", grad::GradName("pooled")},
+  // argmax is the forward's output: passed in where the front end has it, recomputed for
+  // SymbolicGradient (GradBuilder, "Forward outputs").
+  b.DedicatedOp("TfExt>RoiPoolGrad", {"data", "rois", "argmax", grad::GradName("pooled")},
                 {"T", "pooled_height", "pooled_width", "spatial_scale"}, {"data"});
   // d(rois) = 0 (declared below): bin edges are rounded ROI coordinates, piecewise constant.
   // d(argmax) is ignored: argmax is an integer output.
@@ -33,10 +29,10 @@ TF_EXT_DECLARE_OP("TfExt>RoiPool")
     .Python("roi_pool")
     .Gradient(&RoiPoolGrad,
               "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each "
-              "ROI's image at argmax (argmax recomputed by a forward node)")
+              "ROI's image at argmax (the forward's argmax output)")
     .Types({DT_FLOAT, DT_DOUBLE})
     .NotDifferentiable({"rois"})
-    .Reads({"data", "rois"})
+    .Reads({"data", "rois", "argmax"})
     .IgnoresGradientOf({"argmax"})
     .GradCheck("data=2x6x7x2@-1:1 rois=rois:3 attr.pooled_height=2 attr.pooled_width=3 "
                "attr.spatial_scale=1.0")

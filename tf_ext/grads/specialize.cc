@@ -1,5 +1,7 @@
 #include "tf_ext/grads/specialize.h"
 
+#include "tf_ext/grads/grad_builder.h"
+
 #include <cctype>
 #include <map>
 #include <string>
@@ -109,7 +111,10 @@ absl::Status SpecializedGradient(const NodeDef& node, FunctionDef* fdef) {
         absl::StrCat(full.op(), " is registered as not differentiable"));
   }
   full.clear_input();
-  return Specialize(creator, full, "grad", fdef);
+  // The two signatures (with and without the forward outputs) must not share a name.
+  const bool with_outputs = grad::WantsForwardOutputs(AttrSlice(node));
+  if (with_outputs) (*full.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
+  return Specialize(creator, full, with_outputs ? "grad_with_outputs" : "grad", fdef);
 }
 
 }  // namespace tensorflow::tf_ext

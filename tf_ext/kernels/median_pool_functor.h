@@ -20,9 +20,12 @@
 #include <cstring>
 
 #if !defined(__CUDACC__)
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "tf_ext/kernels/cpu_parallel_for.h"
+#include "tf_ext/kernels/cpu_simd.h"
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -220,18 +223,203 @@ struct MedianPool2DGrad {
 #if !defined(__CUDACC__)
 namespace median_pool_internal {
 
-// Cycles per output pixel (all channels): gather plus selection, ~20 cycles per element.
-inline int64_t PixelCost(const MedianPool2DParams& p) {
-  return std::max<int64_t>(1, 20 * MaxWindowElements(p) * p.channels);
+// ---- Channel-parallel selection (the CPU path) ----
+//
+// NHWC keeps a pixel's channels contiguous, so one output pixel's windows - one per channel,
+// all with the same geometry - are processed together, a block of simd::kLanes<T> channels at
+// a time: every window element becomes a block of order-preserving integer keys (OrderedKey),
+// a min/max selection network over those blocks leaves the key of rank (m-1)/2 in every lane,
+// and a scan of the window in row-major order picks, per lane, the element with that key and
+// the right rank among equal keys. That is exactly the stable sort's element (the keys order
+// values as the definition does: -0 == +0, NaN above everything, NaNs equal), so values, -0/+0
+// and NaN payloads and the gradient's routing are those of the scalar definition.
+
+// A value's order as a signed integer of T's width: the IEEE bits, negative numbers with their
+// magnitude bits flipped; -0 becomes +0 (adding +0, which also flushes a denormal when the
+// kernel runs with denormals flushed, as in the scalar OrderedBits), every NaN one key above
+// +inf. Padding keys kLow/kHigh lie outside every value's range.
+template <typename T>
+struct OrderedKeys;
+template <>
+struct OrderedKeys<float> {
+  using Int = int32_t;
+  static constexpr Int kMagnitude = 0x7fffffff, kNaN = 0x7f800001;
+  static constexpr Int kLow = std::numeric_limits<Int>::min();
+  static constexpr Int kHigh = std::numeric_limits<Int>::max();
+  static constexpr int kSignShift = 31;
+};
+template <>
+struct OrderedKeys<double> {
+  using Int = int64_t;
+  static constexpr Int kMagnitude = 0x7fffffffffffffff, kNaN = 0x7ff0000000000001;
+  static constexpr Int kLow = std::numeric_limits<Int>::min();
+  static constexpr Int kHigh = std::numeric_limits<Int>::max();
+  static constexpr int kSignShift = 63;
+};
+
+template <typename T>
+inline simd::Mask<T> OrderedKey(simd::Block<T> v) {
+  using K = OrderedKeys<T>;
+  const simd::Mask<T> b = simd::BitCast<simd::Mask<T>>(v + T(0));
+  const simd::Mask<T> key = b ^ ((b >> K::kSignShift) & K::kMagnitude);
+  return v != v ? simd::Mask<T>{} + K::kNaN : key;
+}
+
+// A comparator network leaving, for any n keys (a multiset), the one of rank `target` in slot
+// `target`.
+struct SelectionNetwork {
+  int n = 0, target = 0;
+  std::vector<std::pair<int, int>> pairs;  // (a, b): afterwards slot a <= slot b
+};
+
+// Networks up to this many slots (7x7 windows); larger windows take the scalar selection.
+// (In Paeth's network below some pairs have a > b: the minimum still goes to slot a.)
+constexpr int kMaxNetworkSlots = 49;
+
+// The lower-median network of n slots: Paeth's 19 comparators for 9; otherwise Batcher's
+// odd-even merge sort on the next power of two (comparators touching the absent slots >= n,
+// which would hold +inf, change nothing and are dropped), pruned to the comparators the
+// target slot depends on.
+inline SelectionNetwork MedianNetwork(int n) {
+  SelectionNetwork net;
+  net.n = n;
+  net.target = (n - 1) / 2;
+  if (n == 9) {
+    net.pairs = {{1, 2}, {4, 5}, {7, 8}, {0, 1}, {3, 4}, {6, 7}, {1, 2}, {4, 5}, {7, 8}, {0, 3},
+                 {5, 8}, {4, 7}, {3, 6}, {1, 4}, {2, 5}, {4, 7}, {4, 2}, {6, 4}, {4, 2}};
+    return net;
+  }
+  int size = 1;
+  while (size < n) size *= 2;
+  std::vector<std::pair<int, int>> all;
+  for (int p = 1; p < size; p *= 2) {
+    for (int k = p; k >= 1; k /= 2) {
+      for (int j = k % p; j + k < size; j += 2 * k) {
+        for (int i = 0; i < k && i + j + k < size; ++i) {
+          const int a = i + j, b = i + j + k;
+          if (a / (2 * p) == b / (2 * p) && b < n) all.push_back({a, b});
+        }
+      }
+    }
+  }
+  std::vector<bool> needed(n, false);
+  needed[net.target] = true;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (needed[it->first] || needed[it->second]) {
+      needed[it->first] = needed[it->second] = true;
+      net.pairs.push_back(*it);
+    }
+  }
+  std::reverse(net.pairs.begin(), net.pairs.end());
+  return net;
+}
+
+// One output pixel's window: the flat offsets (channel 0) of its in-image elements in
+// row-major order.
+struct PixelWindow {
+  int64_t offset[kMaxNetworkSlots];
+  int m = 0;
+};
+
+inline void WindowOf(const MedianPool2DParams& p, int64_t n, int64_t oh, int64_t ow,
+                     PixelWindow* win) {
+  const int64_t h_raw = oh * p.stride_height - p.pad_top;
+  const int64_t w_raw = ow * p.stride_width - p.pad_left;
+  const int64_t h0 = std::max<int64_t>(h_raw, 0), w0 = std::max<int64_t>(w_raw, 0);
+  const int64_t h1 = std::min(h_raw + p.window_height, p.in_height);
+  const int64_t w1 = std::min(w_raw + p.window_width, p.in_width);
+  win->m = 0;
+  for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t w = w0; w < w1; ++w) {
+      win->offset[win->m++] = ((n * p.in_height + h) * p.in_width + w) * p.channels;
+    }
+  }
+}
+
+// Afterwards a <= b in every lane.
+template <typename Key>
+inline void CompareExchange(Key& a, Key& b) {
+  const Key lt = a < b;
+  const Key lo = lt ? a : b;
+  b = lt ? b : a;
+  a = lo;
+}
+
+// Paeth's median-of-9 network (LowerMedian9's) on blocks held in registers: afterwards k[4]
+// holds the key of rank 4 in every lane.
+template <typename Key>
+inline Key Median9(Key k0, Key k1, Key k2, Key k3, Key k4, Key k5, Key k6, Key k7, Key k8) {
+  CompareExchange(k1, k2); CompareExchange(k4, k5); CompareExchange(k7, k8);
+  CompareExchange(k0, k1); CompareExchange(k3, k4); CompareExchange(k6, k7);
+  CompareExchange(k1, k2); CompareExchange(k4, k5); CompareExchange(k7, k8);
+  CompareExchange(k0, k3); CompareExchange(k5, k8); CompareExchange(k4, k7);
+  CompareExchange(k3, k6); CompareExchange(k1, k4); CompareExchange(k2, k5);
+  CompareExchange(k4, k7); CompareExchange(k4, k2); CompareExchange(k6, k4);
+  CompareExchange(k4, k2);
+  return k4;
+}
+
+// For channels [c, c + count) (count <= kLanes) of one pixel's window: the bits of each
+// lane's median element (`value`) and its row-major index in the window (`index`).
+template <typename T>
+inline void SelectBlock(const SelectionNetwork& net, const PixelWindow& win, const T* x,
+                        int64_t c, int64_t count, simd::Mask<T>* value, simd::Mask<T>* index) {
+  using Key = simd::Mask<T>;
+  using K = OrderedKeys<T>;
+  const int m = win.m;
+  Key bits[kMaxNetworkSlots];  // the window's elements, row-major
+  Key real[kMaxNetworkSlots];  // their keys
+  if (count == simd::kLanes<T>) {
+    for (int i = 0; i < m; ++i) bits[i] = simd::Load<Key>(x + win.offset[i] + c);
+  } else {
+    for (int i = 0; i < m; ++i) bits[i] = simd::Load<Key>(x + win.offset[i] + c, count);
+  }
+  for (int i = 0; i < m; ++i) real[i] = OrderedKey<T>(simd::BitCast<simd::Block<T>>(bits[i]));
+  // Padding: low keys below and high keys above every value, so many that the network's
+  // target rank (n-1)/2 is the window's rank (m-1)/2.
+  const int low = net.target - (m - 1) / 2;
+  auto slot = [&](int i) { return i < m ? real[i] : Key{} + (i < m + low ? K::kLow : K::kHigh); };
+  Key median;
+  if (net.n == 9) {
+    median = Median9(slot(0), slot(1), slot(2), slot(3), slot(4), slot(5), slot(6), slot(7),
+                     slot(8));
+  } else {
+    Key keys[kMaxNetworkSlots];
+    for (int i = 0; i < net.n; ++i) keys[i] = slot(i);
+    for (const auto& [a, b] : net.pairs) CompareExchange(keys[a], keys[b]);
+    median = keys[net.target];
+  }
+  // Rank among equal keys: the stable sort's element of rank (m-1)/2 is the
+  // ((m-1)/2 - #smaller)-th (from 0) element with the median key in row-major order.
+  Key smaller{};
+  for (int i = 0; i < m; ++i) smaller -= real[i] < median;  // a true lane is -1
+  const Key wanted = (Key{} + static_cast<typename K::Int>((m - 1) / 2)) - smaller;
+  Key seen{}, out{}, at{};
+  for (int i = 0; i < m; ++i) {
+    const Key equal = real[i] == median;
+    const Key pick = equal & (seen == wanted);
+    out = pick ? bits[i] : out;
+    at = pick ? Key{} + static_cast<typename K::Int>(i) : at;
+    seen -= equal;
+  }
+  *value = out;
+  *index = at;
+}
+
+// Cycles per output pixel (all channels), for the ParallelFor cost model.
+inline int64_t PixelCost(const MedianPool2DParams& p, int64_t network_size) {
+  return std::max<int64_t>(1, (3 * network_size + 8 * MaxWindowElements(p)) * p.channels / 4 + 20);
 }
 
 // fn(pixel, n, oh, ow, scratch) over every output pixel (pixel = flat (n, oh, ow) index), in
-// parallel; scratch holds MaxWindowElements keys and belongs to one work shard.
+// parallel; scratch holds MaxWindowElements keys and belongs to one work shard. The scalar
+// path, for windows beyond kMaxNetworkSlots.
 template <typename T, typename Fn>
 void ForEachOutputPixel(const CPUDevice& d, const MedianPool2DParams& p, const Fn& fn) {
   const int64_t pixels = p.batch * p.out_height * p.out_width;
   if (p.channels == 0) return;
-  ParallelFor(d, pixels, PixelCost(p), [&p, &fn](int64_t begin, int64_t end) {
+  ParallelFor(d, pixels, std::max<int64_t>(1, 20 * MaxWindowElements(p) * p.channels),
+              [&p, &fn](int64_t begin, int64_t end) {
     std::vector<typename WindowKey<T>::type> scratch(MaxWindowElements(p));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t ow = i % p.out_width;
@@ -242,18 +430,61 @@ void ForEachOutputPixel(const CPUDevice& d, const MedianPool2DParams& p, const F
   });
 }
 
+// Whether the channel-parallel path handles p (window small enough for a network).
+inline bool UseNetwork(const MedianPool2DParams& p) {
+  return p.window_height <= kMaxNetworkSlots && p.window_width <= kMaxNetworkSlots &&
+         p.window_height * p.window_width <= kMaxNetworkSlots;
+}
+
+// fn(pixel, c, count, value, index) for every output pixel and block of channels, in
+// parallel over pixels (the channel-parallel path).
+template <typename T, typename Fn>
+void ForEachSelectedBlock(const CPUDevice& d, const MedianPool2DParams& p, const T* x,
+                          const Fn& fn) {
+  const int64_t pixels = p.batch * p.out_height * p.out_width;
+  if (p.channels == 0 || pixels == 0) return;
+  const SelectionNetwork net =
+      MedianNetwork(static_cast<int>(p.window_height * p.window_width));
+  ParallelFor(d, pixels, PixelCost(p, static_cast<int64_t>(net.pairs.size())),
+              [&](int64_t begin, int64_t end) {
+    PixelWindow win;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t ow = i % p.out_width;
+      const int64_t oh = (i / p.out_width) % p.out_height;
+      const int64_t n = i / (p.out_width * p.out_height);
+      WindowOf(p, n, oh, ow, &win);
+      for (int64_t c = 0; c < p.channels; c += simd::kLanes<T>) {
+        const int64_t count = std::min<int64_t>(simd::kLanes<T>, p.channels - c);
+        simd::Mask<T> value, index;
+        SelectBlock<T>(net, win, x, c, count, &value, &index);
+        fn(i, win, c, count, value, index);
+      }
+    }
+  });
+}
+
 }  // namespace median_pool_internal
 
 template <typename T>
 struct MedianPool2D<CPUDevice, T> {
   void operator()(const CPUDevice& d, const MedianPool2DParams& p, const T* x, T* y) const {
-    median_pool_internal::ForEachOutputPixel<T>(
+    namespace mpi = median_pool_internal;
+    if (mpi::UseNetwork(p)) {
+      mpi::ForEachSelectedBlock<T>(
+          d, p, x,
+          [y, &p](int64_t pixel, const mpi::PixelWindow&, int64_t c, int64_t count,
+                  const simd::Mask<T>& value, const simd::Mask<T>&) {
+            simd::Store(value, y + pixel * p.channels + c, count);
+          });
+      return;
+    }
+    mpi::ForEachOutputPixel<T>(
         d, p,
         [&p, x, y](int64_t pixel, int64_t n, int64_t oh, int64_t ow,
-                   typename median_pool_internal::WindowKey<T>::type* scratch) {
+                   typename mpi::WindowKey<T>::type* scratch) {
           T* out = y + pixel * p.channels;
           for (int64_t c = 0; c < p.channels; ++c) {
-            out[c] = x[median_pool_internal::MedianIndex(p, x, n, oh, ow, c, scratch)];
+            out[c] = x[mpi::MedianIndex(p, x, n, oh, ow, c, scratch)];
           }
         });
   }
@@ -263,17 +494,28 @@ template <typename T>
 struct MedianPool2DGrad<CPUDevice, T> {
   void operator()(const CPUDevice& d, const MedianPool2DParams& p, const T* x, const T* dy,
                   int64_t* argmedian, T* dx) const {
+    namespace mpi = median_pool_internal;
     ParallelFor(d, p.InputSize(), /*cost_per_unit=*/1,
                 [dx](int64_t begin, int64_t end) { std::fill(dx + begin, dx + end, T(0)); });
-    median_pool_internal::ForEachOutputPixel<T>(
-        d, p,
-        [&p, x, argmedian](int64_t pixel, int64_t n, int64_t oh, int64_t ow,
-                           typename median_pool_internal::WindowKey<T>::type* scratch) {
-          int64_t* arg = argmedian + pixel * p.channels;
-          for (int64_t c = 0; c < p.channels; ++c) {
-            arg[c] = median_pool_internal::MedianIndex(p, x, n, oh, ow, c, scratch);
-          }
-        });
+    if (mpi::UseNetwork(p)) {
+      mpi::ForEachSelectedBlock<T>(
+          d, p, x,
+          [argmedian, &p](int64_t pixel, const mpi::PixelWindow& win, int64_t c, int64_t count,
+                          const simd::Mask<T>&, const simd::Mask<T>& index) {
+            int64_t* arg = argmedian + pixel * p.channels + c;
+            for (int64_t l = 0; l < count; ++l) arg[l] = win.offset[index[l]] + c + l;
+          });
+    } else {
+      mpi::ForEachOutputPixel<T>(
+          d, p,
+          [&p, x, argmedian](int64_t pixel, int64_t n, int64_t oh, int64_t ow,
+                             typename mpi::WindowKey<T>::type* scratch) {
+            int64_t* arg = argmedian + pixel * p.channels;
+            for (int64_t c = 0; c < p.channels; ++c) {
+              arg[c] = mpi::MedianIndex(p, x, n, oh, ow, c, scratch);
+            }
+          });
+    }
     // Units of (image, block of channels): contiguous channel runs for locality, and units
     // never share a dx element (argmedian of (n, ., ., c) lies in image n, channel c).
     constexpr int64_t kChannelBlock = 16;
@@ -293,6 +535,7 @@ struct MedianPool2DGrad<CPUDevice, T> {
                 });
   }
 };
+
 #endif  // !defined(__CUDACC__)
 
 }  // namespace tensorflow::tf_ext::functor

@@ -12,6 +12,7 @@
 
 #if !defined(__CUDACC__)
 #include "tf_ext/kernels/cpu_parallel_for.h"
+#include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/roi_util.h"
 #endif
 
@@ -121,29 +122,43 @@ struct RoiPool<CPUDevice, T> {
           continue;
         }
         const T* image = data + static_cast<int64_t>(roi[0]) * H * W * C;
-        // The first pixel seeds the maximum (rather than -inf), so a bin of -inf values still
-        // gets a valid argmax; later pixels win only when strictly greater, which makes ties
-        // resolve to the first pixel in row-major order.
-        const int32_t first = static_cast<int32_t>(win.hstart * W + win.wstart);
-        std::copy(image + first * C, image + (first + 1) * C, out);
-        std::fill(arg, arg + C, first);
-        for (int64_t h = win.hstart; h < win.hend; ++h) {
-          for (int64_t w = (h == win.hstart ? win.wstart + 1 : win.wstart); w < win.wend; ++w) {
-            const int32_t pos = static_cast<int32_t>(h * W + w);
-            const T* pixel = image + static_cast<int64_t>(pos) * C;
-            for (int64_t c = 0; c < C; ++c) {
-              const T v = pixel[c];
-              // The NaN test makes the first NaN win, so NaNs propagate instead of being
-              // silently skipped by `>`.
-              if (v > out[c] || (v != v && out[c] == out[c])) {
-                out[c] = v;
-                arg[c] = pos;
-              }
-            }
-          }
+        for (int64_t c = 0; c < C; c += simd::kLanes<T>) {
+          RoiPoolMaxBlock(image, win, W, C, c, std::min<int64_t>(simd::kLanes<T>, C - c), out,
+                          arg);
         }
       }
     });
+  }
+
+ private:
+  // Channels [c, c + count) of one non-empty bin, as SIMD blocks over the contiguous channel
+  // axis. The first pixel seeds the maximum (rather than -inf), so a bin of -inf values still
+  // gets a valid argmax; later pixels win only when strictly greater, which makes ties resolve
+  // to the first pixel in row-major order, or when they are NaN over a number, so the first
+  // NaN wins and NaNs propagate instead of being skipped by `>`.
+  static void RoiPoolMaxBlock(const T* image, const RoiPoolWindow& win, int64_t W, int64_t C,
+                              int64_t c, int64_t count, T* out, int32_t* arg) {
+    using V = simd::Block<T>;
+    using I = simd::Mask<T>;
+    const bool full = count == simd::kLanes<T>;
+    auto load = [&](int64_t pos) {
+      const T* p = image + pos * C + c;
+      return full ? simd::Load<V>(p) : simd::Load<V>(p, count);
+    };
+    const int64_t first = win.hstart * W + win.wstart;
+    V best = load(first);
+    I at = I{} + static_cast<typename simd::BlockTypes<T>::Int>(first);
+    for (int64_t h = win.hstart; h < win.hend; ++h) {
+      for (int64_t w = (h == win.hstart ? win.wstart + 1 : win.wstart); w < win.wend; ++w) {
+        const int64_t pos = h * W + w;
+        const V v = load(pos);
+        const I take = (v > best) | ((v != v) & (best == best));
+        best = take ? v : best;
+        at = take ? I{} + static_cast<typename simd::BlockTypes<T>::Int>(pos) : at;
+      }
+    }
+    simd::Store(best, out + c, count);
+    for (int64_t l = 0; l < count; ++l) arg[c + l] = static_cast<int32_t>(at[l]);
   }
 };
 
@@ -160,16 +175,20 @@ struct RoiPoolGrad<CPUDevice, T> {
     if (s.num_rois == 0 || s.batch == 0 || C == 0) return;
     const RoisByImage by_image(rois, s.num_rois, s.batch);
 
-    // Work units are (image, channel) pairs: two units never write the same element of d_data,
-    // so shards need no atomics. A shard's units of one image form a channel range, scanned
-    // contiguously for every bin of every ROI of that image.
+    // Work units are (image, block of kChannelBlock channels): two units never write the same
+    // element of d_data, so shards need no atomics, and every bin's argmax and d(pooled) rows
+    // are read as contiguous runs of the block (one unit per channel read one cache line per
+    // element). Each element sums its contributions in ascending ROI and bin order, so the
+    // gradient is deterministic.
+    constexpr int64_t kChannelBlock = 16;
+    const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
     const int64_t rois_per_image = (s.num_rois + s.batch - 1) / s.batch;
-    const int64_t cost = rois_per_image * bins_per_roi * 4 + 10;
-    ParallelFor(d, s.batch * C, cost, [&](int64_t begin, int64_t end) {
-      for (int64_t u = begin; u < end;) {
-        const int64_t n = u / C;
-        const int64_t c0 = u % C;
-        const int64_t c1 = std::min(C, c0 + (end - u));
+    const int64_t cost = rois_per_image * bins_per_roi * kChannelBlock * 2 + 10;
+    ParallelFor(d, s.batch * blocks, cost, [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        const int64_t n = u / blocks;
+        const int64_t c0 = (u % blocks) * kChannelBlock;
+        const int64_t c1 = std::min(C, c0 + kChannelBlock);
         T* image = d_data + n * HW * C;
         for (const int64_t* r = by_image.begin(n); r != by_image.end(n); ++r) {
           const int64_t base = *r * bins_per_roi * C;
@@ -182,7 +201,6 @@ struct RoiPoolGrad<CPUDevice, T> {
             }
           }
         }
-        u += c1 - c0;
       }
     });
   }

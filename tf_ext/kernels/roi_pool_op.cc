@@ -98,10 +98,17 @@ class RoiPoolGradOp : public OpKernel {
     // would be an out-of-bounds write.
     const int64_t hw = s.height * s.width;
     const auto arg = argmax.flat<int32_t>();
-    for (int64_t k = 0; k < arg.size(); ++k) {
-      OP_REQUIRES(ctx, arg(k) >= -1 && arg(k) < hw,
-                  OpError(ctx, "argmax[", k, "] = ", arg(k), " is outside [-1, H * W = ", hw,
-                          ")"));
+    if (arg.size() > 0) {
+      // Vectorised range check first (Eigen reductions); the scalar scan only names the culprit.
+      Eigen::Tensor<int32_t, 0, Eigen::RowMajor> lo = arg.minimum();
+      Eigen::Tensor<int32_t, 0, Eigen::RowMajor> hi = arg.maximum();
+      if (lo() < -1 || hi() >= hw) {
+        for (int64_t k = 0; k < arg.size(); ++k) {
+          OP_REQUIRES(ctx, arg(k) >= -1 && arg(k) < hw,
+                      OpError(ctx, "argmax[", k, "] = ", arg(k), " is outside [-1, H * W = ", hw,
+                              ")"));
+        }
+      }
     }
     Tensor* d_data = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, data.shape(), &d_data));

@@ -8,7 +8,10 @@
 #include <limits>
 
 #if !defined(__CUDACC__)
+#include <type_traits>
+
 #include "tf_ext/kernels/cpu_parallel_for.h"
+#include "tf_ext/kernels/cpu_simd.h"
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -49,11 +52,57 @@ struct SignSTE {
 };
 
 #if !defined(__CUDACC__)
+namespace sign_internal {
+
+// IEEE bit patterns of T as its same-width signed integer.
+template <typename T>
+struct Bits;
+template <>
+struct Bits<float> {
+  static constexpr int32_t kMagnitude = 0x7fffffff, kMinNormal = 0x00800000;
+  static constexpr int32_t kInf = 0x7f800000, kOne = 0x3f800000;
+};
+template <>
+struct Bits<double> {
+  static constexpr int64_t kMagnitude = 0x7fffffffffffffff, kMinNormal = 0x0010000000000000;
+  static constexpr int64_t kInf = 0x7ff0000000000000, kOne = 0x3ff0000000000000;
+};
+
+// SignOf on a block of bit patterns, branch-free: a normal number or infinity becomes +-1 (its
+// sign bit kept), a zero or denormal the zero of its sign (the flush), NaN itself.
+template <typename T>
+inline simd::Mask<T> SignOfBits(simd::Mask<T> b) {
+  using B = Bits<T>;
+  const simd::Mask<T> magnitude = b & B::kMagnitude;
+  const simd::Mask<T> sign = b ^ magnitude;
+  const simd::Mask<T> normal_or_inf = (magnitude >= B::kMinNormal) & (magnitude <= B::kInf);
+  const simd::Mask<T> r = sign | (normal_or_inf & B::kOne);
+  return magnitude > B::kInf ? b : r;
+}
+
+// y[i] = SignOf(x[i]) for i in [0, n); x and y may alias exactly (each block is loaded before
+// it is stored).
+template <typename T>
+inline void SignRange(const T* x, int64_t n, T* y) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    constexpr int64_t kLanes = simd::kLanes<T>;
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      simd::Store(SignOfBits<T>(simd::Load<simd::Mask<T>>(x + i)), y + i);
+    }
+    if (i < n) simd::Store(SignOfBits<T>(simd::Load<simd::Mask<T>>(x + i, n - i)), y + i, n - i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = SignOf(x[i]);
+  }
+}
+
+}  // namespace sign_internal
+
 template <typename T>
 struct SignSTE<CPUDevice, T> {
   void operator()(const CPUDevice& d, const T* x, int64_t n, T* y) const {
-    ParallelFor(d, n, /*cost_per_unit=*/2, [x, y](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = SignOf(x[i]);
+    ParallelFor(d, n, /*cost_per_unit=*/1, [x, y](int64_t begin, int64_t end) {
+      sign_internal::SignRange(x + begin, end - begin, y + begin);
     });
   }
 };
