@@ -345,10 +345,9 @@ def describe_library(library: str) -> dict:
 def _describe_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ["TF_EXT_LIBRARY"] = args.library  # the package loads this copy, no other
-    import tensorflow as tf
-    tf.load_op_library(args.library)
-    import tf_ext
+    import tf_ext  # loads TF_EXT_LIBRARY
     from tf_ext import _tf_compat
+    import tensorflow as tf
     described = {}
     for facts in tf_ext.declared_ops():
         op_def = _tf_compat.op_def(facts["op"])
@@ -884,7 +883,9 @@ def main() -> int:
     p.add_argument("--cases", help=argparse.SUPPRESS)
     p.add_argument("--results", help=argparse.SUPPRESS)
     args = p.parse_args()
-    args.library = os.path.abspath(args.library)
+    # One path for every load (the package's loader resolves links; TensorFlow keys loaded
+    # libraries by the path string, and a second path would be a second copy).
+    args.library = os.path.realpath(args.library)
     if args.child:
         return _child_main(args)
     if args.child_describe:
