@@ -99,7 +99,8 @@ struct DeviceBuffer {
 
 template <typename T>
 bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 template <typename T>
@@ -236,8 +237,9 @@ std::vector<int64_t> MedianReference(const gpu::MedianPoolGeometry& g, const std
     const int64_t oh = (o / (g.channels * g.out_width)) % g.out_height;
     const int64_t n = o / (g.channels * g.out_width * g.out_height);
     std::vector<int64_t> idx;
-    for (int64_t h = oh * g.stride_height - g.pad_top; h < oh * g.stride_height - g.pad_top + g.window_height; ++h) {
-      for (int64_t w = ow * g.stride_width - g.pad_left; w < ow * g.stride_width - g.pad_left + g.window_width; ++w) {
+    const int64_t h0 = oh * g.stride_height - g.pad_top, w0 = ow * g.stride_width - g.pad_left;
+    for (int64_t h = h0; h < h0 + g.window_height; ++h) {
+      for (int64_t w = w0; w < w0 + g.window_width; ++w) {
         if (h >= 0 && h < g.in_height && w >= 0 && w < g.in_width) {
           idx.push_back(((n * g.in_height + h) * g.in_width + w) * g.channels + c);
         }
@@ -269,7 +271,7 @@ void TestMedianType(std::mt19937& rng, int cases, const char* type) {
     DeviceBuffer<T> dx_in(x), ddy(dy);
     // Forward.
     std::vector<T> want(g.OutputSize());
-    if (g.OutputSize() > 0) gpu::RunGridOnHost(g.OutputSize(), gpu::MedianPoolBody<T>{g, x.data(), want.data()});
+    gpu::RunGridOnHost(g.OutputSize(), gpu::MedianPoolBody<T>{g, x.data(), want.data()});
     auto got = RunTwice<T>(g.OutputSize(), want.size(),
                            [&](T* y) { return gpu::MedianPoolBody<T>{g, dx_in.ptr, y}; }, what);
     ExpectBitwise(got, want, what + " (vs host bodies)");
@@ -279,10 +281,11 @@ void TestMedianType(std::mt19937& rng, int cases, const char* type) {
     ExpectBitwise(got, ref_y, what + " (vs stable sort)");
     // Backward: argmedian then the gather.
     std::vector<int64_t> arg_want(g.OutputSize());
-    if (g.OutputSize() > 0) gpu::RunGridOnHost(g.OutputSize(), gpu::MedianArgBody<T>{g, x.data(), arg_want.data()});
+    gpu::RunGridOnHost(g.OutputSize(), gpu::MedianArgBody<T>{g, x.data(), arg_want.data()});
     ExpectBitwise(arg_want, ref, what + " argmedian (host bodies vs stable sort)");
-    auto arg_got = RunTwice<int64_t>(g.OutputSize(), arg_want.size(),
-                                     [&](int64_t* a) { return gpu::MedianArgBody<T>{g, dx_in.ptr, a}; }, what + " argmedian");
+    auto arg_got = RunTwice<int64_t>(
+        g.OutputSize(), arg_want.size(),
+        [&](int64_t* a) { return gpu::MedianArgBody<T>{g, dx_in.ptr, a}; }, what + " argmedian");
     ExpectBitwise(arg_got, arg_want, what + " argmedian");
     std::vector<T> dx_want(g.InputSize(), T(0));
     for (size_t o = 0; o < ref.size(); ++o) dx_want[ref[o]] += dy[o];  // scatter, ascending o
@@ -296,7 +299,8 @@ void TestMedianType(std::mt19937& rng, int cases, const char* type) {
 
 // ---- ROI ops ----------------------------------------------------------------------------
 
-std::vector<float> RandomRois(std::mt19937& rng, int64_t num_rois, int64_t batch, int64_t h, int64_t w) {
+std::vector<float> RandomRois(std::mt19937& rng, int64_t num_rois, int64_t batch, int64_t h,
+                              int64_t w) {
   std::uniform_real_distribution<float> u(-0.5f, 1.5f);
   std::uniform_int_distribution<int> pick(0, 9);
   std::vector<float> r(5 * num_rois);
@@ -332,15 +336,16 @@ void TestRoiPoolType(std::mt19937& rng, int cases, const char* type) {
     g.pooled_width = pooled(rng);
     g.spatial_scale = c % 4 == 0 ? 0.5f : 1.0f;
     const std::string what = std::string("RoiPool ") + type + " case " + std::to_string(c);
-    const std::vector<T> data = RandomValues<T>(g.batch * g.height * g.width * g.channels, rng, c % 3);
+    const int64_t in = g.batch * g.height * g.width * g.channels;
+    const std::vector<T> data = RandomValues<T>(in, rng, c % 3);
     const std::vector<float> rois = RandomRois(rng, g.num_rois, g.batch, g.height, g.width);
     const int64_t out = g.num_rois * g.pooled_height * g.pooled_width * g.channels;
-    const int64_t in = g.batch * g.height * g.width * g.channels;
     DeviceBuffer<T> ddata(data);
     DeviceBuffer<float> drois(rois);
     std::vector<T> pooled_want(out);
     std::vector<int32_t> arg_want(out);
-    gpu::RunGridOnHost(out, gpu::RoiPoolBody<T>{g, data.data(), rois.data(), pooled_want.data(), arg_want.data()});
+    gpu::RunGridOnHost(out, gpu::RoiPoolBody<T>{g, data.data(), rois.data(), pooled_want.data(),
+                                                arg_want.data()});
     DeviceBuffer<int32_t> arg_scratch(out);
     auto pooled_got = RunTwice<T>(out, out, [&](T* p) {
       return gpu::RoiPoolBody<T>{g, ddata.ptr, drois.ptr, p, arg_scratch.ptr};
@@ -359,12 +364,14 @@ void TestRoiPoolType(std::mt19937& rng, int cases, const char* type) {
       for (int64_t b = 0; b < g.pooled_height * g.pooled_width; ++b) {
         for (int64_t ch = 0; ch < g.channels; ++ch) {
           const int64_t o = (r * g.pooled_height * g.pooled_width + b) * g.channels + ch;
-          if (arg_want[o] >= 0) dd_want[(n * g.height * g.width + arg_want[o]) * g.channels + ch] += dpooled[o];
+          if (arg_want[o] < 0) continue;
+          dd_want[(n * g.height * g.width + arg_want[o]) * g.channels + ch] += dpooled[o];
         }
       }
     }
     std::vector<T> dd_host(in);
-    gpu::RunGridOnHost(in, gpu::RoiPoolGradGatherBody<T>{g, rois.data(), arg_want.data(), dpooled.data(), dd_host.data()});
+    gpu::RunGridOnHost(in, gpu::RoiPoolGradGatherBody<T>{g, rois.data(), arg_want.data(),
+                                                         dpooled.data(), dd_host.data()});
     ExpectBitwise(dd_host, dd_want, what + " grad (host bodies vs scatter)");
     DeviceBuffer<int32_t> darg(arg_want);
     DeviceBuffer<T> ddp(dpooled);
@@ -398,18 +405,22 @@ void TestPsRoiAlignType(std::mt19937& rng, int cases, const char* type) {
     std::vector<float> rois = RandomRois(rng, g.num_rois, g.batch, g.height, g.width);
     if (g.sampling_ratio == 0) {  // adaptive: keep the sample grid small
       for (int64_t r = 0; r < g.num_rois; ++r) {
-        for (int k = 1; k < 5; ++k) rois[5 * r + k] = std::max(-20.f, std::min(20.f, rois[5 * r + k]));
+        for (int k = 1; k < 5; ++k) {
+          rois[5 * r + k] = std::max(-20.f, std::min(20.f, rois[5 * r + k]));
+        }
       }
     }
     DeviceBuffer<T> dfeat(feat);
     DeviceBuffer<float> drois(rois);
     std::vector<T> want(out);
     gpu::RunGridOnHost(out, gpu::PsRoiAlignBody<T>{g, feat.data(), rois.data(), want.data()});
-    auto got = RunTwice<T>(out, out, [&](T* o) { return gpu::PsRoiAlignBody<T>{g, dfeat.ptr, drois.ptr, o}; }, what);
+    auto got = RunTwice<T>(
+        out, out, [&](T* o) { return gpu::PsRoiAlignBody<T>{g, dfeat.ptr, drois.ptr, o}; }, what);
     ExpectClose(got, want, rtol, atol, what);
     const std::vector<T> dout = RandomValues<T>(out, rng, 0);
     std::vector<T> dwant(in);
-    gpu::RunGridOnHost(in, gpu::PsRoiAlignGradGatherBody<T>{g, rois.data(), dout.data(), dwant.data()});
+    gpu::RunGridOnHost(in,
+                       gpu::PsRoiAlignGradGatherBody<T>{g, rois.data(), dout.data(), dwant.data()});
     DeviceBuffer<T> ddout(dout);
     auto dgot = RunTwice<T>(in, in, [&](T* d) {
       return gpu::PsRoiAlignGradGatherBody<T>{g, drois.ptr, ddout.ptr, d};
@@ -450,27 +461,44 @@ void Bench() {
   DeviceBuffer<float> x(n), y(n);
   CUDA_OK(cudaMemset(x.ptr, 0, n * sizeof(float)));
   const double bytes = 2.0 * n * sizeof(float);  // read + write
-  const double memcpy_ms = TimeMs([&] { CUDA_OK(cudaMemcpyAsync(y.ptr, x.ptr, n * sizeof(float), cudaMemcpyDeviceToDevice)); }, 20);
+  const double memcpy_ms = TimeMs(
+      [&] {
+        CUDA_OK(cudaMemcpyAsync(y.ptr, x.ptr, n * sizeof(float), cudaMemcpyDeviceToDevice));
+      },
+      20);
   const double memcpy_gbs = bytes / memcpy_ms / 1e6;
-  std::printf("cudaMemcpy D2D            %8.3f ms  %8.1f GB/s (reference)\n", memcpy_ms, memcpy_gbs);
-  const double sign_ms = TimeMs([&] { CUDA_OK(gpu::LaunchGrid(nullptr, n, gpu::SignSteBody<float>{x.ptr, y.ptr})); }, 20);
+  std::printf("cudaMemcpy D2D            %8.3f ms  %8.1f GB/s (reference)\n", memcpy_ms,
+              memcpy_gbs);
+  const double sign_ms = TimeMs(
+      [&] { CUDA_OK(gpu::LaunchGrid(nullptr, n, gpu::SignSteBody<float>{x.ptr, y.ptr})); }, 20);
   std::printf("SignSTE float  64Mi       %8.3f ms  %8.1f GB/s (%5.1f%% of memcpy)\n", sign_ms,
               bytes / sign_ms / 1e6, 100 * memcpy_ms / sign_ms);
   DeviceBuffer<double> xd(n / 2), yd(n / 2);
   CUDA_OK(cudaMemset(xd.ptr, 0, n / 2 * sizeof(double)));
-  const double signd_ms = TimeMs([&] { CUDA_OK(gpu::LaunchGrid(nullptr, n / 2, gpu::SignSteBody<double>{xd.ptr, yd.ptr})); }, 20);
+  const double signd_ms = TimeMs(
+      [&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, n / 2, gpu::SignSteBody<double>{xd.ptr, yd.ptr}));
+      },
+      20);
   std::printf("SignSTE double 32Mi       %8.3f ms  %8.1f GB/s (%5.1f%% of memcpy)\n", signd_ms,
               bytes / signd_ms / 1e6, 100 * memcpy_ms / signd_ms);
   // MedianPool2D 3x3 SAME stride 1 over [16, 256, 256, 64] floats (the input read once ideally).
   gpu::MedianPoolGeometry g;
   g.batch = 16; g.in_height = g.in_width = 256; g.channels = 64;
-  g.out_height = g.out_width = 256; g.window_height = g.window_width = 3; g.pad_top = g.pad_left = 1;
+  g.out_height = g.out_width = 256;
+  g.window_height = g.window_width = 3;
+  g.pad_top = g.pad_left = 1;
   std::mt19937 rng(1);
   std::vector<float> hx = RandomValues<float>(g.InputSize(), rng, 0);
   DeviceBuffer<float> mx(hx), my(g.OutputSize());
   const double med_bytes = static_cast<double>(g.InputSize() + g.OutputSize()) * sizeof(float);
-  const double med_ms = TimeMs([&] { CUDA_OK(gpu::LaunchGrid(nullptr, g.OutputSize(), gpu::MedianPoolBody<float>{g, mx.ptr, my.ptr})); }, 5);
-  std::printf("MedianPool2D 3x3 float    %8.3f ms  %8.1f GB/s (%5.1f%% of memcpy; in + out bytes)\n",
+  const double med_ms = TimeMs(
+      [&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, g.OutputSize(),
+                                gpu::MedianPoolBody<float>{g, mx.ptr, my.ptr}));
+      },
+      5);
+  std::printf("MedianPool2D 3x3 float    %8.3f ms  %8.1f GB/s (%5.1f%% of memcpy; in+out bytes)\n",
               med_ms, med_bytes / med_ms / 1e6, 100 * (med_bytes / med_ms / 1e6) / memcpy_gbs);
 }
 
