@@ -81,7 +81,7 @@ test-tf: setup
 # TensorFlow, where only the CPU kernels run.
 cuda: setup
 	$(BAZEL) build --config=cuda //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
-	$(PYTHON_BIN_PATH) -c "import tensorflow as tf; lib = tf.load_op_library('$$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so'); assert list(lib.tf_ext_zero_out([1., 2.], preserve_index=1).numpy()) == [0., 2.]; print('cuda: op library with CUDA kernels builds and loads')"
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
 
 # The standalone CUDA harness (tests/gpu/gpu_harness.cu): plain nvcc, no TensorFlow, so it runs
 # on GPU machines that have CUDA but no TensorFlow. It runs the op library's own kernels on
