@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench
+.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -81,7 +81,40 @@ test-tf: setup
 # TensorFlow, where only the CPU kernels run.
 cuda: setup
 	$(BAZEL) build --config=cuda //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
-	$(PYTHON_BIN_PATH) -c "import tensorflow as tf; lib = tf.load_op_library('$$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so'); assert list(lib.tf_ext_zero_out([1., 2.], preserve_index=1).numpy()) == [0., 2.]; print('cuda: op library with CUDA kernels builds and loads')"
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
+
+# The standalone CUDA harness (tests/gpu/gpu_harness.cu): plain nvcc, no TensorFlow, so it runs
+# on GPU machines that have CUDA but no TensorFlow. It runs the op library's own kernels on
+# random and edge cases against the same per-thread bodies run on the host, twice (bitwise
+# determinism). Without a GPU it prints "no CUDA device" and exits 2. These targets need no
+# `setup` (no Bazel, no TensorFlow).
+NVCC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,nvcc)
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+GPU_HARNESS := $(ROOT)/.gpu/gpu_harness
+COMPUTE_SANITIZER ?= compute-sanitizer
+gpu-harness-build:
+	@mkdir -p $(ROOT)/.gpu
+	$(NVCC) -std=c++17 -O2 -lineinfo $(NVCC_ARCH) -I$(ROOT) -o $(GPU_HARNESS) $(ROOT)/tests/gpu/gpu_harness.cu
+
+# The harness's own logic (case generators, references, comparisons) on a machine without a
+# GPU: compiled by the host compiler with CUDA emulated on the host (tests/gpu/host_emulation.h).
+# Says nothing about the device; `make gpu-test` does.
+gpu-harness-host:
+	@mkdir -p $(ROOT)/.gpu
+	$(CXX) -std=c++17 -O2 -DTF_EXT_HARNESS_HOST_EMULATION -I$(ROOT) -x c++ -o $(ROOT)/.gpu/gpu_harness_host $(ROOT)/tests/gpu/gpu_harness.cu
+	$(ROOT)/.gpu/gpu_harness_host
+
+# Full run, then short runs under compute-sanitizer: memcheck (out-of-bounds and misaligned
+# accesses), initcheck (reads of uninitialised device memory), racecheck (shared-memory hazards).
+gpu-test: gpu-harness-build
+	$(GPU_HARNESS)
+	$(COMPUTE_SANITIZER) --tool memcheck --error-exitcode 1 $(GPU_HARNESS) --quick
+	$(COMPUTE_SANITIZER) --tool initcheck --error-exitcode 1 $(GPU_HARNESS) --quick
+	$(COMPUTE_SANITIZER) --tool racecheck --error-exitcode 1 $(GPU_HARNESS) --quick
+
+# Achieved GB/s of SignSTE and MedianPool2D against a device-to-device cudaMemcpy.
+gpu-bench: gpu-harness-build
+	$(GPU_HARNESS) --bench
 
 # README.md's op table, regenerated from the ops' declarations (tf_ext/grads/*_grad.cc).
 docs: setup

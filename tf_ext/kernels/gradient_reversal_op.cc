@@ -36,4 +36,16 @@ TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(float);
 TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU(double);
 #undef TF_EXT_REGISTER_GRADIENT_REVERSAL_CPU
 
+#if GOOGLE_CUDA
+// The same kernel on the GPU: set_output hands the input's device buffer on, no copy.
+#define TF_EXT_REGISTER_GRADIENT_REVERSAL_GPU(T)                                \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                               \
+      Name("TfExt>GradientReversal").Device(DEVICE_GPU).TypeConstraint<T>("T"), \
+      GradientReversalOp);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_GPU(Eigen::half);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_GPU(float);
+TF_EXT_REGISTER_GRADIENT_REVERSAL_GPU(double);
+#undef TF_EXT_REGISTER_GRADIENT_REVERSAL_GPU
+#endif  // GOOGLE_CUDA
+
 }  // namespace tensorflow::tf_ext

@@ -28,6 +28,12 @@
 #include "tf_ext/kernels/cpu_simd.h"
 #endif
 
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // Output size and leading padding of one spatial dimension, MaxPool's rules:
@@ -537,6 +543,21 @@ struct MedianPool2DGrad<CPUDevice, T> {
 };
 
 #endif  // !defined(__CUDACC__)
+
+#if GOOGLE_CUDA
+// GPU: defined in median_pool_op_gpu.cu.cc for float and double. Each kernel runs a
+// per-thread body of kernels/gpu/median_pool_body.h (TF-free: shared with the CPU grid
+// tests and the standalone harness in tests/gpu). Pointers are device memory.
+template <typename T>
+struct MedianPool2D<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const MedianPool2DParams& p, const T* x, T* y) const;
+};
+template <typename T>
+struct MedianPool2DGrad<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const MedianPool2DParams& p, const T* x, const T* dy,
+                  int64_t* argmedian, T* dx) const;
+};
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext::functor
 

@@ -1,6 +1,9 @@
 // MedianPool2DOp<Device, T> and MedianPool2DGradOp<Device, T>: the OpKernels of
 // TfExt>MedianPool2D and TfExt>MedianPool2DGrad.
 #define EIGEN_USE_THREADS
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
 
 #include <cstdint>
 #include <string>
@@ -101,5 +104,19 @@ class MedianPool2DGradOp : public MedianPool2DBase {
 TF_EXT_REGISTER_MEDIAN_POOL_CPU(float);
 TF_EXT_REGISTER_MEDIAN_POOL_CPU(double);
 #undef TF_EXT_REGISTER_MEDIAN_POOL_CPU
+
+#if GOOGLE_CUDA
+using GPUDevice = Eigen::GpuDevice;
+#define TF_EXT_REGISTER_MEDIAN_POOL_GPU(T)                                        \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
+      Name("TfExt>MedianPool2D").Device(DEVICE_GPU).TypeConstraint<T>("T"),      \
+      MedianPool2DOp<GPUDevice, T>);                                             \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
+      Name("TfExt>MedianPool2DGrad").Device(DEVICE_GPU).TypeConstraint<T>("T"),  \
+      MedianPool2DGradOp<GPUDevice, T>);
+TF_EXT_REGISTER_MEDIAN_POOL_GPU(float);
+TF_EXT_REGISTER_MEDIAN_POOL_GPU(double);
+#undef TF_EXT_REGISTER_MEDIAN_POOL_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext

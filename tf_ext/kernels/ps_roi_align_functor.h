@@ -17,6 +17,12 @@
 #include "tf_ext/kernels/roi_util.h"
 #endif
 
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // Sizes of one PsRoiAlign call; plain data so a device kernel can take it by value.
@@ -275,6 +281,23 @@ struct PsRoiAlignGrad<CPUDevice, T> {
 };
 
 #endif  // !defined(__CUDACC__)
+
+#if GOOGLE_CUDA
+// GPU: defined in ps_roi_align_op_gpu.cu.cc for float and double. Each kernel runs a
+// per-thread body of kernels/gpu/ps_roi_align_body.h (TF-free: shared with the CPU grid
+// tests and the standalone harness in tests/gpu). Pointers are device memory;
+// the op kernel validates the ROI rows on the host before copying them there.
+template <typename T>
+struct PsRoiAlign<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const PsRoiAlignShape& s, const T* features,
+                  const float* rois, T* output) const;
+};
+template <typename T>
+struct PsRoiAlignGrad<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const PsRoiAlignShape& s, const float* rois,
+                  const T* d_output, T* d_features) const;
+};
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext::functor
 

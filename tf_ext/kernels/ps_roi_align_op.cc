@@ -1,6 +1,9 @@
 // PsRoiAlignOp<Device, T> and PsRoiAlignGradOp<Device, T>: the OpKernels of TfExt>PsRoiAlign
 // and TfExt>PsRoiAlignGrad.
 #define EIGEN_USE_THREADS
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +13,7 @@
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/ps_roi_align_functor.h"
 #include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
@@ -70,8 +74,10 @@ class PsRoiAlignOp : public OpKernel {
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &output));
     if (out_shape.num_elements() == 0) return;
+    Tensor rois_on_device;
+    OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
     functor::PsRoiAlign<Device, T>()(ctx->eigen_device<Device>(), s, features.flat<T>().data(),
-                                     rois.flat<float>().data(), output->flat<T>().data());
+                                     rois_on_device.flat<float>().data(), output->flat<T>().data());
   }
 
  private:
@@ -96,8 +102,11 @@ class PsRoiAlignGradOp : public OpKernel {
     Tensor* d_features = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, features.shape(), &d_features));
     if (features.NumElements() == 0) return;
+    Tensor rois_on_device;
+    OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
     functor::PsRoiAlignGrad<Device, T>()(ctx->eigen_device<Device>(), s,
-                                         rois.flat<float>().data(), d_output.flat<T>().data(),
+                                         rois_on_device.flat<float>().data(),
+                                         d_output.flat<T>().data(),
                                          d_features->flat<T>().data());
   }
 
@@ -115,5 +124,26 @@ class PsRoiAlignGradOp : public OpKernel {
 TF_EXT_REGISTER_PS_ROI_ALIGN_CPU(float);
 TF_EXT_REGISTER_PS_ROI_ALIGN_CPU(double);
 #undef TF_EXT_REGISTER_PS_ROI_ALIGN_CPU
+
+#if GOOGLE_CUDA
+using GPUDevice = Eigen::GpuDevice;
+// GPU: `rois` stays in host memory, where the kernel validates it with the CPU kernel's own
+// check before copying it to the device (device_copy.h): no CUDA kernel ever reads an
+// unchecked ROI row.
+#define TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(T)                                     \
+  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>PsRoiAlign")                     \
+                                     .Device(DEVICE_GPU)                       \
+                                     .TypeConstraint<T>("T")                   \
+                                     .HostMemory("rois"),                      \
+                                 PsRoiAlignOp<GPUDevice, T>);                  \
+  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>PsRoiAlignGrad")                 \
+                                     .Device(DEVICE_GPU)                       \
+                                     .TypeConstraint<T>("T")                   \
+                                     .HostMemory("rois"),                      \
+                                 PsRoiAlignGradOp<GPUDevice, T>);
+TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(float);
+TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(double);
+#undef TF_EXT_REGISTER_PS_ROI_ALIGN_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext

@@ -16,6 +16,12 @@
 #include "tf_ext/kernels/roi_util.h"
 #endif
 
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // Sizes of one RoiPool call; plain data so a device kernel can take it by value.
@@ -207,6 +213,23 @@ struct RoiPoolGrad<CPUDevice, T> {
 };
 
 #endif  // !defined(__CUDACC__)
+
+#if GOOGLE_CUDA
+// GPU: defined in roi_pool_op_gpu.cu.cc for float and double. Each kernel runs a
+// per-thread body of kernels/gpu/roi_pool_body.h (TF-free: shared with the CPU grid
+// tests and the standalone harness in tests/gpu). Pointers are device memory;
+// the op kernel validates the ROI rows on the host before copying them there.
+template <typename T>
+struct RoiPool<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const RoiPoolShape& s, const T* data,
+                  const float* rois, T* pooled, int32_t* argmax) const;
+};
+template <typename T>
+struct RoiPoolGrad<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const RoiPoolShape& s, const float* rois,
+                  const int32_t* argmax, const T* d_pooled, T* d_data) const;
+};
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext::functor
 

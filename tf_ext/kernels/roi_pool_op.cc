@@ -1,6 +1,9 @@
 // RoiPoolOp<Device, T> and RoiPoolGradOp<Device, T>: the OpKernels of TfExt>RoiPool and
 // TfExt>RoiPoolGrad.
 #define EIGEN_USE_THREADS
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +13,7 @@
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
 #include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
@@ -68,8 +72,10 @@ class RoiPoolOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &pooled));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, out_shape, &argmax));
     if (out_shape.num_elements() == 0) return;
+    Tensor rois_on_device;
+    OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
     functor::RoiPool<Device, T>()(ctx->eigen_device<Device>(), s, data.flat<T>().data(),
-                                  rois.flat<float>().data(), pooled->flat<T>().data(),
+                                  rois_on_device.flat<float>().data(), pooled->flat<T>().data(),
                                   argmax->flat<int32_t>().data());
   }
 
@@ -113,8 +119,13 @@ class RoiPoolGradOp : public OpKernel {
     Tensor* d_data = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, data.shape(), &d_data));
     if (data.NumElements() == 0) return;
-    functor::RoiPoolGrad<Device, T>()(ctx->eigen_device<Device>(), s, rois.flat<float>().data(),
-                                      arg.data(), d_pooled.flat<T>().data(),
+    Tensor rois_on_device, argmax_on_device;
+    OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
+    OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, argmax, &argmax_on_device));
+    functor::RoiPoolGrad<Device, T>()(ctx->eigen_device<Device>(), s,
+                                      rois_on_device.flat<float>().data(),
+                                      argmax_on_device.flat<int32_t>().data(),
+                                      d_pooled.flat<T>().data(),
                                       d_data->flat<T>().data());
   }
 
@@ -132,5 +143,25 @@ class RoiPoolGradOp : public OpKernel {
 TF_EXT_REGISTER_ROI_POOL_CPU(float);
 TF_EXT_REGISTER_ROI_POOL_CPU(double);
 #undef TF_EXT_REGISTER_ROI_POOL_CPU
+
+#if GOOGLE_CUDA
+using GPUDevice = Eigen::GpuDevice;
+// GPU: `rois` (and RoiPoolGrad's `argmax`) stay in host memory, where the kernel validates
+// them with the CPU kernel's own checks before copying them to the device (device_copy.h):
+// no CUDA kernel ever reads an unchecked ROI row.
+#define TF_EXT_REGISTER_ROI_POOL_GPU(T)                                                  \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
+      Name("TfExt>RoiPool").Device(DEVICE_GPU).TypeConstraint<T>("T").HostMemory("rois"), \
+      RoiPoolOp<GPUDevice, T>);                                                         \
+  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>RoiPoolGrad")                             \
+                                     .Device(DEVICE_GPU)                                \
+                                     .TypeConstraint<T>("T")                            \
+                                     .HostMemory("rois")                                \
+                                     .HostMemory("argmax"),                             \
+                                 RoiPoolGradOp<GPUDevice, T>);
+TF_EXT_REGISTER_ROI_POOL_GPU(float);
+TF_EXT_REGISTER_ROI_POOL_GPU(double);
+#undef TF_EXT_REGISTER_ROI_POOL_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext

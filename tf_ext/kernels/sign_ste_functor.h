@@ -14,6 +14,12 @@
 #include "tf_ext/kernels/cpu_simd.h"
 #endif
 
+#if GOOGLE_CUDA
+namespace Eigen {
+struct GpuDevice;
+}  // namespace Eigen
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // The value a CPU kernel sees: TensorFlow runs them with denormals flushed to zero, so a
@@ -107,6 +113,16 @@ struct SignSTE<CPUDevice, T> {
   }
 };
 #endif
+
+#if GOOGLE_CUDA
+// GPU: defined in sign_ste_op_gpu.cu.cc for half, float and double. Each kernel runs a
+// per-thread body of kernels/gpu/sign_ste_body.h (TF-free: shared with the CPU grid
+// tests and the standalone harness in tests/gpu). Pointers are device memory.
+template <typename T>
+struct SignSTE<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const T* x, int64_t n, T* y) const;
+};
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext::functor
 

@@ -1,5 +1,8 @@
 // SignSTEOp<Device, T>: the OpKernel of TfExt>SignSTE.
 #define EIGEN_USE_THREADS
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
 
 #include <cmath>
 
@@ -40,5 +43,17 @@ TF_EXT_REGISTER_SIGN_STE_CPU(Eigen::half);
 TF_EXT_REGISTER_SIGN_STE_CPU(float);
 TF_EXT_REGISTER_SIGN_STE_CPU(double);
 #undef TF_EXT_REGISTER_SIGN_STE_CPU
+
+#if GOOGLE_CUDA
+using GPUDevice = Eigen::GpuDevice;
+#define TF_EXT_REGISTER_SIGN_STE_GPU(T)                                   \
+  TF_EXT_REGISTER_KERNEL_BUILDER(                                        \
+      Name("TfExt>SignSTE").Device(DEVICE_GPU).TypeConstraint<T>("T"),    \
+      SignSTEOp<GPUDevice, T>);
+TF_EXT_REGISTER_SIGN_STE_GPU(Eigen::half);
+TF_EXT_REGISTER_SIGN_STE_GPU(float);
+TF_EXT_REGISTER_SIGN_STE_GPU(double);
+#undef TF_EXT_REGISTER_SIGN_STE_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext
