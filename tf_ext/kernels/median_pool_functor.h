@@ -15,23 +15,16 @@
 #ifndef TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_
 #define TF_EXT_KERNELS_MEDIAN_POOL_FUNCTOR_H_
 
-#include <algorithm>
-#include <cstdint>
 #include <cstring>
+
+#include "tf_ext/kernels/functor_common.h"
 
 #if !defined(__CUDACC__)
 #include <limits>
 #include <utility>
 #include <vector>
 
-#include "tf_ext/kernels/cpu_parallel_for.h"
 #include "tf_ext/kernels/cpu_simd.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -541,7 +534,6 @@ struct MedianPool2DGrad<CPUDevice, T> {
                 });
   }
 };
-
 #endif  // !defined(__CUDACC__)
 
 #if GOOGLE_CUDA

@@ -5,22 +5,14 @@
 #ifndef TF_EXT_KERNELS_PS_ROI_ALIGN_FUNCTOR_H_
 #define TF_EXT_KERNELS_PS_ROI_ALIGN_FUNCTOR_H_
 
-#include <algorithm>
-#include <cstdint>
+#include "tf_ext/kernels/functor_common.h"
 
 #include "Eigen/Core"
 
 #if !defined(__CUDACC__)
 #include <vector>
 
-#include "tf_ext/kernels/cpu_parallel_for.h"
 #include "tf_ext/kernels/roi_util.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -279,7 +271,6 @@ struct PsRoiAlignGrad<CPUDevice, T> {
     });
   }
 };
-
 #endif  // !defined(__CUDACC__)
 
 #if GOOGLE_CUDA

@@ -5,21 +5,13 @@
 #ifndef TF_EXT_KERNELS_ROI_POOL_FUNCTOR_H_
 #define TF_EXT_KERNELS_ROI_POOL_FUNCTOR_H_
 
-#include <algorithm>
-#include <cstdint>
+#include "tf_ext/kernels/functor_common.h"
 
 #include "Eigen/Core"
 
 #if !defined(__CUDACC__)
-#include "tf_ext/kernels/cpu_parallel_for.h"
 #include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/roi_util.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -211,7 +203,6 @@ struct RoiPoolGrad<CPUDevice, T> {
     });
   }
 };
-
 #endif  // !defined(__CUDACC__)
 
 #if GOOGLE_CUDA

@@ -4,20 +4,14 @@
 #define TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_
 
 #include <cmath>
-#include <cstdint>
 #include <limits>
+
+#include "tf_ext/kernels/functor_common.h"
 
 #if !defined(__CUDACC__)
 #include <type_traits>
 
-#include "tf_ext/kernels/cpu_parallel_for.h"
 #include "tf_ext/kernels/cpu_simd.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
 #endif
 
 namespace tensorflow::tf_ext::functor {
@@ -125,5 +119,4 @@ struct SignSTE<Eigen::GpuDevice, T> {
 #endif  // GOOGLE_CUDA
 
 }  // namespace tensorflow::tf_ext::functor
-
 #endif  // TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_

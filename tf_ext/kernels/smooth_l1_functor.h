@@ -3,20 +3,9 @@
 #ifndef TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_
 #define TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_
 
-#include <cstdint>
 #include <type_traits>
 
-#include "tf_ext/kernels/host_device.h"
-
-#if !defined(__CUDACC__)
-#include "tf_ext/kernels/cpu_parallel_for.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
-#endif
+#include "tf_ext/kernels/functor_common.h"
 
 namespace tensorflow::tf_ext::functor {
 
@@ -62,5 +51,4 @@ struct SmoothL1<Eigen::GpuDevice, T> {
 #endif
 
 }  // namespace tensorflow::tf_ext::functor
-
 #endif  // TF_EXT_KERNELS_SMOOTH_L1_FUNCTOR_H_

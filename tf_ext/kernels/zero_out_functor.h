@@ -2,18 +2,7 @@
 #ifndef TF_EXT_KERNELS_ZERO_OUT_FUNCTOR_H_
 #define TF_EXT_KERNELS_ZERO_OUT_FUNCTOR_H_
 
-#include <algorithm>
-#include <cstdint>
-
-#if !defined(__CUDACC__)
-#include "tf_ext/kernels/cpu_parallel_for.h"
-#endif
-
-#if GOOGLE_CUDA
-namespace Eigen {
-struct GpuDevice;
-}  // namespace Eigen
-#endif
+#include "tf_ext/kernels/functor_common.h"
 
 namespace tensorflow::tf_ext::functor {
 
@@ -50,5 +39,4 @@ struct ZeroOut<Eigen::GpuDevice, T> {
 #endif
 
 }  // namespace tensorflow::tf_ext::functor
-
 #endif  // TF_EXT_KERNELS_ZERO_OUT_FUNCTOR_H_
