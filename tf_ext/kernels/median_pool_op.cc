@@ -1,20 +1,13 @@
 // MedianPool2DOp<Device, T> and MedianPool2DGradOp<Device, T>: the OpKernels of
 // TfExt>MedianPool2D and TfExt>MedianPool2DGrad.
-#define EIGEN_USE_THREADS
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
+#include "tf_ext/kernels/op_kernel_common.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/register_types.h"
-#include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/kernels/median_pool_functor.h"
-#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/op_checks.h"
 #include "tf_ext/ops/median_pool_ops.h"

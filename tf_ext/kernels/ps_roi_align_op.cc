@@ -1,21 +1,14 @@
 // PsRoiAlignOp<Device, T> and PsRoiAlignGradOp<Device, T>: the OpKernels of TfExt>PsRoiAlign
 // and TfExt>PsRoiAlignGrad.
-#define EIGEN_USE_THREADS
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
+#include "tf_ext/kernels/op_kernel_common.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/register_types.h"
-#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/ps_roi_align_functor.h"
-#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/op_checks.h"
 #include "tf_ext/ops/roi_ops.h"

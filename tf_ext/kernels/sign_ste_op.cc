@@ -1,16 +1,9 @@
 // SignSTEOp<Device, T>: the OpKernel of TfExt>SignSTE.
-#define EIGEN_USE_THREADS
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
+#include "tf_ext/kernels/op_kernel_common.h"
 
 #include <cmath>
 
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/register_types.h"
-#include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/kernels/sign_ste_functor.h"
-#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/sign_ste_ops.h"
 

@@ -1,13 +1,6 @@
 // SmoothL1Op<Device, T>: the OpKernel of TfExt>SmoothL1, on CPU and (CUDA builds) GPU.
-#define EIGEN_USE_THREADS
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
+#include "tf_ext/kernels/op_kernel_common.h"
 
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/register_types.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/smooth_l1_functor.h"
 #include "tf_ext/ops/smooth_l1_ops.h"
 

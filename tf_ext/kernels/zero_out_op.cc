@@ -1,13 +1,6 @@
 // ZeroOutOp<Device, T>: the OpKernel of TfExt>ZeroOut.
-#define EIGEN_USE_THREADS
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
+#include "tf_ext/kernels/op_kernel_common.h"
 
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/register_types.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tf_ext/kernels/single_copy.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/op_checks.h"
 #include "tf_ext/kernels/zero_out_functor.h"
