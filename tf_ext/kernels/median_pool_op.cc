@@ -87,29 +87,9 @@ class MedianPool2DGradOp : public MedianPool2DBase {
   }
 };
 
-#define TF_EXT_REGISTER_MEDIAN_POOL_CPU(T)                                        \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>MedianPool2D").Device(DEVICE_CPU).TypeConstraint<T>("T"),      \
-      MedianPool2DOp<CPUDevice, T>);                                             \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>MedianPool2DGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),  \
-      MedianPool2DGradOp<CPUDevice, T>);
-TF_EXT_REGISTER_MEDIAN_POOL_CPU(float);
-TF_EXT_REGISTER_MEDIAN_POOL_CPU(double);
-#undef TF_EXT_REGISTER_MEDIAN_POOL_CPU
-
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
-#define TF_EXT_REGISTER_MEDIAN_POOL_GPU(T)                                        \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
-      Name("TfExt>MedianPool2D").Device(DEVICE_GPU).TypeConstraint<T>("T"),      \
-      MedianPool2DOp<GPUDevice, T>);                                             \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
-      Name("TfExt>MedianPool2DGrad").Device(DEVICE_GPU).TypeConstraint<T>("T"),  \
-      MedianPool2DGradOp<GPUDevice, T>);
-TF_EXT_REGISTER_MEDIAN_POOL_GPU(float);
-TF_EXT_REGISTER_MEDIAN_POOL_GPU(double);
-#undef TF_EXT_REGISTER_MEDIAN_POOL_GPU
-#endif  // GOOGLE_CUDA
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2D", MedianPool2DOp, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2D", MedianPool2DOp, double);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2DGrad", MedianPool2DGradOp, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2DGrad", MedianPool2DGradOp, double);
 
 }  // namespace tensorflow::tf_ext

@@ -107,36 +107,16 @@ class PsRoiAlignGradOp : public OpKernel {
   functor::PsRoiAlignShape attrs_;
 };
 
-#define TF_EXT_REGISTER_PS_ROI_ALIGN_CPU(T)                                      \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>PsRoiAlign").Device(DEVICE_CPU).TypeConstraint<T>("T"),        \
-      PsRoiAlignOp<CPUDevice, T>);                                               \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>PsRoiAlignGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
-      PsRoiAlignGradOp<CPUDevice, T>);
-TF_EXT_REGISTER_PS_ROI_ALIGN_CPU(float);
-TF_EXT_REGISTER_PS_ROI_ALIGN_CPU(double);
-#undef TF_EXT_REGISTER_PS_ROI_ALIGN_CPU
-
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
 // GPU: `rois` stays in host memory, where the kernel validates it with the CPU kernel's own
 // check before copying it to the device (device_copy.h): no CUDA kernel ever reads an
 // unchecked ROI row.
-#define TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(T)                                     \
-  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>PsRoiAlign")                     \
-                                     .Device(DEVICE_GPU)                       \
-                                     .TypeConstraint<T>("T")                   \
-                                     .HostMemory("rois"),                      \
-                                 PsRoiAlignOp<GPUDevice, T>);                  \
-  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>PsRoiAlignGrad")                 \
-                                     .Device(DEVICE_GPU)                       \
-                                     .TypeConstraint<T>("T")                   \
-                                     .HostMemory("rois"),                      \
-                                 PsRoiAlignGradOp<GPUDevice, T>);
-TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(float);
-TF_EXT_REGISTER_PS_ROI_ALIGN_GPU(double);
-#undef TF_EXT_REGISTER_PS_ROI_ALIGN_GPU
-#endif  // GOOGLE_CUDA
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlign", PsRoiAlignOp, float,
+                                    .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlign", PsRoiAlignOp, double,
+                                    .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlignGrad", PsRoiAlignGradOp, float,
+                                    .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlignGrad", PsRoiAlignGradOp, double,
+                                    .HostMemory("rois"));
 
 }  // namespace tensorflow::tf_ext

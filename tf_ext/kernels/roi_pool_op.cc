@@ -126,35 +126,14 @@ class RoiPoolGradOp : public OpKernel {
   functor::RoiPoolShape attrs_;
 };
 
-#define TF_EXT_REGISTER_ROI_POOL_CPU(T)                                          \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>RoiPool").Device(DEVICE_CPU).TypeConstraint<T>("T"),           \
-      RoiPoolOp<CPUDevice, T>);                                                  \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>RoiPoolGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
-      RoiPoolGradOp<CPUDevice, T>);
-TF_EXT_REGISTER_ROI_POOL_CPU(float);
-TF_EXT_REGISTER_ROI_POOL_CPU(double);
-#undef TF_EXT_REGISTER_ROI_POOL_CPU
-
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
 // GPU: `rois` (and RoiPoolGrad's `argmax`) stay in host memory, where the kernel validates
 // them with the CPU kernel's own checks before copying them to the device (device_copy.h):
 // no CUDA kernel ever reads an unchecked ROI row.
-#define TF_EXT_REGISTER_ROI_POOL_GPU(T)                                                  \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                       \
-      Name("TfExt>RoiPool").Device(DEVICE_GPU).TypeConstraint<T>("T").HostMemory("rois"), \
-      RoiPoolOp<GPUDevice, T>);                                                         \
-  TF_EXT_REGISTER_KERNEL_BUILDER(Name("TfExt>RoiPoolGrad")                             \
-                                     .Device(DEVICE_GPU)                                \
-                                     .TypeConstraint<T>("T")                            \
-                                     .HostMemory("rois")                                \
-                                     .HostMemory("argmax"),                             \
-                                 RoiPoolGradOp<GPUDevice, T>);
-TF_EXT_REGISTER_ROI_POOL_GPU(float);
-TF_EXT_REGISTER_ROI_POOL_GPU(double);
-#undef TF_EXT_REGISTER_ROI_POOL_GPU
-#endif  // GOOGLE_CUDA
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPool", RoiPoolOp, float, .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPool", RoiPoolOp, double, .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPoolGrad", RoiPoolGradOp, float,
+                                    .HostMemory("rois").HostMemory("argmax"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPoolGrad", RoiPoolGradOp, double,
+                                    .HostMemory("rois").HostMemory("argmax"));
 
 }  // namespace tensorflow::tf_ext

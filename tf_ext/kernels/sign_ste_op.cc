@@ -28,25 +28,8 @@ class SignSTEOp : public OpKernel {
   }
 };
 
-#define TF_EXT_REGISTER_SIGN_STE_CPU(T)                                   \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                \
-      Name("TfExt>SignSTE").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
-      SignSTEOp<CPUDevice, T>);
-TF_EXT_REGISTER_SIGN_STE_CPU(Eigen::half);
-TF_EXT_REGISTER_SIGN_STE_CPU(float);
-TF_EXT_REGISTER_SIGN_STE_CPU(double);
-#undef TF_EXT_REGISTER_SIGN_STE_CPU
-
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
-#define TF_EXT_REGISTER_SIGN_STE_GPU(T)                                   \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                        \
-      Name("TfExt>SignSTE").Device(DEVICE_GPU).TypeConstraint<T>("T"),    \
-      SignSTEOp<GPUDevice, T>);
-TF_EXT_REGISTER_SIGN_STE_GPU(Eigen::half);
-TF_EXT_REGISTER_SIGN_STE_GPU(float);
-TF_EXT_REGISTER_SIGN_STE_GPU(double);
-#undef TF_EXT_REGISTER_SIGN_STE_GPU
-#endif  // GOOGLE_CUDA
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, Eigen::half);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, double);
 
 }  // namespace tensorflow::tf_ext

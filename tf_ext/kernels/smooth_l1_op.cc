@@ -25,19 +25,8 @@ class SmoothL1Op : public OpKernel {
   SmoothL1Attrs attrs_;
 };
 
-#define TF_EXT_REGISTER_SMOOTH_L1(DEVICE_NAME, DeviceType, T)             \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                         \
-      Name("TfExt>SmoothL1").Device(DEVICE_NAME).TypeConstraint<T>("T"),  \
-      SmoothL1Op<DeviceType, T>);
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, Eigen::half);
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, float);
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_CPU, CPUDevice, double);
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_GPU, GPUDevice, Eigen::half);
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_GPU, GPUDevice, float);
-TF_EXT_REGISTER_SMOOTH_L1(DEVICE_GPU, GPUDevice, double);
-#endif  // GOOGLE_CUDA
-#undef TF_EXT_REGISTER_SMOOTH_L1
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SmoothL1", SmoothL1Op, Eigen::half);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SmoothL1", SmoothL1Op, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SmoothL1", SmoothL1Op, double);
 
 }  // namespace tensorflow::tf_ext

@@ -29,25 +29,8 @@ class ZeroOutOp : public OpKernel {
   ZeroOutAttrs attrs_;
 };
 
-#define TF_EXT_REGISTER_ZERO_OUT_CPU(T)                                      \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                   \
-      Name("TfExt>ZeroOut").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
-      ZeroOutOp<CPUDevice, T>);
-TF_EXT_REGISTER_ZERO_OUT_CPU(float);
-TF_EXT_REGISTER_ZERO_OUT_CPU(double);
-TF_EXT_REGISTER_ZERO_OUT_CPU(int32);
-#undef TF_EXT_REGISTER_ZERO_OUT_CPU
-
-#if GOOGLE_CUDA
-using GPUDevice = Eigen::GpuDevice;
-#define TF_EXT_REGISTER_ZERO_OUT_GPU(T)                                      \
-  TF_EXT_REGISTER_KERNEL_BUILDER(                                                   \
-      Name("TfExt>ZeroOut").Device(DEVICE_GPU).TypeConstraint<T>("T"),       \
-      ZeroOutOp<GPUDevice, T>);
-TF_EXT_REGISTER_ZERO_OUT_GPU(float);
-TF_EXT_REGISTER_ZERO_OUT_GPU(double);
-TF_EXT_REGISTER_ZERO_OUT_GPU(int32);
-#undef TF_EXT_REGISTER_ZERO_OUT_GPU
-#endif  // GOOGLE_CUDA
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>ZeroOut", ZeroOutOp, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>ZeroOut", ZeroOutOp, double);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>ZeroOut", ZeroOutOp, int32);
 
 }  // namespace tensorflow::tf_ext
