@@ -6,24 +6,11 @@
 // output), phase 2 gathers per input element over the windows containing it, in ascending
 // output order; no atomics, and the same order as the CPU functor.
 #if GOOGLE_CUDA
-#define EIGEN_USE_GPU
+#include "tf_ext/kernels/op_gpu_common.cu.h"
 
-#include <cstdint>
-
-#include "tensorflow/core/util/gpu_kernel_helper.h"
-#include "tf_ext/kernels/gpu/gpu_launch.cu.h"
-#include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/median_pool_functor.h"
 
 namespace tensorflow::tf_ext::functor {
-
-using GPUDevice = Eigen::GpuDevice;
-
-namespace {
-void CheckLaunch(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) LOG(FATAL) << what << ": kernel launch: " << cudaGetErrorString(err);
-}
-}  // namespace
 
 template <typename T>
 void MedianPool2D<GPUDevice, T>::operator()(const GPUDevice& d, const MedianPool2DParams& p,

@@ -6,24 +6,11 @@
 // CPU kernel's check. The backward pass gathers per input element over the ROIs of its image in
 // ascending order (no atomics): deterministic.
 #if GOOGLE_CUDA
-#define EIGEN_USE_GPU
+#include "tf_ext/kernels/op_gpu_common.cu.h"
 
-#include <cstdint>
-
-#include "tensorflow/core/util/gpu_kernel_helper.h"
-#include "tf_ext/kernels/gpu/gpu_launch.cu.h"
-#include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/ps_roi_align_functor.h"
 
 namespace tensorflow::tf_ext::functor {
-
-using GPUDevice = Eigen::GpuDevice;
-
-namespace {
-void CheckLaunch(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) LOG(FATAL) << what << ": kernel launch: " << cudaGetErrorString(err);
-}
-}  // namespace
 
 template <typename T>
 void PsRoiAlign<GPUDevice, T>::operator()(const GPUDevice& d, const PsRoiAlignShape& s,

@@ -6,24 +6,11 @@
 // validating the host-memory inputs with the CPU kernel's checks. The backward pass gathers per
 // input element (no atomics): deterministic, bit for bit the CPU result.
 #if GOOGLE_CUDA
-#define EIGEN_USE_GPU
+#include "tf_ext/kernels/op_gpu_common.cu.h"
 
-#include <cstdint>
-
-#include "tensorflow/core/util/gpu_kernel_helper.h"
-#include "tf_ext/kernels/gpu/gpu_launch.cu.h"
-#include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
 
 namespace tensorflow::tf_ext::functor {
-
-using GPUDevice = Eigen::GpuDevice;
-
-namespace {
-void CheckLaunch(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) LOG(FATAL) << what << ": kernel launch: " << cudaGetErrorString(err);
-}
-}  // namespace
 
 template <typename T>
 void RoiPool<GPUDevice, T>::operator()(const GPUDevice& d, const RoiPoolShape& s, const T* data,

@@ -1,18 +1,11 @@
 // functor::SignSTE<GPUDevice, T>: the CUDA half of TfExt>SignSTE, one thread per element
 // running gpu::SignSteBody (kernels/gpu/sign_ste_body.h). nvcc only, under --config=cuda.
 #if GOOGLE_CUDA
-#define EIGEN_USE_GPU
+#include "tf_ext/kernels/op_gpu_common.cu.h"
 
-#include <cstdint>
-
-#include "tensorflow/core/util/gpu_kernel_helper.h"
-#include "tf_ext/kernels/gpu/gpu_launch.cu.h"
-#include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/sign_ste_functor.h"
 
 namespace tensorflow::tf_ext::functor {
-
-using GPUDevice = Eigen::GpuDevice;
 
 template <typename T>
 void SignSTE<GPUDevice, T>::operator()(const GPUDevice& d, const T* x, int64_t n, T* y) const {

@@ -1,17 +1,13 @@
 // functor::SmoothL1<GPUDevice, T>: the CUDA half of TfExt>SmoothL1. Compiled by nvcc only with
 // `--config=cuda` (see tf_ext_cuda_library in tf_ext/build_defs.bzl); never includes op_kernel.h.
 #if GOOGLE_CUDA
-#define EIGEN_USE_GPU
+#include "tf_ext/kernels/op_gpu_common.cu.h"
 
 #include <algorithm>
-#include <cstdint>
 
-#include "tensorflow/core/util/gpu_kernel_helper.h"
 #include "tf_ext/kernels/smooth_l1_functor.h"
 
 namespace tensorflow::tf_ext::functor {
-
-using GPUDevice = Eigen::GpuDevice;
 
 namespace {
 
