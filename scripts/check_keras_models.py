@@ -61,7 +61,6 @@ def freeze(model, mode, out, python, batch):
 def run_measured(cmd):
     """subprocess.run(cmd, capture_output=True, text=True), plus the child's peak RSS in MB
     (os.wait4's rusage of that one process)."""
-    import resource  # noqa: F401  (wait4's rusage)
     import threading
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {}

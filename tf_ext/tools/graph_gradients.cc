@@ -698,18 +698,20 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
                           const NumericCheckOptions& options, NumericCheckResult* check) {
   const double start = Seconds();
   *check = NumericCheckResult();
-  bool any_surrogate = false;
-  for (const NodeDef& n : request.graph.node()) {
+  // One pass finds the surrogate nodes; the forward graph (its weights) is copied only if
+  // there are any, and only their nodes are rewritten.
+  std::vector<std::pair<int, FunctionDef>> surrogates;
+  for (int i = 0; i < request.graph.node_size(); ++i) {
     FunctionDef surrogate;
-    any_surrogate |= SpecializedSurrogateForward(n, &surrogate).ok();
+    if (SpecializedSurrogateForward(request.graph.node(i), &surrogate).ok()) {
+      surrogates.emplace_back(i, std::move(surrogate));
+    }
   }
-  // A copy of the forward graph (its weights) only where a surrogate replaces a node.
   GraphDef numeric;
-  if (any_surrogate) numeric = request.graph;
+  if (!surrogates.empty()) numeric = request.graph;
   std::set<std::string> in_library;
-  for (NodeDef& n : *numeric.mutable_node()) {
-    FunctionDef surrogate;
-    if (!SpecializedSurrogateForward(n, &surrogate).ok()) continue;
+  for (auto& [index, surrogate] : surrogates) {
+    NodeDef& n = *numeric.mutable_node(index);
     check->surrogates.push_back(absl::StrCat(n.op(), " (node '", n.name(), "')"));
     const std::string fname = surrogate.signature().name();
     if (in_library.insert(fname).second) *numeric.mutable_library()->add_function() = surrogate;
