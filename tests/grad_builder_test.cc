@@ -15,6 +15,7 @@
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
 #include "tests/test_util.h"
+#include "tests/testlib/elementwise_op.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -39,19 +40,7 @@ REGISTER_OP("TfExtTest>ScaleArgmax").Input("x: T").Input("k: int32").Input("w: f
 REGISTER_OP("TfExtTest>ScaleArgmaxGrad").Input("dy: T").Output("dx: T")
     .Attr("T: {float, double}").Attr("scale: float");
 
-template <typename T, typename F>
-class UnaryOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(0).shape(), &out));
-    auto in = ctx->input(0).flat<T>();
-    for (int64_t i = 0; i < in.size(); ++i) out->flat<T>()(i) = F()(in(i));
-  }
-};
 struct ExpF { template <typename T> T operator()(T x) const { return std::exp(x); } };
-struct CubeF { template <typename T> T operator()(T x) const { return x * x * x; } };
 
 template <typename T>
 class BcastMulOp : public OpKernel {
@@ -128,10 +117,6 @@ class ScaleArgmaxGradOp : public OpKernel {
 };
 
 #define REGISTER_TEST_KERNELS(T)                                                              \
-  REGISTER_KERNEL_BUILDER(Name("TfExtTest>Expo").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
-                          UnaryOp<T, ExpF>);                                                  \
-  REGISTER_KERNEL_BUILDER(Name("TfExtTest>Cube").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
-                          UnaryOp<T, CubeF>);                                                 \
   REGISTER_KERNEL_BUILDER(                                                                    \
       Name("TfExtTest>BcastMul").Device(DEVICE_CPU).TypeConstraint<T>("T"), BcastMulOp<T>);   \
   REGISTER_KERNEL_BUILDER(                                                                    \
@@ -142,6 +127,8 @@ class ScaleArgmaxGradOp : public OpKernel {
       ScaleArgmaxGradOp<T>);
 REGISTER_TEST_KERNELS(float);
 REGISTER_TEST_KERNELS(double);
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>Expo", ExpF);
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>Cube", test::CubeF);
 
 // ---- their gradients, one helper each ----------------------------------------------------
 

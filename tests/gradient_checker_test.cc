@@ -3,11 +3,11 @@
 
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tests/test_util.h"
+#include "tests/testlib/elementwise_op.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -21,22 +21,11 @@ using test::GradientCheckResult;
 REGISTER_OP("TfExtTest>Twice").Input("x: T").Input("w: T").Output("y: T")
     .Attr("T: {float, double}").SetShapeFn(shape_inference::UnchangedShape);
 
-template <typename T>
-class TwiceOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    Tensor* y = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(0).shape(), &y));
-    auto x = ctx->input(0).flat<T>();
-    auto w = ctx->input(1).flat<T>();
-    for (int64_t i = 0; i < x.size(); ++i) y->flat<T>()(i) = T(2) * x(i) + w(i);
-  }
+struct TwiceF {
+  template <typename T>
+  T operator()(T x, T w) const { return T(2) * x + w; }
 };
-REGISTER_KERNEL_BUILDER(Name("TfExtTest>Twice").Device(DEVICE_CPU).TypeConstraint<double>("T"),
-                        TwiceOp<double>);
-REGISTER_KERNEL_BUILDER(Name("TfExtTest>Twice").Device(DEVICE_CPU).TypeConstraint<float>("T"),
-                        TwiceOp<float>);
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>Twice", TwiceF);
 
 absl::Status WrongTwiceGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExtTest>Twice", attrs);

@@ -3,9 +3,9 @@
 // It uses tf_ext's public gradient library as any other op library would.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
+#include "tests/testlib/elementwise_op.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -17,28 +17,10 @@ REGISTER_OP("TfExtTest>NoGradYet").Input("x: T").Output("y: T").Attr("T: {float,
 REGISTER_OP("TfExtTest>Frozen").Input("x: T").Output("y: T").Attr("T: {float, double}")
     .SetShapeFn(shape_inference::UnchangedShape);
 
-// y = factor * x
-template <typename T, int kFactor>
-class ScaleOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    Tensor* y = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(0).shape(), &y));
-    auto x = ctx->input(0).flat<T>();
-    for (int64_t i = 0; i < x.size(); ++i) y->flat<T>()(i) = T(kFactor) * x(i);
-  }
-};
-
-#define REGISTER(T)                                                                          \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name("TfExtTest>BadScale").Device(DEVICE_CPU).TypeConstraint<T>("T"), ScaleOp<T, 2>);  \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name("TfExtTest>NoGradYet").Device(DEVICE_CPU).TypeConstraint<T>("T"), ScaleOp<T, 1>); \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name("TfExtTest>Frozen").Device(DEVICE_CPU).TypeConstraint<T>("T"), ScaleOp<T, 1>);
-REGISTER(float);
-REGISTER(double);
+// y = 2 x, y = x, y = x.
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>BadScale", test::ScaleF<2>);
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>NoGradYet", test::ScaleF<1>);
+TF_EXT_TEST_REGISTER_ELEMENTWISE_KERNEL("TfExtTest>Frozen", test::ScaleF<1>);
 
 absl::Status BadScaleGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TfExtTest>BadScale", attrs);
