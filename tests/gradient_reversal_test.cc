@@ -160,28 +160,12 @@ TEST(GradientReversal, RejectsNonFiniteScale) {
       {std::numeric_limits<float>::quiet_NaN(), "nan"}};
   for (const auto& [scale, shown] : cases) {
     SCOPED_TRACE(shown);
-    const OpAttrs attrs = {{"scale", scale}};
-    const std::string want = "scale must be finite, got " + shown;
-    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kKernel}).status(), kOp, {want});
-    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kSessionConstants}).status(), kOp,
-                          {want});  // the shape function
-    ExpectInvalidArgument(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), kOp, {want});
+    ExpectRejectedByKernelShapeFnAndGradient(kOp, {{"scale", scale}}, {x},
+                                             "scale must be finite, got " + shown);
   }
 }
 
-TEST(GradientReversal, EveryDeclaredTypeHasACpuKernelAndAGradient) {
-  const OpDef* def = nullptr;
-  ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(kOp, &def).ok());
-  ASSERT_EQ(def->attr(0).name(), "T");
-  const auto& types = def->attr(0).allowed_values().list().type();
-  EXPECT_EQ(types.size(), 3);
-  for (int t : types) {
-    Tensor x(static_cast<DataType>(t), TensorShape({2}));
-    memset(x.data(), 0, x.TotalBytes());
-    EXPECT_TRUE(RunOp(kOp, {}, {x}, {RunPath::kKernel}).ok()) << DataTypeString(x.dtype());
-    EXPECT_TRUE(RunSymbolicGradient(kOp, {}, {x}, {x}).ok()) << DataTypeString(x.dtype());
-  }
-}
+// Kernels and gradients for every declared type: ManifestGeneric (manifest_test.cc).
 
 // ---- GradBuilder::GetAttr: the node's value, else the OpDef default; errors name the op. ----
 

@@ -132,29 +132,12 @@ TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
       {std::numeric_limits<float>::quiet_NaN(), "nan"}};
   for (const auto& [clip, shown] : cases) {
     SCOPED_TRACE(shown);
-    const OpAttrs attrs = {{"clip", clip}};
-    const std::string want = "clip must be finite and >= 0, got " + shown;
-    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kKernel}).status(), kOp, {want});
-    ExpectInvalidArgument(RunOp(kOp, attrs, {x}, {RunPath::kSessionConstants}).status(), kOp,
-                          {want});  // the shape function
-    // The gradient creator refuses too, with the same status.
-    ExpectInvalidArgument(RunSymbolicGradient(kOp, attrs, {x}, {x}).status(), kOp, {want});
+    ExpectRejectedByKernelShapeFnAndGradient(kOp, {{"clip", clip}}, {x},
+                                             "clip must be finite and >= 0, got " + shown);
   }
 }
 
-TEST(SignSTE, EveryDeclaredTypeHasACpuKernelAndAGradient) {
-  const OpDef* def = nullptr;
-  ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(kOp, &def).ok());
-  ASSERT_EQ(def->attr(0).name(), "T");
-  const auto& types = def->attr(0).allowed_values().list().type();
-  EXPECT_EQ(types.size(), 3);
-  for (int t : types) {
-    Tensor x(static_cast<DataType>(t), TensorShape({2}));
-    memset(x.data(), 0, x.TotalBytes());
-    EXPECT_TRUE(RunOp(kOp, {}, {x}, {RunPath::kKernel}).ok()) << DataTypeString(x.dtype());
-    EXPECT_TRUE(RunSymbolicGradient(kOp, {}, {x}, {x}).ok()) << DataTypeString(x.dtype());
-  }
-}
+// Kernels and gradients for every declared type: ManifestGeneric (manifest_test.cc).
 
 }  // namespace
 }  // namespace tensorflow::tf_ext::test

@@ -1,5 +1,5 @@
 // Shared helpers for tf_ext's gtests: tensors from values, tensor comparison and the one
-// check of the project's error convention. Everything test-only lives in tf_ext::test (never
+// check of the project's error convention (and of a call refused in every mode). Everything test-only lives in tf_ext::test (never
 // tf_ext::testing, which would shadow gtest's ::testing inside tensorflow::tf_ext).
 #ifndef TF_EXT_TESTS_TEST_UTIL_H_
 #define TF_EXT_TESTS_TEST_UTIL_H_
@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext::test {
 
@@ -52,6 +53,18 @@ inline void ExpectInvalidArgument(const absl::Status& s, const std::string& op,
   for (const std::string& f : fragments) {
     EXPECT_TRUE(absl::StrContains(s.message(), f)) << "missing '" << f << "' in: " << s;
   }
+}
+
+// One bad call refused the same way everywhere it can be made: by the bare kernel (eager), by
+// the shape function (a graph with constant inputs) and by the gradient creator
+// (SymbolicGradient with dys = inputs: the ops this is used for are elementwise).
+inline void ExpectRejectedByKernelShapeFnAndGradient(const std::string& op, const OpAttrs& attrs,
+                                                     const std::vector<Tensor>& inputs,
+                                                     const std::string& fragment) {
+  ExpectInvalidArgument(RunOp(op, attrs, inputs, {RunPath::kKernel}).status(), op, {fragment});
+  ExpectInvalidArgument(RunOp(op, attrs, inputs, {RunPath::kSessionConstants}).status(), op,
+                        {fragment});
+  ExpectInvalidArgument(RunSymbolicGradient(op, attrs, inputs, inputs).status(), op, {fragment});
 }
 
 }  // namespace tensorflow::tf_ext::test
