@@ -43,7 +43,9 @@ TEST(Gradcheck, EveryDeclaredOpOfTheLibraryIsChecked) {
           const bool declared = std::any_of(f.types.begin(), f.types.end(), [&](auto t) {
             return tensorflow::DataTypeString(t) == dtype;
           });
-          if (declared) EXPECT_TRUE(HasRow(r.output, op, dtype, "PASS")) << op << "\n" << r.output;
+          if (declared) {
+            EXPECT_TRUE(HasRow(r.output, op, dtype, "PASS")) << op << "\n" << r.output;
+          }
         }
         break;
       case tensorflow::tf_ext::Differentiability::kBackwardOp:
