@@ -112,9 +112,14 @@ gpu-test: gpu-harness-build
 	$(COMPUTE_SANITIZER) --tool initcheck --error-exitcode 1 $(GPU_HARNESS) --quick
 	$(COMPUTE_SANITIZER) --tool racecheck --error-exitcode 1 $(GPU_HARNESS) --quick
 
-# Achieved GB/s of SignSTE and MedianPool2D against a device-to-device cudaMemcpy.
+# Achieved GB/s of SignSTE and MedianPool2D against a device-to-device cudaMemcpy, and the ROI
+# ops at detection-head sizes against torchvision's CUDA kernels on the same boxes
+# (tests/gpu/torchvision_bench.py: needs PyTorch and torchvision, not TensorFlow).
+GPU_BENCH_DIR := $(ROOT)/.gpu/bench
 gpu-bench: gpu-harness-build
-	$(GPU_HARNESS) --bench
+	@mkdir -p $(GPU_BENCH_DIR)
+	$(GPU_HARNESS) --bench --bench-out $(GPU_BENCH_DIR)
+	python3 $(ROOT)/tests/gpu/torchvision_bench.py $(GPU_BENCH_DIR)
 
 # README.md's op table, regenerated from the ops' declarations (tf_ext/grads/*_grad.cc).
 docs: setup

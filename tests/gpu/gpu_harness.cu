@@ -12,7 +12,10 @@
 //   - an independent brute-force reference where one is short (median: a stable sort).
 // Every GPU run happens twice and must be bitwise identical (deterministic kernels).
 //
-//   gpu_harness [--cases N] [--seed S] [--quick] [--bench]
+//   gpu_harness [--cases N] [--seed S] [--quick] [--bench [--bench-out DIR]]
+// --bench: the GB/s table and the ROI ops at detection-head sizes (--quick: tiny sizes, ROI
+// ops only, to check the plumbing); --bench-out DIR also writes DIR/bench.json and the ROI
+// sets for tests/gpu/torchvision_bench.py.
 // Exit status: 0 all passed, 1 a check failed, 2 no CUDA device (nothing tested).
 #if defined(TF_EXT_HARNESS_HOST_EMULATION)
 // `make gpu-harness-host`: the harness compiled by the host compiler, "device" buffers in host
@@ -456,7 +459,128 @@ double TimeMs(const std::function<void()>& fn, int reps) {
   return ms / reps;
 }
 
-void Bench() {
+// Detection-head boxes in image coordinates (features are 1/16 of the image): inside the
+// image, 16 to 512 pixels on a side. The same rows go to torchvision (tests/gpu/
+// torchvision_bench.py), so both sides pool the same bins.
+std::vector<float> DetectionRois(std::mt19937& rng, int64_t num_rois, int64_t batch,
+                                 float image) {
+  std::uniform_real_distribution<float> pos(0.f, image), side(16.f, 512.f);
+  std::vector<float> r(5 * num_rois);
+  for (int64_t i = 0; i < num_rois; ++i) {
+    float* row = &r[5 * i];
+    row[0] = static_cast<float>(i % batch);
+    row[1] = pos(rng);
+    row[2] = pos(rng);
+    row[3] = std::min(image - 1, row[1] + side(rng));
+    row[4] = std::min(image - 1, row[2] + side(rng));
+  }
+  return r;
+}
+
+// One line of the ROI table, and one JSON object for torchvision_bench.py.
+void ReportRoi(std::FILE* json, int* rows, const char* op, int64_t rois, const char* shape, double fwd_ms,
+               double bwd_ms, const std::string& rois_file) {
+  std::printf("%-12s %5" PRId64 " ROIs %-22s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms\n", op,
+              rois, shape, fwd_ms, bwd_ms, fwd_ms + bwd_ms);
+  if (json) {
+    std::fprintf(json,
+                 "%s{\"op\": \"%s\", \"rois\": %" PRId64 ", \"rois_file\": \"%s\", "
+                 "\"fwd_ms\": %.6f, \"bwd_ms\": %.6f}",
+                 (*rows)++ > 0 ? ",\n " : "", op, rois, rois_file.c_str(), fwd_ms, bwd_ms);
+  }
+}
+
+// RoiPool and PsRoiAlign (float, features [2, 64, 64, C] NHWC at 1/16 of a 1024x1024 image,
+// 7x7 bins) at detection-head sizes, forward and backward (the deterministic gather). With
+// `out_dir`, writes each ROI set (raw float32 rows) and bench.json there for
+// torchvision_bench.py, which times torchvision's CUDA kernels on the same boxes.
+void BenchRoi(const std::string& out_dir, bool quick) {
+  const int64_t batch = 2, side = quick ? 8 : 64, roi_pool_c = quick ? 8 : 256;
+  const int64_t ps_d = quick ? 2 : 10;  // R-FCN style: D output channels, D * 49 inputs
+  const float image = 16.f * side;
+  std::FILE* json = nullptr;
+  if (!out_dir.empty()) {
+    json = std::fopen((out_dir + "/bench.json").c_str(), "w");
+    if (!json) {
+      std::fprintf(stderr, "gpu_harness: cannot write %s/bench.json\n", out_dir.c_str());
+      std::exit(1);
+    }
+    std::fprintf(json, "{\"batch\": %" PRId64 ", \"height\": %" PRId64 ", \"width\": %" PRId64
+                 ", \"roi_pool_channels\": %" PRId64 ", \"ps_output_channels\": %" PRId64
+                 ", \"pooled\": 7, \"spatial_scale\": 0.0625, \"sampling_ratio\": 2,"
+                 " \"results\": [", batch, side, side, roi_pool_c, ps_d);
+  }
+  const std::vector<int64_t> roi_counts = quick ? std::vector<int64_t>{16}
+                                                : std::vector<int64_t>{512, 2000};
+  const int reps = quick ? 2 : 10;
+  int rows = 0;
+  std::mt19937 rng(7);
+  for (int64_t num_rois : roi_counts) {
+    const std::vector<float> rois = DetectionRois(rng, num_rois, batch, image);
+    std::string rois_file;
+    if (json) {
+      rois_file = "rois_" + std::to_string(num_rois) + ".f32";
+      std::FILE* f = std::fopen((out_dir + "/" + rois_file).c_str(), "wb");
+      if (!f || std::fwrite(rois.data(), sizeof(float), rois.size(), f) != rois.size()) {
+        std::fprintf(stderr, "gpu_harness: cannot write %s\n", rois_file.c_str());
+        std::exit(1);
+      }
+      std::fclose(f);
+    }
+    DeviceBuffer<float> drois(rois);
+    {
+      gpu::RoiPoolGeometry g;
+      g.batch = batch; g.height = g.width = side; g.channels = roi_pool_c;
+      g.num_rois = num_rois; g.pooled_height = g.pooled_width = 7; g.spatial_scale = 0.0625f;
+      const int64_t in = batch * side * side * roi_pool_c, out = num_rois * 49 * roi_pool_c;
+      DeviceBuffer<float> data(RandomValues<float>(in, rng, 0)), pooled(out), d_pooled(out),
+          d_data(in);
+      DeviceBuffer<int32_t> argmax(out);
+      CUDA_OK(cudaMemset(d_pooled.ptr, 0, out * sizeof(float)));
+      const double fwd = TimeMs([&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, out, gpu::RoiPoolBody<float>{g, data.ptr, drois.ptr,
+                                                                      pooled.ptr, argmax.ptr}));
+      }, reps);
+      const double bwd = TimeMs([&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, in, gpu::RoiPoolGradGatherBody<float>{
+                                                 g, drois.ptr, argmax.ptr, d_pooled.ptr,
+                                                 d_data.ptr}));
+      }, reps);
+      const std::string shape = "[2," + std::to_string(side) + "," + std::to_string(side) + "," +
+                                std::to_string(roi_pool_c) + "] 7x7";
+      ReportRoi(json, &rows, "roi_pool", num_rois, shape.c_str(), fwd, bwd, rois_file);
+    }
+    {
+      gpu::PsRoiAlignGeometry g;
+      g.batch = batch; g.height = g.width = side; g.output_channels = ps_d;
+      g.channels = ps_d * 49; g.num_rois = num_rois; g.pooled_height = g.pooled_width = 7;
+      g.spatial_scale = 0.0625f; g.sampling_ratio = 2;
+      const int64_t in = batch * side * side * g.channels, out = num_rois * 49 * ps_d;
+      DeviceBuffer<float> features(RandomValues<float>(in, rng, 0)), output(out),
+          d_output(out), d_features(in);
+      CUDA_OK(cudaMemset(d_output.ptr, 0, out * sizeof(float)));
+      const double fwd = TimeMs([&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, out, gpu::PsRoiAlignBody<float>{g, features.ptr,
+                                                                         drois.ptr, output.ptr}));
+      }, reps);
+      const double bwd = TimeMs([&] {
+        CUDA_OK(gpu::LaunchGrid(nullptr, in, gpu::PsRoiAlignGradGatherBody<float>{
+                                                 g, drois.ptr, d_output.ptr, d_features.ptr}));
+      }, reps);
+      const std::string shape = "[2," + std::to_string(side) + "," + std::to_string(side) + "," +
+                                std::to_string(g.channels) + "] 7x7";
+      ReportRoi(json, &rows, "ps_roi_align", num_rois, shape.c_str(), fwd, bwd, rois_file);
+    }
+  }
+  if (json) {
+    std::fprintf(json, "]}\n");
+    std::fclose(json);
+  }
+}
+
+void Bench(const std::string& out_dir, bool quick) {
+  BenchRoi(out_dir, quick);
+  if (quick) return;
   const int64_t n = int64_t{1} << 26;  // 64 Mi floats, 256 MiB
   DeviceBuffer<float> x(n), y(n);
   CUDA_OK(cudaMemset(x.ptr, 0, n * sizeof(float)));
@@ -507,15 +631,19 @@ void Bench() {
 int main(int argc, char** argv) {
   int cases = 200;
   unsigned seed = 1;
-  bool bench = false;
+  bool bench = false, quick = false;
+  std::string bench_out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--bench") bench = true;
-    else if (a == "--quick") cases = 20;
+    else if (a == "--bench-out" && i + 1 < argc) bench_out = argv[++i];
+    else if (a == "--quick") cases = 20, quick = true;
     else if (a == "--cases" && i + 1 < argc) cases = std::atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--cases N] [--seed S] [--quick] [--bench]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--cases N] [--seed S] [--quick] [--bench [--bench-out DIR]]\n",
+                   argv[0]);
       return 1;
     }
   }
@@ -531,7 +659,7 @@ int main(int argc, char** argv) {
   std::printf("gpu_harness: %s (sm_%d%d), %d cases per op, seed %u\n", prop.name, prop.major,
               prop.minor, cases, seed);
   if (bench) {
-    Bench();
+    Bench(bench_out, quick);
     return 0;
   }
   std::mt19937 rng(seed);
