@@ -25,6 +25,7 @@
 
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "tf_ext/kernels/gpu_bodies.h"
+#include "tf_ext/kernels/half_float_functor.h"
 #include "tf_ext/kernels/median_pool_functor.h"
 #include "tf_ext/kernels/ps_roi_align_functor.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
@@ -226,6 +227,52 @@ void CheckMedian(const Eigen::ThreadPoolDevice& d, uint32_t seed) {
     gpu::RunGridOnHost(g.InputSize(),
                        gpu::MedianGradGatherBody<T>{g, arg.data(), dy.data(), dx_got.data()});
     ASSERT_TRUE(SameBits(dx_got, dx_want));
+  }
+}
+
+// The half <-> float conversions of the half kernels (kernels/gpu/half_body.h, the same on
+// both devices) against Eigen::half: every half value widened exactly; floats (random bit
+// patterns, and values near every half, halfway between two halves, in the subnormal range and
+// past the largest half) rounded to nearest even, through the CPU functors that run them.
+TEST_F(GpuBodyTest, HalfConversionsAreEigens) {
+  std::vector<uint16_t> bits(65536);
+  std::iota(bits.begin(), bits.end(), 0);
+  std::vector<float> wide(65536);
+  functor::HalfToFloat<CPUDevice>()(device_, bits.data(), bits.size(), wide.data());
+  for (int i = 0; i < 65536; ++i) {
+    const float want = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits[i]));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(wide[i])) << "half bits 0x" << std::hex << i;
+      ASSERT_EQ(std::signbit(wide[i]), std::signbit(want)) << "half bits 0x" << std::hex << i;
+    } else {
+      ASSERT_EQ(Eigen::numext::bit_cast<uint32_t>(wide[i]), Eigen::numext::bit_cast<uint32_t>(want))
+          << "half bits 0x" << std::hex << i;
+    }
+  }
+  std::vector<float> f;
+  std::mt19937 rng(21);
+  for (int i = 0; i < 1000000; ++i) f.push_back(Eigen::numext::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (int i = 0; i < 65536; ++i) {
+    const uint32_t b = static_cast<uint32_t>(i) << 13;  // a half's float bits, shifted ...
+    for (uint32_t tweak : {0u, 0xFFFu, 0x1000u, 0x1001u, 0x1FFFu}) {  // ... then below/at/past halfway
+      f.push_back(Eigen::numext::bit_cast<float>(b + tweak));
+    }
+  }
+  for (float v : {65504.f, 65519.f, 65520.f, 1e9f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f,
+                  6.1035156e-5f, 1e-40f, 0.f, -0.f}) {
+    f.push_back(v);
+    f.push_back(-v);
+  }
+  std::vector<uint16_t> narrow(f.size());
+  functor::FloatToHalf<CPUDevice>()(device_, f.data(), f.size(), narrow.data());
+  for (size_t i = 0; i < f.size(); ++i) {
+    const Eigen::half want = static_cast<Eigen::half>(f[i]);
+    if (Eigen::numext::isnan(want)) {
+      ASSERT_EQ(narrow[i] & 0x7FFFu, 0x7E00u) << f[i];
+    } else {  // float denormals included: both give +-0 (they are below 2^-25)
+      ASSERT_EQ(narrow[i], Eigen::numext::bit_cast<uint16_t>(want))
+          << f[i] << " (bits 0x" << std::hex << Eigen::numext::bit_cast<uint32_t>(f[i]) << ")";
+    }
   }
 }
 

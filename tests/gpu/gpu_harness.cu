@@ -46,6 +46,7 @@
 #if !defined(TF_EXT_HARNESS_HOST_EMULATION)
 #include "tf_ext/kernels/gpu/gpu_launch.cu.h"
 #endif
+#include "tf_ext/kernels/gpu/half_body.h"
 #include "tf_ext/kernels/gpu/median_pool_body.h"
 #include "tf_ext/kernels/gpu/ps_roi_align_body.h"
 #include "tf_ext/kernels/gpu/roi_pool_body.h"
@@ -298,6 +299,36 @@ void TestMedianType(std::mt19937& rng, int cases, const char* type) {
     }, what + " grad");
     ExpectBitwise(dx_got, dx_want, what + " grad (vs ascending scatter)");
   }
+}
+
+// The half kernels' conversions (half_body.h): every half widened, and random floats plus
+// values at and around every halfway point rounded, on the device vs on the host (bitwise;
+// tests/gpu_body_test.cc holds the host functions to Eigen::half).
+void TestHalfConversions(std::mt19937& rng) {
+  std::vector<uint16_t> all_half(65536);
+  std::iota(all_half.begin(), all_half.end(), 0);
+  DeviceBuffer<uint16_t> dh(all_half);
+  std::vector<float> wide_want(65536);
+  gpu::RunGridOnHost(65536, gpu::HalfToFloatBody{all_half.data(), wide_want.data()});
+  ExpectBitwise(RunTwice<float>(65536, 65536, [&](float* out) {
+    return gpu::HalfToFloatBody{dh.ptr, out};
+  }, "half to float"), wide_want, "half to float: every bit pattern");
+  std::vector<float> f = RandomValues<float>(1 << 20, rng, 2);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    for (uint32_t tweak : {0u, 0xFFFu, 0x1000u, 0x1001u}) {
+      const uint32_t b = (i << 13) + tweak;
+      float v;
+      std::memcpy(&v, &b, sizeof(v));
+      f.push_back(v);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(f.size());
+  DeviceBuffer<float> df(f);
+  std::vector<uint16_t> narrow_want(f.size());
+  gpu::RunGridOnHost(n, gpu::FloatToHalfBody{f.data(), narrow_want.data()});
+  ExpectBitwise(RunTwice<uint16_t>(n, f.size(), [&](uint16_t* out) {
+    return gpu::FloatToHalfBody{df.ptr, out};
+  }, "float to half"), narrow_want, "float to half: random and halfway values");
 }
 
 // ---- ROI ops ----------------------------------------------------------------------------
@@ -664,6 +695,7 @@ int main(int argc, char** argv) {
   }
   std::mt19937 rng(seed);
   TestSign(rng, cases);
+  TestHalfConversions(rng);
   TestMedianType<float>(rng, cases, "float");
   TestMedianType<double>(rng, cases, "double");
   TestRoiPoolType<float>(rng, cases, "float");

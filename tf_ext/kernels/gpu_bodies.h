@@ -9,6 +9,7 @@
 
 #include "Eigen/Core"
 #include "tf_ext/kernels/gpu/gpu_common.h"
+#include "tf_ext/kernels/gpu/half_body.h"
 #include "tf_ext/kernels/gpu/median_pool_body.h"
 #include "tf_ext/kernels/gpu/ps_roi_align_body.h"
 #include "tf_ext/kernels/gpu/roi_pool_body.h"
