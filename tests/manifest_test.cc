@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -353,6 +354,97 @@ TEST(ManifestGeneric, WrongRankInputsAreAcceptedOrRejectedNamingTheOp) {
     }
   }
   EXPECT_GT(rejected, 0);
+}
+
+// A half op is its float op on the widened inputs, rounded once to nearest even: Eigen::half's
+// own rounding is the reference. Forward ops with DT_HALF, and the gradients that are one
+// dedicated backward op (RoiPoolGrad, ...), whose half kernels compute in float likewise.
+std::vector<Tensor> Widened(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : inputs) {
+    out.push_back(t.dtype() != DT_HALF
+                      ? t
+                      : test::FromDoubles(DT_FLOAT, t.shape(), test::ToDoubles(t)).value());
+  }
+  return out;
+}
+
+void ExpectRoundedFrom(const Tensor& half, const Tensor& wide, const std::string& what) {
+  ASSERT_EQ(half.shape(), wide.shape()) << what;
+  if (half.dtype() != DT_HALF) {
+    EXPECT_EQ(test::ToDoubles(half), test::ToDoubles(wide)) << what;
+    return;
+  }
+  ASSERT_EQ(wide.dtype(), DT_FLOAT) << what;
+  auto h = half.flat<Eigen::half>();
+  auto f = wide.flat<float>();
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < h.size(); ++i) {
+    const Eigen::half want = static_cast<Eigen::half>(f(i));
+    const bool same = Eigen::numext::isnan(want)
+                          ? static_cast<bool>(Eigen::numext::isnan(h(i)))
+                          : Eigen::numext::bit_cast<uint16_t>(h(i)) ==
+                                Eigen::numext::bit_cast<uint16_t>(want);
+    if (!same && ++mismatches <= 3) {
+      ADD_FAILURE() << what << " element " << i << ": half kernel "
+                    << static_cast<float>(h(i)) << ", float kernel " << f(i) << " rounds to "
+                    << static_cast<float>(want);
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what;
+}
+
+TEST(ManifestGeneric, HalfIsTheFloatResultRoundedOnce) {
+  auto specs = Specs();
+  int compared = 0;
+  for (const OpFacts& f : GradientManifest()) {
+    if (f.differentiability != Differentiability::kGradient ||
+        std::find(f.types.begin(), f.types.end(), DT_HALF) == f.types.end()) {
+      continue;
+    }
+    const OpDef* def = nullptr;
+    ASSERT_TRUE(OpRegistry::Global()->LookUpOpDef(f.op, &def).ok());
+    bool dedicated_backward = false;
+    for (const OpFacts& b : GradientManifest()) dedicated_backward |= b.backward_of == f.op;
+    for (uint64_t seed : {11, 12, 13}) {
+      SCOPED_TRACE(f.op + " seed " + std::to_string(seed));
+      tools::OpInstance in = tools::BuildOpInstance(*def, &specs[f.op], f.type_attr, DT_HALF, seed);
+      ASSERT_EQ(in.problem, "");
+      test::OpAttrs attrs_h = ToOpAttrs(in.attrs), attrs_f = attrs_h;
+      for (auto& [name, value] : attrs_f) {
+        if (name == f.type_attr) value = FunctionDefHelper::AttrValueWrapper(DT_FLOAT);
+      }
+      const std::vector<Tensor> wide = Widened(in.inputs);
+      auto yh = test::RunOp(f.op, attrs_h, in.inputs);
+      auto yf = test::RunOp(f.op, attrs_f, wide);
+      ASSERT_TRUE(yh.ok()) << yh.status();
+      ASSERT_TRUE(yf.ok()) << yf.status();
+      ASSERT_EQ(yh->size(), yf->size());
+      for (size_t k = 0; k < yh->size(); ++k) {
+        ExpectRoundedFrom((*yh)[k], (*yf)[k], f.op + " output " + std::to_string(k));
+      }
+      ++compared;
+      if (!dedicated_backward) continue;
+      // The gradient: its backward op in half vs in float, for the same half dys.
+      std::vector<Tensor> dys;
+      std::mt19937 rng(seed);
+      std::uniform_real_distribution<double> u(-1, 1);
+      for (const Tensor& y : *yh) {
+        std::vector<double> v(y.NumElements());
+        for (double& d : v) d = y.dtype() == DT_HALF ? u(rng) : 0.0;
+        dys.push_back(test::FromDoubles(y.dtype(), y.shape(), v).value());
+      }
+      auto gh = test::RunSymbolicGradient(f.op, attrs_h, in.inputs, dys);
+      auto gf = test::RunSymbolicGradient(f.op, attrs_f, wide, Widened(dys));
+      ASSERT_TRUE(gh.ok()) << gh.status();
+      ASSERT_TRUE(gf.ok()) << gf.status();
+      for (size_t k = 0; k < gh->size(); ++k) {
+        ExpectRoundedFrom((*gh)[k], (*gf)[k], f.op + " gradient " + std::to_string(k));
+      }
+    }
+  }
+  // MedianPool2D, RoiPool, PsRoiAlign, SignSTE, GradientReversal, SmoothL1, three seeds each.
+  EXPECT_GE(compared, 18);
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ class MedianPool2D(keras.layers.Layer):
     Input shape:
         - If `data_format="channels_last"`: 4D tensor `(batch, height, width, channels)`.
         - If `data_format="channels_first"`: 4D tensor `(batch, channels, height, width)`.
-        float32 or float64.
+        float16, float32 or float64.
 
     Output shape:
         - If `data_format="channels_last"`:
@@ -181,7 +181,7 @@ class RoiPool(keras.layers.Layer):
     Input shape:
         A list of two tensors:
         - data: if `data_format="channels_last"` `(batch, height, width, channels)`, if
-          "channels_first" `(batch, channels, height, width)`; float32 or float64.
+          "channels_first" `(batch, channels, height, width)`; float16, float32 or float64.
         - rois: `(num_rois, 5)` float32 rows [batch_index, x1, y1, x2, y2] in input-image
           coordinates.
 

@@ -83,7 +83,8 @@ def roi_pool(data: TensorLike, rois: TensorLike, pooled_height: int, pooled_widt
     from y1 and likewise columns, clipped to the image, and takes each channel's maximum.
 
     Args:
-      data: [N, H, W, C] feature maps, float32 or float64.
+      data: [N, H, W, C] feature maps, float16, float32 or float64 (float16 is computed in
+        float32 and rounded once).
       rois: [R, 5] float32 regions [batch_index, x1, y1, x2, y2].
       pooled_height, pooled_width: output grid size, >= 1.
       spatial_scale: feature-map size / input-image size (e.g. 1/16), > 0.
@@ -116,7 +117,8 @@ def median_pool2d(x: TensorLike, ksize: Sequence[int], strides: Sequence[int],
     the inputs.
 
     Args:
-      x: [N, H, W, C], float32 or float64.
+      x: [N, H, W, C], float16, float32 or float64 (float16 is computed in float32 and
+        rounded once).
       ksize: [window_height, window_width], each >= 1.
       strides: [stride_height, stride_width], each >= 1.
       padding: "SAME" or "VALID"; output sizes as for tf.nn.max_pool2d (VALID with a window
@@ -185,7 +187,8 @@ def ps_roi_align(features: TensorLike, rois: TensorLike, pooled_height: int,
     y > H, x < -1 or x > W reads 0 but still counts in the average.
 
     Args:
-      features: [N, H, W, D * pooled_height * pooled_width], float32 or float64.
+      features: [N, H, W, D * pooled_height * pooled_width], float16, float32 or float64
+        (float16 is computed in float32 and rounded once).
       rois: [R, 5] float32 regions [batch_index, x1, y1, x2, y2].
       pooled_height, pooled_width: output grid size, >= 1.
       spatial_scale: feature-map size / input-image size, > 0.

@@ -26,7 +26,7 @@ TF_EXT_DECLARE_OP("TfExt>MedianPool2D")
               "d(x) = MedianPool2DGrad(x, d(y)): d(y) scatter-added onto each window's median "
               "element (rank (m-1)/2 of a stable sort by value; argmedian recomputed by the grad "
               "op)")
-    .Types({DT_FLOAT, DT_DOUBLE})
+    .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
     .Reads({"x"})
     .GradCheck("x=2x6x7x3@-1:1 attr.ksize=[3,3] attr.strides=[2,2] attr.padding=SAME")
     .Register();

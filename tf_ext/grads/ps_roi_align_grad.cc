@@ -29,7 +29,7 @@ TF_EXT_DECLARE_OP("TfExt>PsRoiAlign")
     .Gradient(&PsRoiAlignGrad,
               "d(features) = PsRoiAlignGrad(features, rois, d(output)): each bilinear sample adds "
               "weight * d(output) / (grid_h * grid_w) into the pixels it read")
-    .Types({DT_FLOAT, DT_DOUBLE})
+    .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
     .NotDifferentiable({"rois"})
     .Reads({"features", "rois"})
     .GradCheck("features=2x5x6x8@-1:1 rois=rois:3 attr.pooled_height=2 attr.pooled_width=2 "

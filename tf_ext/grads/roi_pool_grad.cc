@@ -30,7 +30,7 @@ TF_EXT_DECLARE_OP("TfExt>RoiPool")
     .Gradient(&RoiPoolGrad,
               "d(data) = RoiPoolGrad(data, rois, argmax, d(pooled)): d(pooled) added into each "
               "ROI's image at argmax (the forward's argmax output)")
-    .Types({DT_FLOAT, DT_DOUBLE})
+    .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
     .NotDifferentiable({"rois"})
     .Reads({"data", "rois", "argmax"})
     .IgnoresGradientOf({"argmax"})

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "tf_ext/kernels/compute_buffers.h"
 #include "tf_ext/kernels/median_pool_functor.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/op_checks.h"
@@ -59,8 +60,13 @@ class MedianPool2DOp : public MedianPool2DBase {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({p.batch, p.out_height, p.out_width, p.channels}), &y));
     if (y->NumElements() == 0) return;
-    functor::MedianPool2D<Device, T>()(ctx->eigen_device<Device>(), p, x.flat<T>().data(),
-                                       y->flat<T>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* xs = nullptr;
+    ComputeType<T>* ys = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(x, &xs));
+    OP_REQUIRES_OK(ctx, io.Out(y, &ys));
+    functor::MedianPool2D<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), p, xs, ys);
+    io.Finish();
   }
 };
 
@@ -81,14 +87,25 @@ class MedianPool2DGradOp : public MedianPool2DBase {
     if (dx->NumElements() == 0) return;
     Tensor argmedian;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(DT_INT64, TensorShape({dy.NumElements()}), &argmedian));
-    functor::MedianPool2DGrad<Device, T>()(ctx->eigen_device<Device>(), p, x.flat<T>().data(),
-                                           dy.flat<T>().data(), argmedian.flat<int64_t>().data(),
-                                           dx->flat<T>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* xs = nullptr;
+    const ComputeType<T>* dys = nullptr;
+    ComputeType<T>* dxs = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(x, &xs));
+    OP_REQUIRES_OK(ctx, io.In(dy, &dys));
+    OP_REQUIRES_OK(ctx, io.Out(dx, &dxs));
+    functor::MedianPool2DGrad<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), p, xs, dys,
+                                                        argmedian.flat<int64_t>().data(), dxs);
+    io.Finish();
   }
 };
 
+// half: computed in float and rounded (compute_buffers.h); the median is one of the inputs, so
+// exact.
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2D", MedianPool2DOp, Eigen::half);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2D", MedianPool2DOp, float);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2D", MedianPool2DOp, double);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2DGrad", MedianPool2DGradOp, Eigen::half);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2DGrad", MedianPool2DGradOp, float);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>MedianPool2DGrad", MedianPool2DGradOp, double);
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ext/kernels/compute_buffers.h"
 #include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/ps_roi_align_functor.h"
 #include "tf_ext/kernels/validation.h"
@@ -69,8 +70,14 @@ class PsRoiAlignOp : public OpKernel {
     if (out_shape.num_elements() == 0) return;
     Tensor rois_on_device;
     OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
-    functor::PsRoiAlign<Device, T>()(ctx->eigen_device<Device>(), s, features.flat<T>().data(),
-                                     rois_on_device.flat<float>().data(), output->flat<T>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* features_c = nullptr;
+    ComputeType<T>* output_c = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(features, &features_c));
+    OP_REQUIRES_OK(ctx, io.Out(output, &output_c));
+    functor::PsRoiAlign<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), s, features_c,
+                                                  rois_on_device.flat<float>().data(), output_c);
+    io.Finish();
   }
 
  private:
@@ -97,10 +104,15 @@ class PsRoiAlignGradOp : public OpKernel {
     if (features.NumElements() == 0) return;
     Tensor rois_on_device;
     OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
-    functor::PsRoiAlignGrad<Device, T>()(ctx->eigen_device<Device>(), s,
-                                         rois_on_device.flat<float>().data(),
-                                         d_output.flat<T>().data(),
-                                         d_features->flat<T>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* d_output_c = nullptr;
+    ComputeType<T>* d_features_c = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(d_output, &d_output_c));
+    OP_REQUIRES_OK(ctx, io.Out(d_features, &d_features_c));
+    functor::PsRoiAlignGrad<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), s,
+                                                      rois_on_device.flat<float>().data(),
+                                                      d_output_c, d_features_c);
+    io.Finish();
   }
 
  private:
@@ -110,9 +122,14 @@ class PsRoiAlignGradOp : public OpKernel {
 // GPU: `rois` stays in host memory, where the kernel validates it with the CPU kernel's own
 // check before copying it to the device (device_copy.h): no CUDA kernel ever reads an
 // unchecked ROI row.
+// half: computed in float and rounded once (compute_buffers.h).
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlign", PsRoiAlignOp, Eigen::half,
+                                    .HostMemory("rois"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlign", PsRoiAlignOp, float,
                                     .HostMemory("rois"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlign", PsRoiAlignOp, double,
+                                    .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlignGrad", PsRoiAlignGradOp, Eigen::half,
                                     .HostMemory("rois"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>PsRoiAlignGrad", PsRoiAlignGradOp, float,
                                     .HostMemory("rois"));

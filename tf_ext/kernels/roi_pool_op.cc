@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ext/kernels/compute_buffers.h"
 #include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
 #include "tf_ext/kernels/validation.h"
@@ -67,9 +68,15 @@ class RoiPoolOp : public OpKernel {
     if (out_shape.num_elements() == 0) return;
     Tensor rois_on_device;
     OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
-    functor::RoiPool<Device, T>()(ctx->eigen_device<Device>(), s, data.flat<T>().data(),
-                                  rois_on_device.flat<float>().data(), pooled->flat<T>().data(),
-                                  argmax->flat<int32_t>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* data_c = nullptr;
+    ComputeType<T>* pooled_c = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(data, &data_c));
+    OP_REQUIRES_OK(ctx, io.Out(pooled, &pooled_c));
+    functor::RoiPool<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), s, data_c,
+                                               rois_on_device.flat<float>().data(), pooled_c,
+                                               argmax->flat<int32_t>().data());
+    io.Finish();
   }
 
  private:
@@ -115,11 +122,16 @@ class RoiPoolGradOp : public OpKernel {
     Tensor rois_on_device, argmax_on_device;
     OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, rois, &rois_on_device));
     OP_REQUIRES_OK(ctx, HostInput<Device>::ToDevice(ctx, argmax, &argmax_on_device));
-    functor::RoiPoolGrad<Device, T>()(ctx->eigen_device<Device>(), s,
-                                      rois_on_device.flat<float>().data(),
-                                      argmax_on_device.flat<int32_t>().data(),
-                                      d_pooled.flat<T>().data(),
-                                      d_data->flat<T>().data());
+    ComputeBuffers<Device, T> io(ctx);
+    const ComputeType<T>* d_pooled_c = nullptr;
+    ComputeType<T>* d_data_c = nullptr;
+    OP_REQUIRES_OK(ctx, io.In(d_pooled, &d_pooled_c));
+    OP_REQUIRES_OK(ctx, io.Out(d_data, &d_data_c));
+    functor::RoiPoolGrad<Device, ComputeType<T>>()(ctx->eigen_device<Device>(), s,
+                                                   rois_on_device.flat<float>().data(),
+                                                   argmax_on_device.flat<int32_t>().data(),
+                                                   d_pooled_c, d_data_c);
+    io.Finish();
   }
 
  private:
@@ -129,8 +141,13 @@ class RoiPoolGradOp : public OpKernel {
 // GPU: `rois` (and RoiPoolGrad's `argmax`) stay in host memory, where the kernel validates
 // them with the CPU kernel's own checks before copying them to the device (device_copy.h):
 // no CUDA kernel ever reads an unchecked ROI row.
+// half: computed in float and rounded (compute_buffers.h): the max and argmax are exact, the
+// gradient's sums are taken in float and rounded once.
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPool", RoiPoolOp, Eigen::half, .HostMemory("rois"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPool", RoiPoolOp, float, .HostMemory("rois"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPool", RoiPoolOp, double, .HostMemory("rois"));
+TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPoolGrad", RoiPoolGradOp, Eigen::half,
+                                    .HostMemory("rois").HostMemory("argmax"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPoolGrad", RoiPoolGradOp, float,
                                     .HostMemory("rois").HostMemory("argmax"));
 TF_EXT_REGISTER_CPU_GPU_KERNEL_WITH("TfExt>RoiPoolGrad", RoiPoolGradOp, double,
