@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "unsupported/Eigen/CXX11/Tensor"
+#include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/half_float_functor.h"
 #include "tf_ext/kernels/median_pool_functor.h"
@@ -35,6 +37,25 @@ namespace tensorflow::tf_ext::test {
 namespace {
 
 constexpr int kCases = 300;
+
+// Runs check() once per SIMD level of kernels/cpu_simd.h that this CPU supports (baseline,
+// AVX2, AVX-512), so every dispatched path of the CPU functors meets the GPU bodies.
+template <typename Fn>
+void ForEachIsa(const Fn& check) {
+  for (int l = 0; l <= static_cast<int>(simd::DetectedIsa()); ++l) {
+    const simd::Isa isa = static_cast<simd::Isa>(l);
+    SCOPED_TRACE(simd::IsaName(isa));
+    simd::SetIsaCap(isa);
+    ASSERT_EQ(simd::ActiveIsa(), isa);
+    check();
+    simd::SetIsaCap(simd::Isa::kAvx512);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  if (simd::DetectedIsa() != simd::Isa::kAvx512) {
+    std::cerr << "note: this CPU's widest SIMD level is " << simd::IsaName(simd::DetectedIsa())
+              << "; the wider dispatched paths were not run\n";
+  }
+}
 
 class GpuBodyTest : public ::testing::Test {
  protected:
@@ -182,7 +203,8 @@ functor::MedianPool2DParams MedianParams(std::mt19937* rng, int c) {
   p.batch = c % 17 == 0 ? 0 : b(*rng);
   p.in_height = c % 13 == 0 ? 1 : hw(*rng);
   p.in_width = c % 13 == 0 ? 1 : hw(*rng);
-  p.channels = c % 19 == 0 ? 0 : ch(*rng);
+  // Now and then wide enough for several SIMD blocks and a partial one at every width.
+  p.channels = c % 19 == 0 ? 0 : (c % 7 == 3 ? 1 + (*rng)() % 40 : ch(*rng));
   p.window_height = c % 5 == 0 ? 3 : k(*rng);
   p.window_width = c % 5 == 0 ? 3 : k(*rng);
   p.stride_height = s(*rng);
@@ -276,8 +298,12 @@ TEST_F(GpuBodyTest, HalfConversionsAreEigens) {
   }
 }
 
-TEST_F(GpuBodyTest, MedianPoolFloat) { CheckMedian<float>(device_, 2); }
-TEST_F(GpuBodyTest, MedianPoolDouble) { CheckMedian<double>(device_, 3); }
+TEST_F(GpuBodyTest, MedianPoolFloat) {
+  ForEachIsa([&] { CheckMedian<float>(device_, 2); });
+}
+TEST_F(GpuBodyTest, MedianPoolDouble) {
+  ForEachIsa([&] { CheckMedian<double>(device_, 3); });
+}
 
 // TensorFlow's CPU kernels compare under DAZ: a denormal orders as zero, so among
 // {denormal, 0, 0} the median is the middle one by position, not the largest value.
@@ -309,7 +335,7 @@ void CheckRoiPool(const Eigen::ThreadPoolDevice& d, uint32_t seed) {
     s.batch = dim(rng) % 3 + 1;
     s.height = c % 11 == 0 ? 1 : dim(rng);
     s.width = c % 11 == 0 ? 1 : dim(rng);
-    s.channels = c % 29 == 0 ? 0 : dim(rng) % 3 + 1;
+    s.channels = c % 29 == 0 ? 0 : (c % 7 == 3 ? 1 + rng() % 40 : dim(rng) % 3 + 1);
     s.num_rois = c % 31 == 0 ? 0 : nr(rng);
     s.pooled_height = pooled(rng);
     s.pooled_width = pooled(rng);
@@ -340,8 +366,12 @@ void CheckRoiPool(const Eigen::ThreadPoolDevice& d, uint32_t seed) {
   }
 }
 
-TEST_F(GpuBodyTest, RoiPoolFloat) { CheckRoiPool<float>(device_, 4); }
-TEST_F(GpuBodyTest, RoiPoolDouble) { CheckRoiPool<double>(device_, 5); }
+TEST_F(GpuBodyTest, RoiPoolFloat) {
+  ForEachIsa([&] { CheckRoiPool<float>(device_, 4); });
+}
+TEST_F(GpuBodyTest, RoiPoolDouble) {
+  ForEachIsa([&] { CheckRoiPool<double>(device_, 5); });
+}
 
 // ---- PsRoiAlign -------------------------------------------------------------------------
 
@@ -388,6 +418,19 @@ void CheckPsRoiAlign(const Eigen::ThreadPoolDevice& d, uint32_t seed) {
 
 TEST_F(GpuBodyTest, PsRoiAlignFloat) { CheckPsRoiAlign<float>(device_, 6); }
 TEST_F(GpuBodyTest, PsRoiAlignDouble) { CheckPsRoiAlign<double>(device_, 7); }
+
+// ---- SIMD dispatch --------------------------------------------------------------------------
+
+TEST(CpuSimd, CapSelectsTheLevelAndNeverExceedsTheCpu) {
+  for (int l = 0; l < simd::kNumIsas; ++l) {
+    const simd::Isa cap = static_cast<simd::Isa>(l);
+    simd::SetIsaCap(cap);
+    EXPECT_EQ(static_cast<int>(simd::ActiveIsa()),
+              std::min(l, static_cast<int>(simd::DetectedIsa())));
+  }
+  simd::SetIsaCap(simd::Isa::kAvx512);
+  EXPECT_EQ(simd::ActiveIsa(), simd::DetectedIsa());
+}
 
 }  // namespace
 }  // namespace tensorflow::tf_ext::test

@@ -1,11 +1,14 @@
 // TfExt>RoiPool and TfExt>RoiPoolGrad: forward and backward against a naive reference per dtype,
 // tie and edge-case semantics, validation, and the FDH gradient (SymbolicGradient + numeric
 // Jacobian).
+#define EIGEN_USE_THREADS
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -15,6 +18,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tests/roi_test_util.h"
+#include "tf_ext/kernels/roi_pool_functor.h"
 #include "tests/test_util.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"
@@ -345,6 +349,60 @@ TYPED_TEST(RoiPoolTyped, GradientMatchesNumericJacobian) {
     EXPECT_TRUE(r.Passed(tol)) << r.ToString();
     EXPECT_GT(r.rows, 0);
     EXPECT_EQ(r.columns, data.NumElements());
+  }
+}
+
+// RoiPoolGrad's CPU functor splits each image into bands of rows, one per work unit, and reads
+// only the bins whose rows meet a band; an argmax outside its bin's rows (the op is public:
+// any value in [-1, H * W) is accepted) sends it to the exact pass. Either way the result is
+// the definition's scatter, and identical bits for every thread count.
+TYPED_TEST(RoiPoolTyped, GradFunctorScattersAnyArgmaxExactlyAtEveryThreadCount) {
+  std::mt19937 rng(23);
+  for (const bool from_forward : {true, false}) {
+    for (const int64_t batch : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch << (from_forward ? " forward" : " any"));
+      const Config c{batch, 17, 13, 21, 3, 2, 0.5f, 40};
+      Tensor data = UniformValues<TypeParam>(TensorShape({c.n, c.h, c.w, c.c}), &rng);
+      Tensor rois = RandomRois(&rng, c.num_rois, c.n, c.h / c.scale, c.w / c.scale);
+      std::vector<int32_t> argmax =
+          ReferenceRoiPool<TypeParam>(data, rois, c.ph, c.pw, c.scale).argmax;
+      if (!from_forward) {
+        std::uniform_int_distribution<int32_t> pos(-1, c.h * c.w - 1);
+        for (int32_t& a : argmax) a = pos(rng);
+      }
+      Tensor d_pooled = UniformValues<TypeParam>(
+          TensorShape({c.num_rois, c.ph, c.pw, c.c}), &rng);
+      const std::vector<double> want = ReferenceRoiPoolGrad<TypeParam>(data, rois, argmax, d_pooled);
+      functor::RoiPoolShape s;
+      s.batch = c.n;
+      s.height = c.h;
+      s.width = c.w;
+      s.channels = c.c;
+      s.num_rois = c.num_rois;
+      s.pooled_height = c.ph;
+      s.pooled_width = c.pw;
+      s.spatial_scale = c.scale;
+      std::vector<TypeParam> first;
+      for (const int threads : {1, 2, 5}) {
+        Eigen::ThreadPool pool(threads);
+        Eigen::ThreadPoolDevice device(&pool, threads);
+        std::vector<TypeParam> got(data.NumElements(), TypeParam(-7));  // overwritten
+        functor::RoiPoolGrad<CPUDevice, TypeParam>()(device, s, rois.flat<float>().data(),
+                                                     argmax.data(),
+                                                     d_pooled.flat<TypeParam>().data(),
+                                                     got.data());
+        const double tol = std::is_same_v<TypeParam, float> ? 1e-5 : 1e-12;
+        for (int64_t k = 0; k < data.NumElements(); ++k) {
+          ASSERT_NEAR(got[k], want[k], tol * (1 + std::abs(want[k]))) << threads << " threads, " << k;
+        }
+        if (first.empty()) {
+          first = got;
+        } else {
+          ASSERT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(TypeParam)), 0)
+              << threads << " threads";
+        }
+      }
+    }
   }
 }
 

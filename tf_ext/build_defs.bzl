@@ -17,6 +17,9 @@ load("@local_config_tf//:tf_info.bzl", "CUDA_HOME", "TF_COPTS", "TF_DEFINES")
 TF_EXT_COPTS = TF_COPTS + [
     "-fPIC",
     "-O2",
+    # No fused multiply-add contraction: the CPU kernels' wide-SIMD paths (cpu_simd.h) are
+    # compiled with AVX-512, which implies FMA, and must round exactly as the baseline does.
+    "-ffp-contract=off",
     "-Wall",
     "-Wno-sign-compare",
     "-Wno-unused-local-typedefs",
@@ -26,6 +29,10 @@ TF_EXT_COPTS = TF_COPTS + [
     "-Wno-stringop-overflow",
     "-Wno-array-bounds",
     "-Wno-maybe-uninitialized",
+    # GCC notes that a 32/64-byte vector returned by a function compiled without AVX has
+    # another ABI. cpu_simd.h's wide blocks only live inside always-inlined helpers and
+    # flattened AVX2/AVX-512 entry points, so no such call exists.
+    "-Wno-psabi",
 ]
 
 # --config=asan: AddressSanitizer + UndefinedBehaviorSanitizer on every tf_ext target. UBSan

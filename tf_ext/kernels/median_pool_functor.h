@@ -256,12 +256,13 @@ struct OrderedKeys<double> {
   static constexpr int kSignShift = 63;
 };
 
-template <typename T>
-inline simd::Mask<T> OrderedKey(simd::Block<T> v) {
+template <typename T, int kBytes>
+TF_EXT_SIMD_INLINE simd::Mask<T, kBytes> OrderedKey(simd::Block<T, kBytes> v) {
   using K = OrderedKeys<T>;
-  const simd::Mask<T> b = simd::BitCast<simd::Mask<T>>(v + T(0));
-  const simd::Mask<T> key = b ^ ((b >> K::kSignShift) & K::kMagnitude);
-  return v != v ? simd::Mask<T>{} + K::kNaN : key;
+  using Key = simd::Mask<T, kBytes>;
+  const Key b = simd::BitCast<Key>(v + T(0));
+  const Key key = b ^ ((b >> K::kSignShift) & K::kMagnitude);
+  return v != v ? Key{} + K::kNaN : key;
 }
 
 // A comparator network leaving, for any n keys (a multiset), the one of rank `target` in slot
@@ -337,7 +338,7 @@ inline void WindowOf(const MedianPool2DParams& p, int64_t n, int64_t oh, int64_t
 
 // Afterwards a <= b in every lane.
 template <typename Key>
-inline void CompareExchange(Key& a, Key& b) {
+TF_EXT_SIMD_INLINE void CompareExchange(Key& a, Key& b) {
   const Key lt = a < b;
   const Key lo = lt ? a : b;
   b = lt ? b : a;
@@ -347,7 +348,7 @@ inline void CompareExchange(Key& a, Key& b) {
 // Paeth's median-of-9 network (LowerMedian9's) on blocks held in registers: afterwards k[4]
 // holds the key of rank 4 in every lane.
 template <typename Key>
-inline Key Median9(Key k0, Key k1, Key k2, Key k3, Key k4, Key k5, Key k6, Key k7, Key k8) {
+TF_EXT_SIMD_INLINE Key Median9(Key k0, Key k1, Key k2, Key k3, Key k4, Key k5, Key k6, Key k7, Key k8) {
   CompareExchange(k1, k2); CompareExchange(k4, k5); CompareExchange(k7, k8);
   CompareExchange(k0, k1); CompareExchange(k3, k4); CompareExchange(k6, k7);
   CompareExchange(k1, k2); CompareExchange(k4, k5); CompareExchange(k7, k8);
@@ -359,21 +360,26 @@ inline Key Median9(Key k0, Key k1, Key k2, Key k3, Key k4, Key k5, Key k6, Key k
 }
 
 // For channels [c, c + count) (count <= kLanes) of one pixel's window: the bits of each
-// lane's median element (`value`) and its row-major index in the window (`index`).
-template <typename T>
-inline void SelectBlock(const SelectionNetwork& net, const PixelWindow& win, const T* x,
-                        int64_t c, int64_t count, simd::Mask<T>* value, simd::Mask<T>* index) {
-  using Key = simd::Mask<T>;
+// lane's median element (`value`) and its row-major index in the window (`index`), blocks of
+// kBytes. Written as compares feeding selects, min/max and subtractions only: GCC 12 turns
+// those into AVX-512 mask instructions, but scalarises AND/OR-ed 64-byte integer masks.
+template <typename T, int kBytes>
+TF_EXT_SIMD_INLINE void SelectBlock(const SelectionNetwork& net, const PixelWindow& win,
+                                    const T* x, int64_t c, int64_t count,
+                                    simd::Mask<T, kBytes>* value, simd::Mask<T, kBytes>* index) {
+  using Key = simd::Mask<T, kBytes>;
   using K = OrderedKeys<T>;
   const int m = win.m;
   Key bits[kMaxNetworkSlots];  // the window's elements, row-major
   Key real[kMaxNetworkSlots];  // their keys
-  if (count == simd::kLanes<T>) {
+  if (count == simd::kLanes<T, kBytes>) {
     for (int i = 0; i < m; ++i) bits[i] = simd::Load<Key>(x + win.offset[i] + c);
   } else {
     for (int i = 0; i < m; ++i) bits[i] = simd::Load<Key>(x + win.offset[i] + c, count);
   }
-  for (int i = 0; i < m; ++i) real[i] = OrderedKey<T>(simd::BitCast<simd::Block<T>>(bits[i]));
+  for (int i = 0; i < m; ++i) {
+    real[i] = OrderedKey<T, kBytes>(simd::BitCast<simd::Block<T, kBytes>>(bits[i]));
+  }
   // Padding: low keys below and high keys above every value, so many that the network's
   // target rank (n-1)/2 is the window's rank (m-1)/2.
   const int low = net.target - (m - 1) / 2;
@@ -393,13 +399,14 @@ inline void SelectBlock(const SelectionNetwork& net, const PixelWindow& win, con
   Key smaller{};
   for (int i = 0; i < m; ++i) smaller -= real[i] < median;  // a true lane is -1
   const Key wanted = (Key{} + static_cast<typename K::Int>((m - 1) / 2)) - smaller;
+  const Key none = Key{} - 1;  // never equal to `wanted` (>= 0)
   Key seen{}, out{}, at{};
   for (int i = 0; i < m; ++i) {
-    const Key equal = real[i] == median;
-    const Key pick = equal & (seen == wanted);
-    out = pick ? bits[i] : out;
-    at = pick ? Key{} + static_cast<typename K::Int>(i) : at;
-    seen -= equal;
+    // The number of equal keys before element i where it has the median key, else -1.
+    const Key rank = real[i] == median ? seen : none;
+    out = rank == wanted ? bits[i] : out;
+    at = rank == wanted ? Key{} + static_cast<typename K::Int>(i) : at;
+    seen -= real[i] == median;
   }
   *value = out;
   *index = at;
@@ -435,8 +442,33 @@ inline bool UseNetwork(const MedianPool2DParams& p) {
          p.window_height * p.window_width <= kMaxNetworkSlots;
 }
 
-// fn(pixel, c, count, value, index) for every output pixel and block of channels, in
-// parallel over pixels (the channel-parallel path).
+// Output pixels [begin, end) of ForEachSelectedBlock, blocks of kBytes.
+template <typename T, typename Fn>
+struct SelectShard {
+  template <int kBytes>
+  static void Run(const SelectionNetwork* net, const MedianPool2DParams* params, const T* x,
+                  const Fn* fn, int64_t begin, int64_t end) {
+    const MedianPool2DParams& p = *params;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
+    PixelWindow win;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t ow = i % p.out_width;
+      const int64_t oh = (i / p.out_width) % p.out_height;
+      const int64_t n = i / (p.out_width * p.out_height);
+      WindowOf(p, n, oh, ow, &win);
+      for (int64_t c = 0; c < p.channels; c += kLanes) {
+        const int64_t count = std::min<int64_t>(kLanes, p.channels - c);
+        simd::Mask<T, kBytes> value, index;
+        SelectBlock<T, kBytes>(*net, win, x, c, count, &value, &index);
+        (*fn)(i, win, c, count, value, index);
+      }
+    }
+  }
+};
+
+// fn(pixel, win, c, count, value, index) for every output pixel and block of channels, in
+// parallel over pixels (the channel-parallel path). value and index are blocks of the width
+// simd::Dispatch picked, so fn takes them as `auto`.
 template <typename T, typename Fn>
 void ForEachSelectedBlock(const CPUDevice& d, const MedianPool2DParams& p, const T* x,
                           const Fn& fn) {
@@ -446,19 +478,7 @@ void ForEachSelectedBlock(const CPUDevice& d, const MedianPool2DParams& p, const
       MedianNetwork(static_cast<int>(p.window_height * p.window_width));
   ParallelFor(d, pixels, PixelCost(p, static_cast<int64_t>(net.pairs.size())),
               [&](int64_t begin, int64_t end) {
-    PixelWindow win;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t ow = i % p.out_width;
-      const int64_t oh = (i / p.out_width) % p.out_height;
-      const int64_t n = i / (p.out_width * p.out_height);
-      WindowOf(p, n, oh, ow, &win);
-      for (int64_t c = 0; c < p.channels; c += simd::kLanes<T>) {
-        const int64_t count = std::min<int64_t>(simd::kLanes<T>, p.channels - c);
-        simd::Mask<T> value, index;
-        SelectBlock<T>(net, win, x, c, count, &value, &index);
-        fn(i, win, c, count, value, index);
-      }
-    }
+    simd::Dispatch<SelectShard<T, Fn>>::Run(&net, &p, x, &fn, begin, end);
   });
 }
 
@@ -472,7 +492,7 @@ struct MedianPool2D<CPUDevice, T> {
       mpi::ForEachSelectedBlock<T>(
           d, p, x,
           [y, &p](int64_t pixel, const mpi::PixelWindow&, int64_t c, int64_t count,
-                  const simd::Mask<T>& value, const simd::Mask<T>&) {
+                  const auto& value, const auto&) {
             simd::Store(value, y + pixel * p.channels + c, count);
           });
       return;
@@ -500,7 +520,7 @@ struct MedianPool2DGrad<CPUDevice, T> {
       mpi::ForEachSelectedBlock<T>(
           d, p, x,
           [argmedian, &p](int64_t pixel, const mpi::PixelWindow& win, int64_t c, int64_t count,
-                          const simd::Mask<T>&, const simd::Mask<T>& index) {
+                          const auto&, const auto& index) {
             int64_t* arg = argmedian + pixel * p.channels + c;
             for (int64_t l = 0; l < count; ++l) arg[l] = win.offset[index[l]] + c + l;
           });

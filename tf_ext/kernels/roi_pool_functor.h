@@ -10,6 +10,12 @@
 #include "Eigen/Core"
 
 #if !defined(__CUDACC__)
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <utility>
+#include <vector>
+
 #include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/roi_util.h"
 #endif
@@ -89,13 +95,18 @@ template <typename T>
 struct RoiPool<CPUDevice, T> {
   void operator()(const CPUDevice& d, const RoiPoolShape& s, const T* data, const float* rois,
                   T* pooled, int32_t* argmax) const {
-    const int64_t C = s.channels, H = s.height, W = s.width;
+    const int64_t C = s.channels;
     const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
     // Work per bin ~ (pixels in the bin) * C; the pixels per bin are estimated from the
     // average clipped ROI area so that large ROIs get small shards.
+    // ROIs are visited in the order of their image and top-left corner (each bin's result
+    // is independent of the order): overlapping ROIs then follow one another, and the pixels
+    // they share are still in the cache.
     double area = 0;
+    std::vector<std::pair<std::array<int64_t, 3>, int64_t>> keyed(s.num_rois);
     for (int64_t r = 0; r < s.num_rois; ++r) {
       const RoiPoolWindow top_left = RoiPoolBinWindow(s, rois + 5 * r, 0, 0);
+      keyed[r] = {{static_cast<int64_t>(rois[5 * r]), top_left.hstart, top_left.wstart}, r};
       const RoiPoolWindow bottom_right =
           RoiPoolBinWindow(s, rois + 5 * r, s.pooled_height - 1, s.pooled_width - 1);
       area += static_cast<double>(std::max<int64_t>(bottom_right.hend - top_left.hstart, 0)) *
@@ -104,15 +115,31 @@ struct RoiPool<CPUDevice, T> {
     const double pixels_per_bin =
         s.num_rois > 0 ? area / static_cast<double>(s.num_rois * bins_per_roi) : 0;
     const int64_t cost = static_cast<int64_t>((pixels_per_bin + 1) * 3 * static_cast<double>(C)) + 10;
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<int64_t> order(s.num_rois);
+    for (int64_t k = 0; k < s.num_rois; ++k) order[k] = keyed[k].second;
 
     ParallelFor(d, s.num_rois * bins_per_roi, cost, [&](int64_t begin, int64_t end) {
+      simd::Dispatch<MaxBins>::Run(s, data, rois, order.data(), pooled, argmax, begin, end);
+    });
+  }
+
+ private:
+  // Bins [begin, end) of the ROIs in `order` (flat over ROIs and bins), blocks of kBytes.
+  struct MaxBins {
+    template <int kBytes>
+    static void Run(RoiPoolShape s, const T* data, const float* rois, const int64_t* order,
+                    T* pooled, int32_t* argmax, int64_t begin, int64_t end) {
+      const int64_t C = s.channels, H = s.height, W = s.width;
+      const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
       for (int64_t b = begin; b < end; ++b) {
-        const int64_t r = b / bins_per_roi;
+        const int64_t r = order[b / bins_per_roi];
         const int64_t i = (b / s.pooled_width) % s.pooled_height;
         const int64_t j = b % s.pooled_width;
         const float* roi = rois + 5 * r;
-        T* out = pooled + b * C;
-        int32_t* arg = argmax + b * C;
+        const int64_t out_bin = (r * s.pooled_height + i) * s.pooled_width + j;
+        T* out = pooled + out_bin * C;
+        int32_t* arg = argmax + out_bin * C;
         const RoiPoolWindow win = RoiPoolBinWindow(s, roi, i, j);
         if (win.empty()) {
           std::fill(out, out + C, T(0));
@@ -120,43 +147,121 @@ struct RoiPool<CPUDevice, T> {
           continue;
         }
         const T* image = data + static_cast<int64_t>(roi[0]) * H * W * C;
-        for (int64_t c = 0; c < C; c += simd::kLanes<T>) {
-          RoiPoolMaxBlock(image, win, W, C, c, std::min<int64_t>(simd::kLanes<T>, C - c), out,
-                          arg);
-        }
+        MaxBin<kBytes>(image, win, W, C, out, arg);
       }
-    });
-  }
+    }
+  };
 
- private:
-  // Channels [c, c + count) of one non-empty bin, as SIMD blocks over the contiguous channel
-  // axis. The first pixel seeds the maximum (rather than -inf), so a bin of -inf values still
-  // gets a valid argmax; later pixels win only when strictly greater, which makes ties resolve
-  // to the first pixel in row-major order, or when they are NaN over a number, so the first
-  // NaN wins and NaNs propagate instead of being skipped by `>`.
-  static void RoiPoolMaxBlock(const T* image, const RoiPoolWindow& win, int64_t W, int64_t C,
-                              int64_t c, int64_t count, T* out, int32_t* arg) {
-    using V = simd::Block<T>;
-    using I = simd::Mask<T>;
-    const bool full = count == simd::kLanes<T>;
-    auto load = [&](int64_t pos) {
-      const T* p = image + pos * C + c;
-      return full ? simd::Load<V>(p) : simd::Load<V>(p, count);
-    };
+  template <int kBytes>
+  using V = simd::Block<T, kBytes>;
+  template <int kBytes>
+  using I = simd::Mask<T, kBytes>;
+  using Int = typename simd::BlockTypes<T>::Int;
+
+  // One non-empty bin, all C channels, accumulated in its own output rows (`out` holds the
+  // running maximum, `arg` its position). The bin is read pixel by pixel, each pixel's C
+  // channels as one contiguous run (a stream the prefetcher follows; reading a few channels
+  // of every pixel at a time instead strides through memory and waits on it). The first
+  // pixel seeds the maximum (rather than -inf), so a bin of -inf values still gets a valid
+  // argmax; a later pixel wins only when strictly greater, which resolves ties to the first
+  // pixel in row-major order and keeps the first of +0 / -0. Comparisons with NaN are false,
+  // so that select never takes a NaN: the loop only records whether a NaN was seen, and if
+  // one was, each channel is rescanned for its first NaN, which then wins (NaN propagates).
+  template <int kBytes>
+  static void MaxBin(const T* image, const RoiPoolWindow& win, int64_t W, int64_t C, T* out,
+                     int32_t* arg) {
+    using V = RoiPool::V<kBytes>;
+    using I = RoiPool::I<kBytes>;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
     const int64_t first = win.hstart * W + win.wstart;
-    V best = load(first);
-    I at = I{} + static_cast<typename simd::BlockTypes<T>::Int>(first);
+    const T* seed = image + first * C;
+    const int64_t full = C - C % kLanes;
+    const I first_pos = I{} + static_cast<Int>(first);
+    I nan{};
+    for (int64_t c = 0; c < full; c += kLanes) {
+      const V v = simd::Load<V>(seed + c);
+      simd::Store(v, out + c);
+      StoreIndex<kBytes>(first_pos, arg + c, kLanes);
+      nan |= v != v;
+    }
+    if (full < C) {
+      const V v = simd::Load<V>(seed + full, C - full);
+      simd::Store(v, out + full, C - full);
+      StoreIndex<kBytes>(first_pos, arg + full, C - full);
+      nan |= v != v;
+    }
     for (int64_t h = win.hstart; h < win.hend; ++h) {
       for (int64_t w = (h == win.hstart ? win.wstart + 1 : win.wstart); w < win.wend; ++w) {
         const int64_t pos = h * W + w;
-        const V v = load(pos);
-        const I take = (v > best) | ((v != v) & (best == best));
-        best = take ? v : best;
-        at = take ? I{} + static_cast<typename simd::BlockTypes<T>::Int>(pos) : at;
+        const T* px = image + pos * C;
+        const I p = I{} + static_cast<Int>(pos);
+        for (int64_t c = 0; c < full; c += kLanes) {
+          const V v = simd::Load<V>(px + c);
+          const V best = simd::Load<V>(out + c);
+          const I take = v > best;
+          simd::Store(take ? v : best, out + c);
+          StoreIndex<kBytes>(take ? p : LoadIndex<kBytes>(arg + c, kLanes), arg + c, kLanes);
+          nan |= v != v;
+        }
+        if (full < C) {
+          const int64_t n = C - full;
+          const V v = simd::Load<V>(px + full, n);
+          const V best = simd::Load<V>(out + full, n);
+          const I take = v > best;
+          simd::Store(take ? v : best, out + full, n);
+          StoreIndex<kBytes>(take ? p : LoadIndex<kBytes>(arg + full, n), arg + full, n);
+          nan |= v != v;
+        }
       }
     }
-    simd::Store(best, out + c, count);
-    for (int64_t l = 0; l < count; ++l) arg[c + l] = static_cast<int32_t>(at[l]);
+    bool any_nan = false;
+    for (int64_t l = 0; l < kLanes; ++l) any_nan |= nan[l] != 0;
+    if (any_nan) {
+      for (int64_t c = 0; c < C; ++c) FirstNaN(image, win, W, C, c, out + c, arg + c);
+    }
+  }
+
+  // `n` int32 positions as a Mask<T> block (int32 lanes for float, int64 for double).
+  template <int kBytes>
+  static I<kBytes> LoadIndex(const int32_t* a, int64_t n) {
+    using I = RoiPool::I<kBytes>;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
+    if constexpr (sizeof(Int) == sizeof(int32_t)) {
+      return n == kLanes ? simd::Load<I>(a) : simd::Load<I>(a, n);
+    } else {
+      I v{};
+      for (int64_t l = 0; l < n; ++l) v[l] = a[l];
+      return v;
+    }
+  }
+  template <int kBytes>
+  static void StoreIndex(const I<kBytes>& v, int32_t* a, int64_t n) {
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
+    if constexpr (sizeof(Int) == sizeof(int32_t)) {
+      if (n == kLanes) {
+        simd::Store(v, a);
+      } else {
+        simd::Store(v, a, n);
+      }
+    } else {
+      for (int64_t l = 0; l < n; ++l) a[l] = static_cast<int32_t>(v[l]);
+    }
+  }
+
+  // If channel `ch` of the bin holds a NaN, its first NaN in row-major order is the bin's
+  // result.
+  static void FirstNaN(const T* image, const RoiPoolWindow& win, int64_t W, int64_t C,
+                       int64_t ch, T* out, int32_t* arg) {
+    for (int64_t h = win.hstart; h < win.hend; ++h) {
+      for (int64_t w = win.wstart; w < win.wend; ++w) {
+        const T v = image[(h * W + w) * C + ch];
+        if (v != v) {
+          *out = v;
+          *arg = static_cast<int32_t>(h * W + w);
+          return;
+        }
+      }
+    }
   }
 };
 
@@ -164,43 +269,87 @@ template <typename T>
 struct RoiPoolGrad<CPUDevice, T> {
   void operator()(const CPUDevice& d, const RoiPoolShape& s, const float* rois,
                   const int32_t* argmax, const T* d_pooled, T* d_data) const {
-    const int64_t C = s.channels, HW = s.height * s.width;
-    const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
-    ParallelFor(d, s.batch * HW * C, /*cost_per_unit=*/1,
-                [d_data](int64_t begin, int64_t end) {
-                  std::fill(d_data + begin, d_data + end, T(0));
-                });
-    if (s.num_rois == 0 || s.batch == 0 || C == 0) return;
+    const int64_t HW = s.height * s.width;
+    if (s.batch == 0 || HW == 0 || s.channels == 0) return;
     const RoisByImage by_image(rois, s.num_rois, s.batch);
 
-    // Work units are (image, block of kChannelBlock channels): two units never write the same
-    // element of d_data, so shards need no atomics, and every bin's argmax and d(pooled) rows
-    // are read as contiguous runs of the block (one unit per channel read one cache line per
-    // element). Each element sums its contributions in ascending ROI and bin order, so the
-    // gradient is deterministic.
-    constexpr int64_t kChannelBlock = 16;
-    const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
+    // Work units are (image, band of image rows): two units never write the same element of
+    // d_data, so shards need no atomics. A unit zeroes its band, then reads the argmax and
+    // d(pooled) rows of its image's bins - each bin's C channels one contiguous run, a stream
+    // the prefetcher follows - and adds the positions that fall in its band. Each element
+    // sums its contributions in ascending ROI and bin order whatever the banding, so the
+    // gradient is deterministic and independent of the thread count.
+    //
+    // The fast pass reads only the bins whose window rows meet the band: RoiPool's argmax
+    // lies in its bin's window (-1 for an empty one). The op is public, though, so that pass
+    // also checks it; if any position lies outside its bin's rows, the gradient is recomputed
+    // by the exact pass, in which every unit reads every bin of its image.
     const int64_t rois_per_image = (s.num_rois + s.batch - 1) / s.batch;
-    const int64_t cost = rois_per_image * bins_per_roi * kChannelBlock * 2 + 10;
-    ParallelFor(d, s.batch * blocks, cost, [&](int64_t begin, int64_t end) {
-      for (int64_t u = begin; u < end; ++u) {
-        const int64_t n = u / blocks;
-        const int64_t c0 = (u % blocks) * kChannelBlock;
-        const int64_t c1 = std::min(C, c0 + kChannelBlock);
-        T* image = d_data + n * HW * C;
-        for (const int64_t* r = by_image.begin(n); r != by_image.end(n); ++r) {
-          const int64_t base = *r * bins_per_roi * C;
-          for (int64_t b = 0; b < bins_per_roi; ++b) {
-            const int32_t* arg = argmax + base + b * C;
-            const T* grad = d_pooled + base + b * C;
-            for (int64_t c = c0; c < c1; ++c) {
-              const int64_t pos = arg[c];
-              if (pos >= 0 && pos < HW) image[pos * C + c] += grad[c];
+    const int64_t want_units = static_cast<int64_t>(d.numThreads());
+    const int64_t bands =
+        std::max<int64_t>(1, std::min(s.height, (want_units + s.batch - 1) / s.batch));
+    const int64_t band_rows = (s.height + bands - 1) / bands;
+    const int64_t cost = (rois_per_image * s.pooled_height * s.pooled_width / bands + band_rows *
+                          s.width) * s.channels * 2 + 10;
+    std::atomic<bool> outside_rows{false};
+    for (const bool exact : {false, true}) {
+      ParallelFor(d, s.batch * bands, cost, [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t n = u / bands, band = u % bands;
+          const int64_t r0 = std::min(s.height, band * band_rows);
+          const int64_t r1 = std::min(s.height, r0 + band_rows);
+          if (!ScatterBand(s, rois, argmax, d_pooled, d_data, by_image, n, r0, r1, exact,
+                           band == 0)) {
+            outside_rows.store(true, std::memory_order_relaxed);
+          }
+        }
+      });
+      if (!outside_rows.load()) return;
+    }
+  }
+
+ private:
+  // Zeroes rows [r0, r1) of image n of d_data and adds into them the d(pooled) of every bin
+  // of image n whose argmax falls there. exact = false: only bins whose window rows meet
+  // [r0, r1) are read; returns false if one of them has an argmax outside its window rows
+  // (or, when check_empty, an empty bin one other than -1). exact = true reads every bin.
+  static bool ScatterBand(const RoiPoolShape& s, const float* rois, const int32_t* argmax,
+                          const T* d_pooled, T* d_data, const RoisByImage& by_image, int64_t n,
+                          int64_t r0, int64_t r1, bool exact, bool check_empty) {
+    const int64_t C = s.channels, W = s.width;
+    const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
+    T* image = d_data + n * s.height * W * C;
+    std::fill(image + r0 * W * C, image + r1 * W * C, T(0));
+    const uint64_t lo = static_cast<uint64_t>(r0 * W), span = static_cast<uint64_t>((r1 - r0) * W);
+    bool inside = true;
+    for (const int64_t* r = by_image.begin(n); r != by_image.end(n); ++r) {
+      for (int64_t i = 0; i < s.pooled_height; ++i) {
+        const RoiPoolWindow rows = RoiPoolBinWindow(s, rois + 5 * *r, i, 0);
+        const int64_t first = (*r * bins_per_roi + i * s.pooled_width) * C;
+        const int64_t count = s.pooled_width * C;  // this bin row's argmax entries
+        if (!exact) {
+          if (rows.hend <= rows.hstart) {  // an empty bin row: RoiPool gave -1 throughout
+            if (check_empty) {
+              for (int64_t k = 0; k < count; ++k) inside &= argmax[first + k] == -1;
             }
+            continue;
+          }
+          if (rows.hend <= r0 || rows.hstart >= r1) continue;
+        }
+        const uint64_t row_lo = static_cast<uint64_t>(rows.hstart * W);
+        const uint64_t row_span = static_cast<uint64_t>(std::max<int64_t>(rows.hend - rows.hstart, 0) * W);
+        for (int64_t j = 0; j < s.pooled_width; ++j) {
+          const int32_t* arg = argmax + first + j * C;
+          const T* grad = d_pooled + first + j * C;
+          for (int64_t c = 0; c < C; ++c) {
+            const uint64_t pos = static_cast<uint64_t>(static_cast<int64_t>(arg[c]));
+            if (pos - lo < span) image[pos * C + c] += grad[c];
+            inside &= arg[c] == -1 || pos - row_lo < row_span;
           }
         }
       }
-    });
+    }
+    return exact || inside;
   }
 };
 #endif  // !defined(__CUDACC__)

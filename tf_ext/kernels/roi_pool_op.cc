@@ -10,6 +10,7 @@
 #include "tf_ext/kernels/compute_buffers.h"
 #include "tf_ext/kernels/device_copy.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
+#include "tf_ext/kernels/roi_util.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/op_checks.h"
 #include "tf_ext/ops/roi_ops.h"
@@ -104,16 +105,13 @@ class RoiPoolGradOp : public OpKernel {
     // would be an out-of-bounds write.
     const int64_t hw = s.height * s.width;
     const auto arg = argmax.flat<int32_t>();
-    if (arg.size() > 0) {
-      // Vectorised range check first (Eigen reductions); the scalar scan only names the culprit.
-      Eigen::Tensor<int32_t, 0, Eigen::RowMajor> lo = arg.minimum();
-      Eigen::Tensor<int32_t, 0, Eigen::RowMajor> hi = arg.maximum();
-      if (lo() < -1 || hi() >= hw) {
-        for (int64_t k = 0; k < arg.size(); ++k) {
-          OP_REQUIRES(ctx, arg(k) >= -1 && arg(k) < hw,
-                      OpError(ctx, "argmax[", k, "] = ", arg(k), " is outside [-1, H * W = ", hw,
-                              ")"));
-        }
+    // A parallel vectorised range check first; the scalar scan only names the culprit.
+    if (!AllInRange(ctx->eigen_cpu_device(), arg.data(), arg.size(), -1,
+                    static_cast<int32_t>(hw))) {
+      for (int64_t k = 0; k < arg.size(); ++k) {
+        OP_REQUIRES(ctx, arg(k) >= -1 && arg(k) < hw,
+                    OpError(ctx, "argmax[", k, "] = ", arg(k), " is outside [-1, H * W = ", hw,
+                            ")"));
       }
     }
     Tensor* d_data = nullptr;
