@@ -362,10 +362,19 @@ def _ps_roi_align() -> Workload:
 
 def _eager_vs_function(name: str, f: Callable[..., Any], *args: tf.Tensor,
                        nbytes: float) -> Workload:
+    # TensorFlow's own eager overhead on the same tensor: a stock op (tf.identity, whose
+    # gradient is an identity too) eagerly under a tape and in a tf.function. The target
+    # allows tf_ext's eager time 1.15x its tf.function time plus that difference.
     return (f"{name}: eager GradientTape vs tf.function (fwd+bwd)", nbytes, [
         Variant("eager tape", _eager_fwd_bwd(f, *args), baseline=False),
         Variant("tf.function", _fwd_bwd(f, *args)),
+        Variant(STOCK_EAGER, _eager_fwd_bwd(tf.identity, *args)),
+        Variant(STOCK_FUNCTION, _fwd_bwd(tf.identity, *args)),
     ])
+
+
+STOCK_EAGER = "stock op (tf.identity) eager tape"
+STOCK_FUNCTION = "stock op (tf.identity) tf.function"
 
 
 _SMALL_ROIS = tf.constant(_random_rois(64, 2, 32, 32))
@@ -482,6 +491,31 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}" if s < 0.01 else f"{s * 1e3:.2f}"
 
 
+def _simd_level() -> str:
+    """The SIMD level tf_ext's CPU kernels dispatch to here (kernels/cpu_simd.h): the CPU's
+    widest, capped by TF_EXT_CPU_ISA."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    levels = ["baseline"]
+    if "avx2" in flags:
+        levels.append("avx2")
+        if {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags:
+            levels.append("avx512")
+    cap = os.environ.get("TF_EXT_CPU_ISA", "")
+    if cap == "sse2":
+        cap = "baseline"
+    if cap in levels:
+        levels = levels[:levels.index(cap) + 1]
+    return levels[-1]
+
+
 def main() -> int:
     if ARGS.list:
         print("\n".join(list(WORKLOADS) + ["tape_memory"]))
@@ -518,9 +552,14 @@ def main() -> int:
     meta = {"tag": ARGS.tag, "threads": ARGS.threads, "reps": ARGS.reps,
             "tensorflow": tf.__version__, "machine": platform.machine(),
             "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "library": tf_ext.library_path()}
+            "library": tf_ext.library_path(), "simd": _simd_level()}
+    checks = targets(rows)
+    for c in checks:
+        print(f"target {'met    ' if c['met'] else 'MISSED '} {c['workload']:30s} {c['target']}: "
+              f"need {c['need']}, got {c['got']}")
     with open(os.path.join(ARGS.out, "bench.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows, "tape_memory": memory}, f, indent=1)
+        json.dump({"meta": meta, "rows": rows, "targets": checks, "tape_memory": memory}, f,
+                  indent=1)
     with open(os.path.join(ARGS.out, "bench.md"), "w") as f:
         f.write(markdown(rows, memory, meta))
     chart(rows, os.path.join(ARGS.out, "bench.png"), meta)
@@ -528,10 +567,49 @@ def main() -> int:
     return 0
 
 
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 11's targets, judged on this run's medians (only workloads that ran)."""
+    med: dict[tuple[str, str], float] = {(r["workload"], r["variant"]): r["median_ms"]
+                                         for r in rows}
+    ours = {r["workload"]: r["median_ms"] for r in rows if r["is_tf_ext"]}
+    out: list[dict[str, Any]] = []
+
+    def speedup(workload: str, variant: str, need: float, what: str) -> None:
+        if workload in ours and (workload, variant) in med:
+            got = med[(workload, variant)] / ours[workload]
+            out.append({"target": what, "workload": workload, "baseline": variant,
+                        "need": f">= {need:.2f}x", "got": f"{got:.2f}x", "met": got >= need})
+
+    for w in ("sign_ste_fwd", "zero_out_fwd", "gradient_reversal_fwd"):
+        for proxy in ("tf.identity", "copy (DeepCopy)"):
+            speedup(w, proxy, 1 / 1.3, "elementwise forward within 1.3x of the roofline proxy")
+    speedup("sign_ste_fwd_bwd", "clip+stop_gradient trick", 1.25, "sign_ste fwd+bwd vs the trick")
+    speedup("median_pool3_fwd_bwd", "extract_patches+top_k", 20, "median 3x3 vs its composite")
+    speedup("median_pool3_fwd_bwd", "max_pool2d 3x3", 0.2, "median 3x3 within 5x of max_pool2d")
+    speedup("median_pool5_fwd_bwd", "extract_patches+top_k", 20, "median 5x5 vs its composite")
+    for w in ("roi_pool_fwd_bwd", "roi_pool_det_1000", "roi_pool_det_2000"):
+        speedup(w, "crop_and_resize 14x14+max_pool 2x2", 1.5, "roi_pool vs crop_and_resize")
+    speedup("ps_roi_align_fwd_bwd", "crop_and_resize position-sensitive crop", 3,
+            "ps_roi_align vs the crop-based formulation")
+    for w in ("small_tape_sign_ste", "small_tape_gradient_reversal"):
+        speedup(w, "tf.custom_gradient", 1.0, "small-tensor tape no slower than tf.custom_gradient")
+    for w in sorted(ours):
+        if not w.startswith("eager_") or (w, STOCK_EAGER) not in med:
+            continue
+        overhead = med[(w, STOCK_EAGER)] - med[(w, STOCK_FUNCTION)]
+        allowed = 1.15 * med[(w, "tf.function")] + max(overhead, 0.0)
+        out.append({"target": "eager tape within 1.15x of tf.function + TF's eager overhead",
+                    "workload": w, "baseline": "tf.function",
+                    "need": f"<= {allowed:.2f} ms (1.15 x {med[(w, 'tf.function')]:.2f} + "
+                            f"{max(overhead, 0.0):.2f})",
+                    "got": f"{ours[w]:.2f} ms", "met": ours[w] <= allowed})
+    return out
+
+
 def markdown(rows: list[dict[str, Any]], memory: dict[str, Any] | None,
              meta: dict[str, Any]) -> str:
     out = [f"{meta['threads']} threads, {meta['reps']} interleaved reps, TensorFlow "
-           f"{meta['tensorflow']}; speedup = baseline median / tf_ext median (> 1: tf_ext "
+           f"{meta['tensorflow']}, CPU kernels at SIMD level {meta.get('simd', '?')}; speedup = baseline median / tf_ext median (> 1: tf_ext "
            "faster).", "",
            "| workload | variant | min ms | median ms | GB/s | tf_ext speedup |",
            "|---|---|---:|---:|---:|---:|"]
@@ -540,6 +618,12 @@ def markdown(rows: list[dict[str, Any]], memory: dict[str, Any] | None,
         name = f"**{r['variant']}**" if r["is_tf_ext"] else r["variant"]
         out.append(f"| {r['workload']} | {name} | {_ms(r['min_ms'] / 1e3)} | "
                    f"{_ms(r['median_ms'] / 1e3)} | {r['gb_per_s']:.2f} | {speed} |")
+    checks = targets(rows)
+    if checks:
+        out += ["", "Targets (issue 11), on this run's medians:", "",
+                "| target | workload | baseline | need | got | met |", "|---|---|---|---|---|---|"]
+        out += [f"| {c['target']} | {c['workload']} | {c['baseline']} | {c['need']} | "
+                f"{c['got']} | {'yes' if c['met'] else '**no**'} |" for c in checks]
     if memory:
         out += ["", f"Tape memory ({memory['chain']}): held by the tape after the forward "
                 f"{memory['held_by_tape_mib']:.1f} MiB, peak during fwd+bwd "

@@ -166,16 +166,25 @@ void CheckSign(const Eigen::ThreadPoolDevice& d, const std::vector<T>& x) {
 }
 
 TEST_F(GpuBodyTest, SignSteFloatDouble) {
-  std::mt19937 rng(1);
-  for (int c = 0; c < kCases; ++c) {
-    const size_t n = c % 10 == 0 ? 0 : std::uniform_int_distribution<size_t>(1, 500)(rng);
-    CheckSign(device_, Values<float>(n, &rng, c % 3));
-    CheckSign(device_, Values<double>(n, &rng, c % 3));
-  }
-  // Denormals: the functor flushes explicitly (FlushDenormal), so here they can be compared.
-  CheckSign<float>(device_, {std::numeric_limits<float>::denorm_min(), -1e-40f, 1e-39f,
-                             std::numeric_limits<float>::min()});
-  CheckSign<double>(device_, {std::numeric_limits<double>::denorm_min(), -1e-310, 1e-308});
+  ForEachIsa([&] {
+    std::mt19937 rng(1);
+    for (int c = 0; c < kCases; ++c) {
+      const size_t n = c % 10 == 0 ? 0 : std::uniform_int_distribution<size_t>(1, 500)(rng);
+      CheckSign(device_, Values<float>(n, &rng, c % 3));
+      CheckSign(device_, Values<double>(n, &rng, c % 3));
+    }
+    // Denormals: the functor flushes explicitly (FlushDenormal), so here they can be compared.
+    CheckSign<float>(device_, {std::numeric_limits<float>::denorm_min(), -1e-40f, 1e-39f,
+                               std::numeric_limits<float>::min()});
+    CheckSign<double>(device_, {std::numeric_limits<double>::denorm_min(), -1e-310, 1e-308});
+    // Every exponent and both signs, with random mantissas (NaN payloads included).
+    std::vector<float> bits_f(4096);
+    for (size_t i = 0; i < bits_f.size(); ++i) {
+      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
+      std::memcpy(&bits_f[i], &b, 4);
+    }
+    CheckSign(device_, bits_f);
+  });
 }
 
 TEST_F(GpuBodyTest, SignSteHalfEveryBitPattern) {

@@ -225,6 +225,7 @@ class _Specialised:
             # poisons later remote calls.
             self.retired.append(self.fn)
         self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef)
+        self.num_outputs = len(self.fdef.signature.output_arg)
         self.server_def = _tf_compat.server_def()
 
     def current(self) -> Callable[..., list[tf.Tensor]]:
@@ -236,16 +237,32 @@ class _Specialised:
             self._build()
         return self.fn
 
+    def __call__(self, *args: tf.Tensor) -> list[tf.Tensor]:
+        """The gradient on args. Eagerly with no tape that could record it (a first-order
+        gradient), the function runs as a single op: a ConcreteFunction call costs several
+        times more in argument processing, and only a recording tape needs what it adds (the
+        call's own gradient, for higher orders)."""
+        fn = self.current()
+        if tf.executing_eagerly() and not _tf_compat.tape_could_record():
+            return _tf_compat.call_function(self.function_name, list(args), self.num_outputs)
+        return fn(*args)
 
-def _specialised(node: _tf_compat.NodeDef) -> Callable[..., list[tf.Tensor]]:
-    key = node.SerializeToString(deterministic=True)
+
+def _specialised(node: _tf_compat.NodeDef, key: bytes | None = None) -> _Specialised:
+    """The specialised gradient of `node`; `key`: its deterministic serialisation, when the
+    caller has it already."""
+    if key is None:
+        key = node.SerializeToString(deterministic=True)
+    entry = _cache.get(key)
+    if entry is not None:
+        return entry
     with _lock:
         entry = _cache.get(key)
         if entry is None:
             # Errors (e.g. an int32 ZeroOut) keep the C++ status and name both ops.
             entry = _Specialised(node.op, _run_gradient_function_def(node))
             _cache[key] = entry
-        return entry.current()
+        return entry
 
 
 def _callable_gradient(
@@ -358,9 +375,23 @@ def _recording_plan(op_type: str, facts: dict[str, Any], inputs: list[tf.Tensor]
         if with_outputs:
             node.attr[_FORWARD_OUTPUTS_ATTR].b = True
             names = names + _tf_compat.output_names(op_type)
-        plan = _Plan(node=node, keep=[name in read for name in names], with_outputs=with_outputs)
+        plan = _Plan(node=node, key=node.SerializeToString(deterministic=True),
+                     keep=[name in read for name in names], with_outputs=with_outputs)
         _plans[key] = plan
     return plan
+
+
+_stand_ins: dict[tuple[int, Any], tf.Tensor] = {}
+
+
+def _stand_in(dtype: tf.DType) -> tf.Tensor:
+    """An empty tensor of dtype, made once per eager context: what a gradient gets for a
+    forward tensor it does not read."""
+    key = (_tf_compat.context_key(), dtype)
+    t = _stand_ins.get(key)
+    if t is None:
+        t = _stand_ins[key] = tf.zeros([0], dtype)
+    return t
 
 
 def call_recorded(op_type: str, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -384,7 +415,7 @@ def call_recorded(op_type: str, fn: Callable[..., Any], args: tuple[Any, ...],
         result = fn(*inputs, **kwargs)
     outputs = tf.nest.flatten(result)
     plan = _recording_plan(op_type, facts, inputs, attrs)
-    node, keep = plan.node, plan.keep
+    node, key, keep = plan.node, plan.key, plan.keep
     tensors = inputs + outputs if plan.with_outputs else inputs
     kept = [t if k else None for t, k in zip(tensors, keep)]
     dtypes = [t.dtype for t in tensors]
@@ -392,9 +423,9 @@ def call_recorded(op_type: str, fn: Callable[..., Any], args: tuple[Any, ...],
     count = len(inputs)
 
     def backward(*grads: tf.Tensor | None) -> list[tf.Tensor]:
-        gradient = _specialised(node)
+        gradient = _specialised(node, key)
         # A tensor the gradient does not read is not kept: any tensor of its dtype stands in.
-        call = [x if x is not None else tf.zeros([0], dtype) for x, dtype in zip(kept, dtypes)]
+        call = [x if x is not None else _stand_in(dtype) for x, dtype in zip(kept, dtypes)]
         call += [tf.zeros(shape, dtype) if g is None else g
                  for g, (shape, dtype) in zip(grads, output_specs)]
         results = gradient(*call)

@@ -192,6 +192,20 @@ def function_from_def(fdef: FunctionDef) -> tuple[Callable[..., Any], str]:
     return fn, name
 
 
+def call_function(name: str, inputs: list[tf.Tensor], num_outputs: int) -> list[tf.Tensor]:
+    """Runs the eager context's function `name` on `inputs` as one op (the way a
+    ConcreteFunction finally runs it: context.call_function), without a ConcreteFunction's
+    argument processing and without recording on any tape. Eager only."""
+    outputs = context.context().call_function(name.encode(), inputs, num_outputs)
+    return list(outputs or [])
+
+
+def context_key() -> int:
+    """Identifies the current eager context (a reset makes a new one): tensors cached for one
+    context are not reused in another."""
+    return id(context.context())
+
+
 def server_def() -> Any:
     """The eager context's cluster definition (None outside a cluster); a new object after
     each tf.config.experimental_connect_to_cluster."""

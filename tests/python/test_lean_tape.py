@@ -136,3 +136,49 @@ def test_second_order_through_a_recorded_op():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def _counting_function_calls(monkeypatch):
+    """Counts the bridge's direct (single-op) calls of gradient functions."""
+    calls = []
+    real = _bridge._tf_compat.call_function
+
+    def counting(name, inputs, num_outputs):
+        calls.append(name)
+        return real(name, inputs, num_outputs)
+
+    monkeypatch.setattr(_bridge._tf_compat, "call_function", counting)
+    return calls
+
+
+def test_first_order_eager_gradient_runs_the_function_as_one_op(monkeypatch):
+    calls = _counting_function_calls(monkeypatch)
+    x = tf.random.uniform([64], -2.0, 2.0, seed=4)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf_ext.sign_ste(x) * 3.0
+    g = tape.gradient(y, x)
+    assert len(calls) == 1  # the direct call, not a ConcreteFunction
+    np.testing.assert_array_equal(g.numpy(), 3.0 * (np.abs(x.numpy()) <= 1.0))
+    # The op-level path (a raw library op on a tape, _bridged_gradient) takes it too.
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = _bridge.library().tf_ext_gradient_reversal(x, scale=2.0)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), -2.0 * np.ones(64))
+    assert len(calls) == 2
+
+
+def test_gradient_under_a_recording_tape_stays_differentiable(monkeypatch):
+    # An outer tape records the inner gradient: the ConcreteFunction path, so the second
+    # derivative exists (the direct call would be invisible to the outer tape).
+    calls = _counting_function_calls(monkeypatch)
+    x = tf.constant([0.3, -0.7, 2.0])
+    with tf.GradientTape() as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y = tf_ext.gradient_reversal(x * x, 0.5)
+        dx = inner.gradient(y, x)  # -0.5 * 2x
+    np.testing.assert_allclose(dx.numpy(), -x.numpy())
+    np.testing.assert_allclose(outer.gradient(dx, x).numpy(), -np.ones(3))
+    assert calls == []

@@ -70,31 +70,32 @@ struct Bits<double> {
 
 // SignOf on a block of bit patterns, branch-free: a normal number or infinity becomes +-1 (its
 // sign bit kept), a zero or denormal the zero of its sign (the flush), NaN itself.
-template <typename T>
-inline simd::Mask<T> SignOfBits(simd::Mask<T> b) {
+template <typename T, int kBytes>
+TF_EXT_SIMD_INLINE simd::Mask<T, kBytes> SignOfBits(simd::Mask<T, kBytes> b) {
   using B = Bits<T>;
-  const simd::Mask<T> magnitude = b & B::kMagnitude;
-  const simd::Mask<T> sign = b ^ magnitude;
-  const simd::Mask<T> normal_or_inf = (magnitude >= B::kMinNormal) & (magnitude <= B::kInf);
-  const simd::Mask<T> r = sign | (normal_or_inf & B::kOne);
+  using M = simd::Mask<T, kBytes>;
+  const M magnitude = b & B::kMagnitude;
+  const M sign = b ^ magnitude;
+  // Compares feeding selects only (GCC 12 scalarises AND-ed 64-byte integer masks).
+  const M one = M{} + B::kOne;
+  const M normal_or_inf_one = magnitude >= B::kMinNormal ? one : M{};
+  const M r = sign | (magnitude <= B::kInf ? normal_or_inf_one : M{});
   return magnitude > B::kInf ? b : r;
 }
 
-// y[i] = SignOf(x[i]) for i in [0, n); x and y may alias exactly (each block is loaded before
-// it is stored).
-template <typename T>
-inline void SignRange(const T* x, int64_t n, T* y) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    constexpr int64_t kLanes = simd::kLanes<T>;
+// y = sign(x) over [0, n), blocks of kBytes.
+struct SignRange {
+  template <int kBytes, typename T>
+  static void Run(const T* x, int64_t n, T* y) {
+    using M = simd::Mask<T, kBytes>;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
-      simd::Store(SignOfBits<T>(simd::Load<simd::Mask<T>>(x + i)), y + i);
+      simd::Store(SignOfBits<T, kBytes>(simd::Load<M>(x + i)), y + i);
     }
-    if (i < n) simd::Store(SignOfBits<T>(simd::Load<simd::Mask<T>>(x + i, n - i)), y + i, n - i);
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = SignOf(x[i]);
+    if (i < n) simd::Store(SignOfBits<T, kBytes>(simd::Load<M>(x + i, n - i)), y + i, n - i);
   }
-}
+};
 
 }  // namespace sign_internal
 
@@ -102,7 +103,11 @@ template <typename T>
 struct SignSTE<CPUDevice, T> {
   void operator()(const CPUDevice& d, const T* x, int64_t n, T* y) const {
     ParallelFor(d, n, /*cost_per_unit=*/1, [x, y](int64_t begin, int64_t end) {
-      sign_internal::SignRange(x + begin, end - begin, y + begin);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        simd::Dispatch<sign_internal::SignRange>::Run(x + begin, end - begin, y + begin);
+      } else {
+        for (int64_t i = begin; i < end; ++i) y[i] = SignOf(x[i]);
+      }
     });
   }
 };
