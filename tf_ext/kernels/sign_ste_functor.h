@@ -76,10 +76,11 @@ TF_EXT_SIMD_INLINE simd::Mask<T, kBytes> SignOfBits(simd::Mask<T, kBytes> b) {
   using M = simd::Mask<T, kBytes>;
   const M magnitude = b & B::kMagnitude;
   const M sign = b ^ magnitude;
-  // Compares feeding selects only (GCC 12 scalarises AND-ed 64-byte integer masks).
-  const M one = M{} + B::kOne;
-  const M normal_or_inf_one = magnitude >= B::kMinNormal ? one : M{};
-  const M r = sign | (magnitude <= B::kInf ? normal_or_inf_one : M{});
+  // Compares feed selects only: GCC 12 scalarises 64-byte integer comparison masks that are
+  // combined bitwise. Zero and denormals keep their sign (+-0), normal numbers and infinities
+  // become +-1, NaN stays itself.
+  const M signed_one = sign | B::kOne;
+  const M r = magnitude >= B::kMinNormal ? signed_one : sign;
   return magnitude > B::kInf ? b : r;
 }
 
