@@ -226,6 +226,7 @@ class _Specialised:
             self.retired.append(self.fn)
         self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef)
         self.num_outputs = len(self.fdef.signature.output_arg)
+        self.nodes = _EagerNodes.of(self.fdef)
         self.server_def = _tf_compat.server_def()
 
     def current(self) -> Callable[..., list[tf.Tensor]]:
@@ -239,13 +240,149 @@ class _Specialised:
 
     def __call__(self, *args: tf.Tensor) -> list[tf.Tensor]:
         """The gradient on args. Eagerly with no tape that could record it (a first-order
-        gradient), the function runs as a single op: a ConcreteFunction call costs several
-        times more in argument processing, and only a recording tape needs what it adds (the
-        call's own gradient, for higher orders)."""
+        gradient), its nodes run as eager ops (or, if it has a node that cannot, the function
+        runs as a single op): a ConcreteFunction call costs several times more in argument
+        processing and function-runtime set-up, and only a recording tape needs what it adds
+        (the call's own gradient, for higher orders)."""
         fn = self.current()
         if tf.executing_eagerly() and not _tf_compat.tape_could_record():
+            if self.nodes is not None:
+                return self.nodes(list(args))
             return _tf_compat.call_function(self.function_name, list(args), self.num_outputs)
         return fn(*args)
+
+
+class _EagerNodes:
+    """A gradient FunctionDef's nodes run one by one as eager ops: the first-order eager
+    path. Only for FunctionDefs of plain ops (no function-valued attrs, no list-valued
+    function inputs); its Const nodes become tensors once per eager context."""
+
+    class Unsupported(Exception):
+        pass
+
+    @classmethod
+    def of(cls, fdef: _tf_compat.FunctionDef) -> "_EagerNodes | None":
+        try:
+            return cls(fdef)
+        except (cls.Unsupported, KeyError, ValueError, TypeError):
+            return None
+
+    def __init__(self, fdef: _tf_compat.FunctionDef) -> None:
+        self.arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+        if any(a.number_attr or a.type_list_attr for a in fdef.signature.input_arg):
+            raise self.Unsupported("list-valued function input")
+        nodes = {n.name: n for n in fdef.node_def}
+        self.steps: list[tuple[str, str, Any, list[tuple[str, int]], int]] = []
+        self.consts: dict[str, Any] = {}
+        self.folded: set[str] = set()  # nodes computed from constants only
+        self.offsets: dict[str, dict[str, int]] = {}
+        done: set[str] = set()
+
+        def visit(name: str, path: tuple[str, ...] = ()) -> None:
+            if name in done:
+                return
+            if name in path:
+                raise self.Unsupported("cycle")
+            node = nodes[name]
+            for ref in node.input:
+                src = ref.lstrip("^").split(":")[0]
+                if src in nodes:
+                    visit(src, path + (name,))
+            self._add(node)
+            done.add(name)
+
+        for name in nodes:
+            visit(name)
+        self.outputs = [self._ref(fdef.ret[a.name]) for a in fdef.signature.output_arg]
+        self._const_cache: dict[int, dict[str, tf.Tensor]] = {}
+
+    def _add(self, node: Any) -> None:
+        op_def = _tf_compat.op_def(node.op)
+        if op_def is None:
+            raise self.Unsupported(node.op)  # e.g. a function call
+        offsets, total = {}, 0
+        for arg in op_def.output_arg:
+            offsets[arg.name] = total
+            if arg.number_attr:
+                total += node.attr[arg.number_attr].i
+            elif arg.type_list_attr:
+                total += len(node.attr[arg.type_list_attr].list.type)
+            else:
+                total += 1
+        self.offsets[node.name] = offsets
+        # A stateless op of constants only is evaluated once per context, like a Const.
+        data_inputs = [ref.split(":")[0] for ref in node.input if not ref.startswith("^")]
+        foldable = (node.op == "Const" or
+                    (not op_def.is_stateful and bool(data_inputs) and
+                     all(src in self.folded for src in data_inputs)))
+        if foldable:
+            self.folded.add(node.name)
+        if node.op == "Const":
+            self.consts[node.name] = (_tf_compat.make_ndarray(node.attr["value"].tensor),
+                                      tf.as_dtype(node.attr["dtype"].type))
+            self.steps.append(("const", node.name, None, [], 1))
+            return
+        attrs: list[Any] = []
+        for key in sorted(node.attr):
+            if not key.startswith("_"):
+                attrs += [key, self._attr_value(node.attr[key])]
+        inputs = [self._ref(ref) for ref in node.input if not ref.startswith("^")]
+        kind = "identity" if node.op == "Identity" else "op"
+        self.steps.append((kind, node.name, (node.op, tuple(attrs)), inputs, total))
+
+    def _attr_value(self, value: Any) -> Any:
+        which = value.WhichOneof("value")
+        if which in ("type", "i", "f", "b", "s"):
+            return getattr(value, which)
+        if which == "shape":
+            return None if value.shape.unknown_rank else [d.size for d in value.shape.dim]
+        if which == "list":
+            lst = value.list
+            if lst.func or lst.tensor:
+                raise self.Unsupported("list attr")
+            for field in ("type", "i", "f", "b", "s"):
+                if getattr(lst, field):
+                    return list(getattr(lst, field))
+            if lst.shape:
+                return [None if sh.unknown_rank else [d.size for d in sh.dim] for sh in lst.shape]
+            return []
+        raise self.Unsupported(f"attr {which}")
+
+    def _ref(self, ref: str) -> tuple[str, int]:
+        """A node input or function return ("x", "node:arg:i") as (producer, output index);
+        producer "" names a function argument (index: its position)."""
+        parts = ref.split(":")
+        if len(parts) == 1:
+            return "", self.arg_index[parts[0]]
+        node, arg, i = parts[0], parts[1], int(parts[2]) if len(parts) > 2 else 0
+        return node, self.offsets[node][arg] + i
+
+    def _run(self, env: dict[str, list[tf.Tensor]], folded: bool) -> None:
+        """Runs the steps that are (folded=True) or are not computed from constants only."""
+        for kind, name, op, inputs, count in self.steps:
+            if (name in self.folded) != folded:
+                continue
+            if kind == "const":
+                value, dtype = self.consts[name]
+                env[name] = [tf.constant(value, dtype)]
+                continue
+            values = [env[src][i] for src, i in inputs]
+            if kind == "identity":
+                env[name] = values[:1]
+            else:
+                env[name] = _tf_compat.execute_op(op[0], values, op[1], count)
+
+    def __call__(self, args: list[tf.Tensor]) -> list[tf.Tensor]:
+        key = _tf_compat.context_key()
+        constants = self._const_cache.get(key)
+        if constants is None:
+            constants = {}
+            self._run(constants, folded=True)
+            self._const_cache[key] = constants
+        env: dict[str, list[tf.Tensor]] = dict(constants)
+        env[""] = args
+        self._run(env, folded=False)
+        return [env[src][i] for src, i in self.outputs]
 
 
 def _specialised(node: _tf_compat.NodeDef, key: bytes | None = None) -> _Specialised:

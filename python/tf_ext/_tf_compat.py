@@ -22,12 +22,14 @@ from tensorflow.core.framework import op_def_pb2
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
 from tensorflow.python.client import pywrap_tf_session
 from tensorflow.python.eager import context
+from tensorflow.python.eager import execute as eager_execute
 from tensorflow.python.eager import record
 from tensorflow.python.eager.polymorphic_function import concrete_function
 from tensorflow.python.framework import function_def_to_graph
 from tensorflow.python.framework import op_def_library
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops
+from tensorflow.python.framework import tensor_util
 
 # Protocol buffer classes (tensorflow.core.framework; NodeDef is also tf.compat.v1.NodeDef,
 # FunctionDef has no public alias).
@@ -198,6 +200,18 @@ def call_function(name: str, inputs: list[tf.Tensor], num_outputs: int) -> list[
     argument processing and without recording on any tape. Eager only."""
     outputs = context.context().call_function(name.encode(), inputs, num_outputs)
     return list(outputs or [])
+
+
+def execute_op(op_type: str, inputs: list[tf.Tensor], attrs: tuple[Any, ...],
+               num_outputs: int) -> list[tf.Tensor]:
+    """Runs one op eagerly (execute.execute: what a generated wrapper's slow path does), attrs
+    as a flat (name, value, ...) tuple of plain Python values. Eager only."""
+    return list(eager_execute.execute(op_type, num_outputs, inputs, attrs, context.context()))
+
+
+def make_ndarray(tensor: Any) -> Any:
+    """A TensorProto's value as a numpy array."""
+    return tensor_util.MakeNdarray(tensor)
 
 
 def context_key() -> int:

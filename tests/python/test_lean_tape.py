@@ -138,40 +138,47 @@ if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
 
 
-def _counting_function_calls(monkeypatch):
-    """Counts the bridge's direct (single-op) calls of gradient functions."""
+def _counting_direct_runs(monkeypatch):
+    """Counts the bridge's direct runs of gradient functions: node by node as eager ops, or as
+    one function op (either way, no ConcreteFunction)."""
     calls = []
-    real = _bridge._tf_compat.call_function
+    real_call, real_execute = _bridge._tf_compat.call_function, _bridge._tf_compat.execute_op
 
-    def counting(name, inputs, num_outputs):
+    def call_function(name, inputs, num_outputs):
         calls.append(name)
-        return real(name, inputs, num_outputs)
+        return real_call(name, inputs, num_outputs)
 
-    monkeypatch.setattr(_bridge._tf_compat, "call_function", counting)
+    def execute_op(op_type, inputs, attrs, num_outputs):
+        calls.append(op_type)
+        return real_execute(op_type, inputs, attrs, num_outputs)
+
+    monkeypatch.setattr(_bridge._tf_compat, "call_function", call_function)
+    monkeypatch.setattr(_bridge._tf_compat, "execute_op", execute_op)
     return calls
 
 
-def test_first_order_eager_gradient_runs_the_function_as_one_op(monkeypatch):
-    calls = _counting_function_calls(monkeypatch)
+def test_first_order_eager_gradient_runs_directly(monkeypatch):
+    calls = _counting_direct_runs(monkeypatch)
     x = tf.random.uniform([64], -2.0, 2.0, seed=4)
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = tf_ext.sign_ste(x) * 3.0
     g = tape.gradient(y, x)
-    assert len(calls) == 1  # the direct call, not a ConcreteFunction
+    assert calls  # run directly, not through a ConcreteFunction
     np.testing.assert_array_equal(g.numpy(), 3.0 * (np.abs(x.numpy()) <= 1.0))
     # The op-level path (a raw library op on a tape, _bridged_gradient) takes it too.
+    del calls[:]
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = _bridge.library().tf_ext_gradient_reversal(x, scale=2.0)
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), -2.0 * np.ones(64))
-    assert len(calls) == 2
+    assert calls
 
 
 def test_gradient_under_a_recording_tape_stays_differentiable(monkeypatch):
     # An outer tape records the inner gradient: the ConcreteFunction path, so the second
-    # derivative exists (the direct call would be invisible to the outer tape).
-    calls = _counting_function_calls(monkeypatch)
+    # derivative exists (a direct run would be invisible to the outer tape).
+    calls = _counting_direct_runs(monkeypatch)
     x = tf.constant([0.3, -0.7, 2.0])
     with tf.GradientTape() as outer:
         outer.watch(x)
@@ -182,3 +189,47 @@ def test_gradient_under_a_recording_tape_stays_differentiable(monkeypatch):
     np.testing.assert_allclose(dx.numpy(), -x.numpy())
     np.testing.assert_allclose(outer.gradient(dx, x).numpy(), -np.ones(3))
     assert calls == []
+
+
+def _gradient_cases():
+    rois = tf.constant([[0, 0, 0, 5, 5], [1, 2, 1, 7, 6]], tf.float32)
+    image = tf.random.normal([2, 8, 8, 4], seed=5)
+    return {
+        "sign_ste": (lambda a: tf_ext.sign_ste(a), tf.random.uniform([50], -2, 2, seed=1)),
+        "gradient_reversal": (lambda a: tf_ext.gradient_reversal(a, 0.7),
+                              tf.random.normal([50], seed=2)),
+        "zero_out": (lambda a: tf_ext.zero_out(a, preserve_index=3), tf.random.normal([50], seed=3)),
+        "smooth_l1": (lambda a: tf_ext.smooth_l1(a, 0.5), tf.random.normal([50], seed=4)),
+        "median_pool2d": (lambda a: tf_ext.median_pool2d(a, [3, 3], [1, 1], "SAME"), image),
+        "roi_pool": (lambda a: tf_ext.roi_pool(a, rois, 2, 2)[0], image),
+        "ps_roi_align": (lambda a: tf_ext.ps_roi_align(a, rois, 2, 2), image),
+    }
+
+
+@pytest.mark.parametrize("op", sorted(_gradient_cases()))
+def test_node_by_node_gradient_is_the_function_bit_for_bit(op, monkeypatch):
+    # Every op's gradient run node by node (the eager first-order path) against the same
+    # FunctionDef run as one function op, on the arguments the tape passed.
+    seen = []
+    real = _bridge._EagerNodes.__call__
+
+    def recording(self, args):
+        out = real(self, args)
+        seen.append((self, list(args), out))
+        return out
+
+    monkeypatch.setattr(_bridge._EagerNodes, "__call__", recording)
+    f, x = _gradient_cases()[op]
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = f(x)
+    dy = tf.random.normal(tf.shape(y), seed=9)
+    tape.gradient(y, x, output_gradients=dy)
+    assert len(seen) == 1
+    nodes, args, direct = seen[0]
+    entry = next(e for e in _bridge._cache.values() if e.nodes is nodes)
+    whole = _bridge._tf_compat.call_function(entry.function_name, args, entry.num_outputs)
+    assert len(direct) == len(whole) == len(entry.fdef.signature.output_arg)
+    for a, b in zip(direct, whole):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
