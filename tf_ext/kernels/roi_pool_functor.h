@@ -11,10 +11,7 @@
 
 #if !defined(__CUDACC__)
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <utility>
-#include <vector>
 
 #include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/roi_util.h"
@@ -99,14 +96,9 @@ struct RoiPool<CPUDevice, T> {
     const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
     // Work per bin ~ (pixels in the bin) * C; the pixels per bin are estimated from the
     // average clipped ROI area so that large ROIs get small shards.
-    // ROIs are visited in the order of their image and top-left corner (each bin's result
-    // is independent of the order): overlapping ROIs then follow one another, and the pixels
-    // they share are still in the cache.
     double area = 0;
-    std::vector<std::pair<std::array<int64_t, 3>, int64_t>> keyed(s.num_rois);
     for (int64_t r = 0; r < s.num_rois; ++r) {
       const RoiPoolWindow top_left = RoiPoolBinWindow(s, rois + 5 * r, 0, 0);
-      keyed[r] = {{static_cast<int64_t>(rois[5 * r]), top_left.hstart, top_left.wstart}, r};
       const RoiPoolWindow bottom_right =
           RoiPoolBinWindow(s, rois + 5 * r, s.pooled_height - 1, s.pooled_width - 1);
       area += static_cast<double>(std::max<int64_t>(bottom_right.hend - top_left.hstart, 0)) *
@@ -115,31 +107,27 @@ struct RoiPool<CPUDevice, T> {
     const double pixels_per_bin =
         s.num_rois > 0 ? area / static_cast<double>(s.num_rois * bins_per_roi) : 0;
     const int64_t cost = static_cast<int64_t>((pixels_per_bin + 1) * 3 * static_cast<double>(C)) + 10;
-    std::sort(keyed.begin(), keyed.end());
-    std::vector<int64_t> order(s.num_rois);
-    for (int64_t k = 0; k < s.num_rois; ++k) order[k] = keyed[k].second;
 
     ParallelFor(d, s.num_rois * bins_per_roi, cost, [&](int64_t begin, int64_t end) {
-      simd::Dispatch<MaxBins>::Run(s, data, rois, order.data(), pooled, argmax, begin, end);
+      simd::Dispatch<MaxBins>::Run(s, data, rois, pooled, argmax, begin, end);
     });
   }
 
  private:
-  // Bins [begin, end) of the ROIs in `order` (flat over ROIs and bins), blocks of kBytes.
+  // Bins [begin, end) (flat over ROIs and bins), blocks of kBytes.
   struct MaxBins {
     template <int kBytes>
-    static void Run(RoiPoolShape s, const T* data, const float* rois, const int64_t* order,
-                    T* pooled, int32_t* argmax, int64_t begin, int64_t end) {
+    static void Run(RoiPoolShape s, const T* data, const float* rois, T* pooled,
+                    int32_t* argmax, int64_t begin, int64_t end) {
       const int64_t C = s.channels, H = s.height, W = s.width;
       const int64_t bins_per_roi = s.pooled_height * s.pooled_width;
       for (int64_t b = begin; b < end; ++b) {
-        const int64_t r = order[b / bins_per_roi];
+        const int64_t r = b / bins_per_roi;
         const int64_t i = (b / s.pooled_width) % s.pooled_height;
         const int64_t j = b % s.pooled_width;
         const float* roi = rois + 5 * r;
-        const int64_t out_bin = (r * s.pooled_height + i) * s.pooled_width + j;
-        T* out = pooled + out_bin * C;
-        int32_t* arg = argmax + out_bin * C;
+        T* out = pooled + b * C;
+        int32_t* arg = argmax + b * C;
         const RoiPoolWindow win = RoiPoolBinWindow(s, roi, i, j);
         if (win.empty()) {
           std::fill(out, out + C, T(0));
