@@ -1,10 +1,10 @@
 // The CUDA kernels' per-thread bodies (tf_ext/kernels/gpu/*_body.h) run on the host over the
 // whole grid, against the CPU functors, on hundreds of random and edge cases: empty tensors,
 // 1x1 images, ROIs outside the image, ties, NaN, infinities, signed zeros. Selection ops
-// (SignSTE, MedianPool2D and its gradient, RoiPool and its gradient) must agree bit for bit;
-// PsRoiAlign and its gradient within floating-point tolerance. So the GPU kernels' indexing,
-// tie rules and NaN handling are checked on machines without a GPU (the standalone harness in
-// tests/gpu then checks the device against these same bodies).
+// (SignSTE and its gradient, MedianPool2D and its gradient, RoiPool and its gradient) must
+// agree bit for bit; PsRoiAlign and its gradient within floating-point tolerance. So the GPU
+// kernels' indexing, tie rules and NaN handling are checked on machines without a GPU (the
+// standalone harness in tests/gpu then checks the device against these same bodies).
 //
 // Denormals stay out of the comparisons with the CPU functors: TensorFlow runs CPU kernels with
 // denormals flushed (DAZ), which the bodies reproduce explicitly, but a functor called bare
@@ -201,6 +201,81 @@ TEST_F(GpuBodyTest, SignSteHalfEveryBitPattern) {
     uint16_t w;
     std::memcpy(&w, &want[i], 2);
     ASSERT_EQ(got[i], w) << "half bits 0x" << std::hex << i;
+  }
+}
+
+// ---- SignSTEGrad ------------------------------------------------------------------------
+
+// The CPU functor (dispatched SIMD for float/double) against the GPU body, bit for bit, and
+// both against the scalar definition functor::SteGradOf.
+template <typename T>
+void CheckSteGrad(const Eigen::ThreadPoolDevice& d, const std::vector<T>& dy,
+                  const std::vector<T>& x, T clip) {
+  ASSERT_EQ(dy.size(), x.size());
+  std::vector<T> want(x.size()), got(x.size()), scalar(x.size());
+  functor::SignSTEGrad<CPUDevice, T>()(d, dy.data(), x.data(), clip, x.size(), want.data());
+  gpu::RunGridOnHost(x.size(), gpu::SignSteGradBody<T>{dy.data(), x.data(), clip, got.data()});
+  for (size_t i = 0; i < x.size(); ++i) scalar[i] = functor::SteGradOf(dy[i], x[i], clip);
+  EXPECT_TRUE(SameBits(got, want)) << "clip " << clip;
+  EXPECT_TRUE(SameBits(scalar, want)) << "clip " << clip;
+}
+
+template <typename T>
+void CheckSteGradCases(const Eigen::ThreadPoolDevice& d, std::mt19937* rng) {
+  for (const T clip : {T(1), T(0.5), T(0), T(2), std::numeric_limits<T>::min(),
+                       std::numeric_limits<T>::max()}) {
+    for (int c = 0; c < kCases; ++c) {
+      const size_t n = c % 10 == 0 ? 0 : std::uniform_int_distribution<size_t>(1, 500)(*rng);
+      CheckSteGrad(d, Values<T>(n, rng, c % 3), Values<T>(n, rng, (c + 1) % 3), clip);
+    }
+    // Denormal x (inside the band after the flush, even at clip 0) and the band's edges.
+    const T tiny = std::numeric_limits<T>::denorm_min();
+    CheckSteGrad<T>(d, {T(1), T(2), T(3), T(4), T(5), T(6), T(7)},
+                    {tiny, -tiny, std::numeric_limits<T>::min(), clip, -clip,
+                     std::nextafter(clip, std::numeric_limits<T>::infinity()), -T(0)},
+                    clip);
+  }
+}
+
+TEST_F(GpuBodyTest, SignSteGradFloatDouble) {
+  ForEachIsa([&] {
+    std::mt19937 rng(2);
+    CheckSteGradCases<float>(device_, &rng);
+    CheckSteGradCases<double>(device_, &rng);
+    // Every exponent and both signs of x, with random mantissas (NaN payloads included).
+    std::vector<float> bits_f(4096), dy(4096);
+    for (size_t i = 0; i < bits_f.size(); ++i) {
+      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
+      std::memcpy(&bits_f[i], &b, 4);
+      dy[i] = static_cast<float>(i) - 2048.5f;
+    }
+    for (const float clip : {0.0f, 1e-30f, 1.0f, 3e38f}) CheckSteGrad(device_, dy, bits_f, clip);
+  });
+}
+
+TEST_F(GpuBodyTest, SignSteGradHalfEveryBitPattern) {
+  std::vector<Eigen::half> x(65536), dy(65536), want(65536);
+  std::vector<uint16_t> x_bits(65536), dy_bits(65536), got(65536);
+  for (int i = 0; i < 65536; ++i) {
+    x_bits[i] = static_cast<uint16_t>(i);
+    dy_bits[i] = static_cast<uint16_t>(0x3C00u + (i & 0x3FF));  // 1 + k/1024
+    std::memcpy(static_cast<void*>(&x[i]), &x_bits[i], 2);
+    std::memcpy(static_cast<void*>(&dy[i]), &dy_bits[i], 2);
+  }
+  for (const float clip_f : {0.0f, 1.0f, 1.0006f, 6e-8f, 65504.0f}) {
+    const Eigen::half clip = static_cast<Eigen::half>(clip_f);
+    uint16_t clip_bits;
+    std::memcpy(&clip_bits, &clip, 2);
+    functor::SignSTEGrad<CPUDevice, Eigen::half>()(device_, dy.data(), x.data(), clip, x.size(),
+                                                   want.data());
+    gpu::RunGridOnHost(65536,
+                       gpu::SignSteGradBody<uint16_t>{dy_bits.data(), x_bits.data(), clip_bits,
+                                                      got.data()});
+    for (int i = 0; i < 65536; ++i) {
+      uint16_t w;
+      std::memcpy(&w, &want[i], 2);
+      ASSERT_EQ(got[i], w) << "clip " << clip_f << ", x half bits 0x" << std::hex << i;
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 // TfExt>SignSTE: forward per dtype against a reference, validation of clip on every path, and
 // the straight-through gradient through SymbolicGradient in a Session against its closed form.
+// TfExt>SignSTEGrad (that gradient's one op): every path against the closed form, its own
+// gradient, and its checks.
 // (Not CheckGradient: the numeric Jacobian of sign is 0 almost everywhere; the STE is
 // deliberately not the true derivative.)
 #include <gtest/gtest.h>
@@ -9,6 +11,9 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -134,6 +139,147 @@ TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
     SCOPED_TRACE(shown);
     ExpectRejectedByKernelShapeFnAndGradient(kOp, {{"clip", clip}}, {x},
                                              "clip must be finite and >= 0, got " + shown);
+  }
+}
+
+// ---- TfExt>SignSTEGrad: the gradient's one op --------------------------------------------
+
+constexpr char kGradOp[] = "TfExt>SignSTEGrad";
+
+// The CPU kernels' view of x: a float/double denormal is the zero of its sign.
+template <typename T>
+double Flushed(T v) {
+  const double d = D(v);
+  if constexpr (std::is_same_v<T, float>) {
+    return std::fabs(d) < std::numeric_limits<float>::min() ? std::copysign(0.0, d) : d;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::fabs(d) < std::numeric_limits<double>::min() ? std::copysign(0.0, d) : d;
+  }
+  return d;
+}
+
+// x: MakeX's values plus denormals (float/double); d_y: small integers, every 17th infinite,
+// every 19th NaN (outside the band both must give exactly +0).
+template <typename T>
+std::pair<Tensor, Tensor> GradInputs(const TensorShape& shape, uint32_t seed) {
+  Tensor x = MakeX<T>(shape, seed);
+  if constexpr (!std::is_same_v<T, Eigen::half>) {
+    auto f = x.flat<T>();
+    if (f.size() > 20) {
+      f(14) = std::numeric_limits<T>::denorm_min();
+      f(15) = -std::numeric_limits<T>::denorm_min();
+      f(16) = std::numeric_limits<T>::min();
+    }
+  }
+  Tensor dy(x.dtype(), shape);
+  std::mt19937 rng(seed + 1000);
+  for (int64_t i = 0; i < shape.num_elements(); ++i) {
+    const double v = i % 17 == 3 ? kInf : i % 19 == 5 ? kNaN : static_cast<int>(rng() % 9) - 4;
+    dy.flat<T>()(i) = static_cast<T>(v);
+  }
+  return {dy, x};
+}
+
+TYPED_TEST(SignSTETyped, GradOpIsTheMaskedSelectOnEveryPath) {
+  uint32_t seed = 200;
+  for (const float clip : {1.0f, 0.5f, 0.0f, 2.5f}) {
+    // The band compares in T: clip rounded to T, as the stock-op gradient's Cast gave it.
+    const double clip_t = D(static_cast<TypeParam>(clip));
+    for (const TensorShape& shape : Shapes()) {
+      Tensor dy, x;
+      std::tie(dy, x) = GradInputs<TypeParam>(shape, seed++);
+      for (RunPath path : kAllRunPaths) {
+        auto out = RunOp(kGradOp, {{"clip", clip}}, {dy, x}, {path});
+        ASSERT_TRUE(out.ok()) << out.status();
+        const Tensor& dx = (*out)[0];
+        ASSERT_EQ(dx.shape(), shape);
+        ASSERT_EQ(dx.dtype(), x.dtype());
+        for (int64_t i = 0; i < shape.num_elements(); ++i) {
+          const double xi = Flushed(x.flat<TypeParam>()(i));
+          const double dyi = D(dy.flat<TypeParam>()(i));
+          const double got = D(dx.flat<TypeParam>()(i));
+          SCOPED_TRACE(::testing::Message() << "clip=" << clip << " x=" << xi << " d_y=" << dyi
+                                            << " shape " << shape.DebugString() << " i=" << i);
+          if (std::abs(xi) <= clip_t) {
+            if (std::isnan(dyi)) {
+              EXPECT_TRUE(std::isnan(got));
+            } else {
+              EXPECT_EQ(got, dyi);
+            }
+          } else {
+            EXPECT_EQ(got, 0.0);
+            EXPECT_FALSE(std::signbit(got)) << "outside the band: +0";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SignSTEGrad, HalfComparesAgainstClipRoundedToHalf) {
+  // clip 1.0006 rounds to the half after 1 (1 + 2^-10): that x is inside for half.
+  const Eigen::half above_one = static_cast<Eigen::half>(1.0 + 1.0 / 1024);
+  ASSERT_EQ(static_cast<Eigen::half>(1.0006f), above_one);
+  Tensor x(DT_HALF, TensorShape({2})), dy(DT_HALF, TensorShape({2}));
+  x.flat<Eigen::half>().setValues({above_one, static_cast<Eigen::half>(1.0 + 2.0 / 1024)});
+  dy.flat<Eigen::half>().setValues({Eigen::half(3), Eigen::half(4)});
+  auto out = RunOp(kGradOp, {{"clip", 1.0006f}}, {dy, x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(D((*out)[0].flat<Eigen::half>()(0)), 3.0);
+  EXPECT_EQ(D((*out)[0].flat<Eigen::half>()(1)), 0.0);
+}
+
+TEST(SignSTEGrad, SignSTEsGradientIsOneGradOpNode) {
+  // The FunctionDef SymbolicGradient runs (and every front end specialises): one TfExt>SignSTEGrad
+  // node, fed d(y) and x.
+  Tensor x = MakeX<float>(TensorShape({5}), 9);
+  auto g = RunSymbolicGradient(kOp, {{"clip", 0.5f}}, {x}, {x});
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int i = 0; i < 5; ++i) {
+    const float xi = x.flat<float>()(i);
+    EXPECT_EQ((*g)[0].flat<float>()(i), std::fabs(xi) <= 0.5f ? xi : 0.0f) << i;
+  }
+}
+
+TYPED_TEST(SignSTETyped, GradOpsGradientIsItsMaskAndZero) {
+  // d_x = m(x) d_y: d(d_y) = m(x) d(d_x), d(x) = 0.
+  const TensorShape shape({4, 9});
+  Tensor dy, x;
+  std::tie(dy, x) = GradInputs<TypeParam>(shape, 7);
+  Tensor ddx(x.dtype(), shape);
+  for (int64_t i = 0; i < shape.num_elements(); ++i) {
+    ddx.flat<TypeParam>()(i) = static_cast<TypeParam>(static_cast<int>(i % 7) - 3);
+  }
+  auto g = RunSymbolicGradient(kGradOp, {{"clip", 1.0f}}, {dy, x}, {ddx});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->size(), 2u);
+  for (int64_t i = 0; i < shape.num_elements(); ++i) {
+    const double xi = Flushed(x.flat<TypeParam>()(i));
+    const double want = std::abs(xi) <= 1.0 ? D(ddx.flat<TypeParam>()(i)) : 0.0;
+    EXPECT_EQ(D((*g)[0].template flat<TypeParam>()(i)), want) << "x=" << xi;
+    EXPECT_EQ(D((*g)[1].template flat<TypeParam>()(i)), 0.0);
+  }
+}
+
+TEST(SignSTEGrad, RejectsMismatchedShapesOnEveryPath) {
+  Tensor x = MakeX<float>(TensorShape({2, 3}), 4);
+  Tensor dy = MakeX<float>(TensorShape({3, 2}), 5);
+  for (RunPath path : {RunPath::kSessionConstants, RunPath::kSessionFed, RunPath::kKernel}) {
+    ExpectInvalidArgument(RunOp(kGradOp, {}, {dy, x}, {path}).status(), kGradOp,
+                          {"d_y must have shape [2,3] (x's shape), got [3,2]"});
+  }
+}
+
+TEST(SignSTEGrad, RejectsNegativeOrNonFiniteClip) {
+  Tensor x = MakeX<float>(TensorShape({6}), 3);
+  for (const float clip : {-1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(clip);
+    for (RunPath path : kAllRunPaths) {
+      ExpectInvalidArgument(RunOp(kGradOp, {{"clip", clip}}, {x, x}, {path}).status(), kGradOp,
+                            {"clip must be finite and >= 0, got"});
+    }
+    ExpectInvalidArgument(RunSymbolicGradient(kGradOp, {{"clip", clip}}, {x, x}, {x}).status(),
+                          kGradOp, {"clip must be finite and >= 0, got"});
   }
 }
 

@@ -6,9 +6,10 @@
 // tf_ext/kernels/gpu/*_body.h) on hundreds of random and edge cases (empty tensors, 1x1
 // images, ROIs partly or wholly outside the image, ties, NaN, infinities, denormals) and
 // compares every output with
-//   - the same bodies run on the host over the whole grid (bitwise for SignSTE, MedianPool2D
-//     and its gradient, RoiPool and its gradient; relative tolerance for PsRoiAlign), which
-//     tests/gpu_body_test.cc in turn compares with the CPU functors, and
+//   - the same bodies run on the host over the whole grid (bitwise for SignSTE and its
+//     gradient, MedianPool2D and its gradient, RoiPool and its gradient; relative tolerance
+//     for PsRoiAlign), which tests/gpu_body_test.cc in turn compares with the CPU functors,
+//     and
 //   - an independent brute-force reference where one is short (median: a stable sort).
 // Every GPU run happens twice and must be bitwise identical (deterministic kernels).
 //
@@ -201,6 +202,42 @@ void TestSign(std::mt19937& rng, int cases) {
     const size_t n = size(rng);
     CheckSign(RandomValues<float>(n, rng, 2), "SignSTE float case " + std::to_string(c));
     CheckSign(RandomValues<double>(n, rng, 2), "SignSTE double case " + std::to_string(c));
+  }
+}
+
+// ---- SignSTEGrad ------------------------------------------------------------------------
+
+template <typename S>
+void CheckSteGrad(const std::vector<S>& dy, const std::vector<S>& x, S clip,
+                  const std::string& what) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  DeviceBuffer<S> d_dy(dy), d_x(x);
+  std::vector<S> want(x.size());
+  gpu::RunGridOnHost(n, gpu::SignSteGradBody<S>{dy.data(), x.data(), clip, want.data()});
+  auto got = RunTwice<S>(
+      n, x.size(), [&](S* out) { return gpu::SignSteGradBody<S>{d_dy.ptr, d_x.ptr, clip, out}; },
+      what);
+  ExpectBitwise(got, want, what);
+}
+
+void TestSteGrad(std::mt19937& rng, int cases) {
+  std::vector<uint16_t> all_half(65536), dy_half(65536);
+  std::iota(all_half.begin(), all_half.end(), 0);
+  for (size_t i = 0; i < dy_half.size(); ++i) {
+    dy_half[i] = static_cast<uint16_t>(0x3C00u + (i & 0x3FF));  // 1 + k/1024
+  }
+  for (const uint16_t clip : {uint16_t{0}, uint16_t{0x3C00u}, uint16_t{0x3C01u}, uint16_t{1}}) {
+    CheckSteGrad(dy_half, all_half, clip, "SignSTEGrad half: every bit pattern, clip bits " +
+                                              std::to_string(clip));
+  }
+  for (int c = 0; c < cases; ++c) {
+    std::uniform_int_distribution<int> size(0, c % 10 == 0 ? 0 : 5000);
+    const size_t n = size(rng);
+    const float clip = static_cast<float>(c % 4) * 0.5f;
+    CheckSteGrad(RandomValues<float>(n, rng, 2), RandomValues<float>(n, rng, 2), clip,
+                 "SignSTEGrad float case " + std::to_string(c));
+    CheckSteGrad(RandomValues<double>(n, rng, 2), RandomValues<double>(n, rng, 2),
+                 static_cast<double>(clip), "SignSTEGrad double case " + std::to_string(c));
   }
 }
 
@@ -695,6 +732,7 @@ int main(int argc, char** argv) {
   }
   std::mt19937 rng(seed);
   TestSign(rng, cases);
+  TestSteGrad(rng, cases);
   TestHalfConversions(rng);
   TestMedianType<float>(rng, cases, "float");
   TestMedianType<double>(rng, cases, "double");

@@ -1,7 +1,8 @@
-// Gradient of TfExt>SignSTE: the straight-through estimator, composed from stock ops.
-#include <cmath>
+// Gradients of TfExt>SignSTE (the straight-through estimator, one TfExt>SignSTEGrad node) and
+// of TfExt>SignSTEGrad itself (so second derivatives through sign_ste keep working).
 
-#include "absl/strings/str_cat.h"
+#include <string>
+
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/ops/sign_ste_ops.h"
@@ -12,21 +13,25 @@ namespace {
 
 absl::Status SignSTEGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(*FindOpFacts("TfExt>SignSTE"), attrs);
-  TF_ASSIGN_OR_RETURN(const SignSTEAttrs a, b.ValidAttrs(ValidateSignSTEAttrs));
-  const float clip = a.clip;  // flushed: the band the forward kernel's world sees
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateSignSTEAttrs).status());
   // The true derivative of sign is 0 almost everywhere; the STE instead differentiates
-  // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip].
-  const std::string clip_t = b.TypedConst("clip", clip);  // clip, as T
-  const std::string dy = grad::GradName("y");
-  const grad::NodeAttrs t = b.PassAttrs({"T"});
-  b.UnaryCwise({
-      {{"abs_x"}, "Abs", {"x"}, t},                      // |x|
-      {{"inside"}, "LessEqual", {"abs_x", clip_t}, t},   // 1[|x| <= clip] (false at NaN)
-      {{"zeros"}, "ZerosLike", {dy}, t},                 // 0
-      // d(x) = d(y) * 1[|x| <= clip]; Select, not Mul, so an inf/NaN d(y) outside the band
-      // still gives an exact 0.
-      {{"dx"}, "Select", {"inside", dy, "zeros"}, t},
-  });
+  // y ~ clamp(x, -clip, clip), whose derivative is the indicator 1[|x| <= clip]:
+  // d(x) = d(y) * 1[|x| <= clip], as a select (an inf/NaN d(y) outside the band gives an exact
+  // 0), in one dedicated op.
+  b.DedicatedOp("TfExt>SignSTEGrad", {grad::GradName("y"), "x"}, {"T", "clip"}, {"x"});
+  return b.Build(g);
+}
+
+absl::Status SignSTEGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(*FindOpFacts("TfExt>SignSTEGrad"), attrs);
+  TF_RETURN_IF_ERROR(b.ValidAttrs(ValidateSignSTEAttrs).status());
+  const grad::NodeAttrs t = b.PassAttrs({"T", "clip"});
+  const std::string dd_x = grad::GradName("d_x");
+  // d_x = m(x) * d_y with m = 1[|x| <= clip]: linear in d_y, so d(d_y) = m(x) * d(d_x), the
+  // same op applied to the incoming gradient.
+  b.Return("d_y", b.Add({{"dd_y"}, "TfExt>SignSTEGrad", {dd_x, "x"}, t}));
+  // m is piecewise constant in x: d(x) = 0 (almost everywhere; the STE's own convention).
+  b.Return("x", b.Add({{"zeros_x"}, "ZerosLike", {"x"}, b.PassAttrs({"T"})}));
   return b.Build(g);
 }
 
@@ -59,6 +64,19 @@ TF_EXT_DECLARE_OP("TfExt>SignSTE")
     // The STE's gradient is by design not sign's derivative: the checker differences the
     // surrogate forward clamp(x, -clip, clip) instead.
     .GradCheck("x=3x4@-2:2 attr.clip=1.0")
+    .Register();
+
+TF_EXT_DECLARE_OP("TfExt>SignSTEGrad")
+    .Doc("Backward pass of TfExt>SignSTE: d_y where |x| <= clip, else 0, in one kernel.")
+    .Python("sign_ste_grad")
+    .Gradient(&SignSTEGradGrad,
+              "d(d_y) = SignSTEGrad(d(d_x), x) (linear in d_y with the same mask); d(x) = 0 "
+              "(the mask is piecewise constant in x)")
+    .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
+    .Reads({"x"})
+    // d(x) = 0 is differenced too: the seeded x lie away from |x| = clip, where a step would
+    // cross the band's edge and the check would fail rather than pass.
+    .GradCheck("d_y=3x4@-2:2 x=3x4@-2:2 attr.clip=1.0")
     .Register();
 
 }  // namespace tensorflow::tf_ext

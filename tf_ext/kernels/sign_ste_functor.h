@@ -1,9 +1,10 @@
-// functor::SignSTE: the forward maths of TfExt>SignSTE. Must stay compilable by nvcc (no
-// op_kernel.h).
+// functor::SignSTE / functor::SignSTEGrad: the maths of TfExt>SignSTE and its backward op
+// TfExt>SignSTEGrad. Must stay compilable by nvcc (no op_kernel.h).
 #ifndef TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_
 #define TF_EXT_KERNELS_SIGN_STE_FUNCTOR_H_
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "tf_ext/kernels/functor_common.h"
@@ -43,12 +44,36 @@ inline T SignOf(T x) {
   return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);
 }
 
+// The straight-through estimator's band, as the CPU kernels see x: |x| <= clip after the
+// denormal flush, compared in T (false at NaN). clip is finite and >= +0.
+template <typename T>
+inline bool InsideClip(T x, T clip) {
+  const T f = FlushDenormal(x);
+  return (f < T(0) ? -f : f) <= clip;
+}
+
+// The STE's gradient: d_y where InsideClip(x, clip), else +0 (a select, so an inf or NaN d_y
+// outside the band still gives an exact 0).
+template <typename T>
+inline T SteGradOf(T d_y, T x, T clip) {
+  return InsideClip(x, clip) ? d_y : T(0);
+}
+
 // y[i] = SignOf(x[i]) for i in [0, n).
 //   d: the device whose memory x and y live in.
 //   x, y: n elements each; they may alias (the kernel forwards its input buffer).
 template <typename Device, typename T>
 struct SignSTE {
   void operator()(const Device& d, const T* x, int64_t n, T* y) const;
+};
+
+// d_x[i] = SteGradOf(d_y[i], x[i], clip) for i in [0, n).
+//   d_y, x, d_x: n elements each in d's memory; d_x may alias d_y or x (the kernel forwards
+//   d_y's buffer when it can).
+//   clip: the forward's clip as T (finite, >= +0).
+template <typename Device, typename T>
+struct SignSTEGrad {
+  void operator()(const Device& d, const T* d_y, const T* x, T clip, int64_t n, T* d_x) const;
 };
 
 #if !defined(__CUDACC__)
@@ -98,6 +123,36 @@ struct SignRange {
   }
 };
 
+// d_x = SteGradOf(d_y, x, clip) over [0, n), blocks of kBytes, on bit patterns: for a
+// non-negative clip, |x| <= clip is magnitude(x) <= bits(clip) as integers (a NaN's magnitude
+// exceeds every finite clip's), and the flush makes a denormal's magnitude 0.
+struct SteGradRange {
+  template <int kBytes, typename T>
+  static void Run(const T* d_y, const T* x, T clip, int64_t n, T* d_x) {
+    using B = Bits<T>;
+    using M = simd::Mask<T, kBytes>;
+    using Int = typename simd::BlockTypes<T, kBytes>::Int;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
+    Int clip_bits;
+    std::memcpy(&clip_bits, &clip, sizeof(T));
+    const M zero = {};
+    // Compares feed selects only (see SignOfBits).
+    auto block = [&](M dy, M xb) {
+      const M magnitude = xb & B::kMagnitude;
+      const M flushed = magnitude >= B::kMinNormal ? magnitude : zero;
+      return flushed <= clip_bits ? dy : zero;
+    };
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      simd::Store(block(simd::Load<M>(d_y + i), simd::Load<M>(x + i)), d_x + i);
+    }
+    if (i < n) {
+      simd::Store(block(simd::Load<M>(d_y + i, n - i), simd::Load<M>(x + i, n - i)), d_x + i,
+                  n - i);
+    }
+  }
+};
+
 }  // namespace sign_internal
 
 template <typename T>
@@ -112,6 +167,21 @@ struct SignSTE<CPUDevice, T> {
     });
   }
 };
+
+template <typename T>
+struct SignSTEGrad<CPUDevice, T> {
+  void operator()(const CPUDevice& d, const T* d_y, const T* x, T clip, int64_t n,
+                  T* d_x) const {
+    ParallelFor(d, n, /*cost_per_unit=*/2, [=](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        simd::Dispatch<sign_internal::SteGradRange>::Run(d_y + begin, x + begin, clip,
+                                                          end - begin, d_x + begin);
+      } else {
+        for (int64_t i = begin; i < end; ++i) d_x[i] = SteGradOf(d_y[i], x[i], clip);
+      }
+    });
+  }
+};
 #endif
 
 #if GOOGLE_CUDA
@@ -121,6 +191,11 @@ struct SignSTE<CPUDevice, T> {
 template <typename T>
 struct SignSTE<Eigen::GpuDevice, T> {
   void operator()(const Eigen::GpuDevice& d, const T* x, int64_t n, T* y) const;
+};
+template <typename T>
+struct SignSTEGrad<Eigen::GpuDevice, T> {
+  void operator()(const Eigen::GpuDevice& d, const T* d_y, const T* x, T clip, int64_t n,
+                  T* d_x) const;
 };
 #endif  // GOOGLE_CUDA
 

@@ -1,10 +1,12 @@
-// SignSTEOp<Device, T>: the OpKernel of TfExt>SignSTE.
+// SignSTEOp<Device, T> and SignSTEGradOp<Device, T>: the OpKernels of TfExt>SignSTE and
+// TfExt>SignSTEGrad.
 #include "tf_ext/kernels/op_kernel_common.h"
 
 #include <cmath>
 
 #include "tf_ext/kernels/sign_ste_functor.h"
 #include "tf_ext/kernels/validation.h"
+#include "tf_ext/ops/op_checks.h"
 #include "tf_ext/ops/sign_ste_ops.h"
 
 namespace tensorflow::tf_ext {
@@ -28,8 +30,36 @@ class SignSTEOp : public OpKernel {
   }
 };
 
+template <typename Device, typename T>
+class SignSTEGradOp : public OpKernel {
+ public:
+  explicit SignSTEGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    SignSTEAttrs a;
+    OP_REQUIRES_OK(ctx, ValidateSignSTEAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
+    clip_ = static_cast<T>(a.clip);  // as the stock-op gradient's Cast(clip) gave it
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& d_y = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    OP_REQUIRES_OK(ctx, ValidateSignSTEGradShapes(type_string(), Partial(d_y.shape()),
+                                                  Partial(x.shape())));
+    Tensor* d_x = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0, 1}, 0, x.shape(), &d_x));
+    functor::SignSTEGrad<Device, T>()(ctx->eigen_device<Device>(), d_y.flat<T>().data(),
+                                      x.flat<T>().data(), clip_, x.NumElements(),
+                                      d_x->flat<T>().data());
+  }
+
+ private:
+  T clip_;
+};
+
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, Eigen::half);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, float);
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, double);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTEGrad", SignSTEGradOp, Eigen::half);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTEGrad", SignSTEGradOp, float);
+TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTEGrad", SignSTEGradOp, double);
 
 }  // namespace tensorflow::tf_ext

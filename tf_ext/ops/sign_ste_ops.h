@@ -1,4 +1,5 @@
-// TfExt>SignSTE validation, called by its shape function (sign_ste_ops.cc), kernel and gradient creator.
+// TfExt>SignSTE / TfExt>SignSTEGrad validation, called by their shape functions
+// (sign_ste_ops.cc), kernels and gradient creators.
 // Every error is InvalidArgument starting with op_type.
 #ifndef TF_EXT_OPS_SIGN_STE_OPS_H_
 #define TF_EXT_OPS_SIGN_STE_OPS_H_
@@ -17,6 +18,9 @@ struct SignSTEAttrs {
 };
 
 absl::Status ValidateSignSTEAttrs(std::string_view op_type, const AttrSlice& attrs, SignSTEAttrs* out);
+// TfExt>SignSTEGrad: d_y and x have the same shape (no broadcasting).
+absl::Status ValidateSignSTEGradShapes(std::string_view op_type, const PartialTensorShape& d_y,
+                                       const PartialTensorShape& x);
 
 }  // namespace tensorflow::tf_ext
 

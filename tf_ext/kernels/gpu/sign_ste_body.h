@@ -1,5 +1,6 @@
-// The per-thread body of TfExt>SignSTE's CUDA kernel (TF-free; see gpu_common.h). Same values
-// as functor::SignOf in sign_ste_functor.h, bit for bit (tests/gpu_body_test.cc).
+// The per-thread bodies of TfExt>SignSTE's and TfExt>SignSTEGrad's CUDA kernels (TF-free; see
+// gpu_common.h). Same values as functor::SignOf and functor::SteGradOf in sign_ste_functor.h,
+// bit for bit (tests/gpu_body_test.cc).
 #ifndef TF_EXT_KERNELS_GPU_SIGN_STE_BODY_H_
 #define TF_EXT_KERNELS_GPU_SIGN_STE_BODY_H_
 
@@ -33,6 +34,30 @@ struct SignSteBody {
   const S* x;
   S* y;
   TF_EXT_HOST_DEVICE void operator()(int64_t i) const { y[i] = SignValue(x[i]); }
+};
+
+// The straight-through estimator's gradient: d_y where |x| <= clip (x after the CPU kernel's
+// denormal flush; false at NaN), else +0. clip is finite and >= +0, in x's type.
+TF_EXT_HOST_DEVICE inline float SteGradValue(float d_y, float x, float clip) {
+  return fabsf(FlushDenormal(x)) <= clip ? d_y : 0.f;
+}
+TF_EXT_HOST_DEVICE inline double SteGradValue(double d_y, double x, double clip) {
+  return fabs(FlushDenormal(x)) <= clip ? d_y : 0.0;
+}
+// Half as raw binary16 bits: for a finite clip >= +0, |x| <= clip is magnitude(x) <= clip's
+// bits (NaN and inf magnitudes exceed every finite clip's); half denormals are not flushed.
+TF_EXT_HOST_DEVICE inline uint16_t SteGradValue(uint16_t d_y, uint16_t x, uint16_t clip) {
+  return (x & 0x7FFFu) <= clip ? d_y : uint16_t{0};
+}
+
+// Thread i: d_x[i] = SteGradValue(d_y[i], x[i], clip). Element i only, so d_x may alias.
+template <typename S>
+struct SignSteGradBody {
+  const S* d_y;
+  const S* x;
+  S clip;
+  S* d_x;
+  TF_EXT_HOST_DEVICE void operator()(int64_t i) const { d_x[i] = SteGradValue(d_y[i], x[i], clip); }
 };
 
 }  // namespace tensorflow::tf_ext::gpu
