@@ -294,7 +294,7 @@ class _EagerNodes:
         for name in nodes:
             visit(name)
         self.outputs = [self._ref(fdef.ret[a.name]) for a in fdef.signature.output_arg]
-        self._const_cache: dict[int, dict[str, tf.Tensor]] = {}
+        self._const_cache: dict[Any, dict[str, list[tf.Tensor]]] = {}
 
     def _add(self, node: Any) -> None:
         op_def = _tf_compat.op_def(node.op)
@@ -518,7 +518,7 @@ def _recording_plan(op_type: str, facts: dict[str, Any], inputs: list[tf.Tensor]
     return plan
 
 
-_stand_ins: dict[tuple[int, Any], tf.Tensor] = {}
+_stand_ins: dict[tuple[Any, Any], tf.Tensor] = {}
 
 
 def _stand_in(dtype: tf.DType) -> tf.Tensor:

@@ -214,10 +214,11 @@ def make_ndarray(tensor: Any) -> Any:
     return tensor_util.MakeNdarray(tensor)
 
 
-def context_key() -> int:
+def context_key() -> Any:
     """Identifies the current eager context (a reset makes a new one): tensors cached for one
-    context are not reused in another."""
-    return id(context.context())
+    context are not reused in another. The context object itself, held by the caches, so its
+    identity is never reused by a later context."""
+    return context.context()
 
 
 def server_def() -> Any:
