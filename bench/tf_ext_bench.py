@@ -33,7 +33,9 @@ def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2,
                    help="intra- and inter-op parallelism (default 2)")
-    p.add_argument("--reps", type=int, default=7, help="timed rounds per workload (default 7)")
+    p.add_argument("--reps", type=int, default=7,
+                   help="timed rounds per workload (default 7); workloads of quick calls run "
+                        "more, about 0.5 s of calls, up to 20x")
     p.add_argument("--workloads", default="",
                    help="comma-separated workload names or prefixes (default: all); "
                         "--list shows them")
@@ -79,16 +81,39 @@ def _sync(result: Any) -> None:
             break
 
 
-def _time(variants: list[Variant], reps: int, warmup: int = 2) -> None:
+# Rounds of a workload whose calls are quick: enough for about this many seconds of timed calls
+# (at most 20 x --reps rounds), so that a ~1 ms eager step's median is not that of 5 samples.
+QUICK_WORKLOAD_SECONDS = 0.5
+
+
+def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
+    """Times every variant in `reps` or more interleaved rounds; returns the rounds run."""
+    slowest = 0.0
     for v in variants:
         for _ in range(warmup):
-            _sync(v.fn())
-    for _ in range(reps):
-        for v in variants:  # interleaved: every variant once per round
-            gc.collect()
             start = time.perf_counter()
             _sync(v.fn())
-            v.times.append(time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+        slowest = max(slowest, elapsed)
+    per_round = slowest * len(variants)
+    rounds = max(reps, min(20 * reps, int(QUICK_WORKLOAD_SECONDS / max(per_round, 1e-6))))
+    for _ in range(rounds):
+        for v in variants:  # interleaved: every variant once per round
+            # Garbage is collected between calls, never during one (timeit's convention). The
+            # collection walks every Python object and evicts the CPU caches, so one untimed call
+            # runs first: timed right after it, even a [64] tf.nn.relu took 0.24 ms instead of
+            # 9 us, a cold start no training loop sees, charged most to the variant that runs
+            # the most Python.
+            gc.collect()
+            gc.disable()
+            try:
+                _sync(v.fn())
+                start = time.perf_counter()
+                _sync(v.fn())
+                v.times.append(time.perf_counter() - start)
+            finally:
+                gc.enable()
+    return rounds
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,7 +566,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name in _selected():
         desc, nbytes, variants = WORKLOADS[name]()
-        _time(variants, ARGS.reps)
+        rounds = _time(variants, ARGS.reps)
         ours = variants[0]
         ours_med = statistics.median(ours.times)
         for v in variants:
@@ -551,7 +576,7 @@ def main() -> int:
                 "is_tf_ext": not v.baseline, "min_ms": mn * 1e3, "median_ms": med * 1e3,
                 # > 1: tf_ext is that many times faster than this baseline (medians).
                 "speedup_vs_this": (med / ours_med) if v.baseline else 1.0,
-                "bytes": nbytes, "gb_per_s": nbytes / med / 1e9,
+                "bytes": nbytes, "gb_per_s": nbytes / med / 1e9, "rounds": rounds,
             })
             print(f"{name:30s} {v.name:42s} min {_ms(mn):>9s} ms  median {_ms(med):>9s} ms  "
                   f"{rows[-1]['gb_per_s']:7.2f} GB/s"
@@ -629,7 +654,8 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(rows: list[dict[str, Any]], memory: dict[str, Any] | None,
              meta: dict[str, Any]) -> str:
-    out = [f"{meta['threads']} threads, {meta['reps']} interleaved reps, TensorFlow "
+    out = [f"{meta['threads']} threads, {meta['reps']} or more interleaved reps (quick workloads: "
+           f"about 0.5 s of calls), TensorFlow "
            f"{meta['tensorflow']}, CPU kernels at SIMD level {meta.get('simd', '?')}; speedup = baseline median / tf_ext median (> 1: tf_ext "
            "faster).", "",
            "| workload | variant | min ms | median ms | GB/s | tf_ext speedup |",
