@@ -90,6 +90,7 @@ def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
     """Times every variant in `reps` or more interleaved rounds; returns the rounds run."""
     slowest = 0.0
     for v in variants:
+        elapsed = 0.0
         for _ in range(warmup):
             start = time.perf_counter()
             _sync(v.fn())
@@ -97,22 +98,23 @@ def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
         slowest = max(slowest, elapsed)
     per_round = slowest * len(variants)
     rounds = max(reps, min(20 * reps, int(QUICK_WORKLOAD_SECONDS / max(per_round, 1e-6))))
-    for _ in range(rounds):
-        for v in variants:  # interleaved: every variant once per round
-            # Garbage is collected between calls, never during one (timeit's convention). The
-            # collection walks every Python object and evicts the CPU caches, so one untimed call
-            # runs first: timed right after it, even a [64] tf.nn.relu took 0.24 ms instead of
-            # 9 us, a cold start no training loop sees, charged most to the variant that runs
-            # the most Python.
-            gc.collect()
-            gc.disable()
-            try:
+    # No garbage collection during the timed rounds (timeit's convention; tensors are freed by
+    # reference counting). A collection walks every Python object and evicts the CPU caches:
+    # timed straight after one, even a [64] tf.nn.relu took 0.24 ms instead of 9 us, a cold
+    # start no training loop sees, charged most to the variant that runs the most Python. For
+    # the same reason each timed call follows an untimed call of the same variant (the rounds
+    # stay interleaved).
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for v in variants:  # interleaved: every variant once per round
                 _sync(v.fn())
                 start = time.perf_counter()
                 _sync(v.fn())
                 v.times.append(time.perf_counter() - start)
-            finally:
-                gc.enable()
+    finally:
+        gc.enable()
     return rounds
 
 
