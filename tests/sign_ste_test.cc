@@ -21,6 +21,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tests/test_util.h"
+#include "tf_ext/grads/specialize.h"
 #include "tf_ext/testing/op_runner.h"
 
 namespace tensorflow::tf_ext::test {
@@ -91,34 +92,6 @@ TYPED_TEST(SignSTETyped, ForwardIsSign) {
   }
 }
 
-TYPED_TEST(SignSTETyped, GradientIsStraightThroughInsideClip) {
-  uint32_t seed = 50;
-  for (const float clip : {1.0f, 0.5f, 0.0f, 2.5f}) {
-    for (const TensorShape& shape : Shapes()) {
-      Tensor x = MakeX<TypeParam>(shape, seed++);
-      Tensor dy(x.dtype(), shape);
-      std::mt19937 rng(seed++);
-      for (int64_t i = 0; i < shape.num_elements(); ++i) {
-        // Some infinite incoming gradients: outside the band they must still give exactly 0.
-        const double v = i % 17 == 3 ? kInf : static_cast<int>(rng() % 9) - 4;
-        dy.flat<TypeParam>()(i) = static_cast<TypeParam>(v);
-      }
-      auto g = RunSymbolicGradient(kOp, {{"clip", clip}}, {x}, {dy});
-      ASSERT_TRUE(g.ok()) << g.status();
-      const Tensor& dx = (*g)[0];
-      ASSERT_EQ(dx.shape(), shape);
-      ASSERT_EQ(dx.dtype(), x.dtype());
-      for (int64_t i = 0; i < shape.num_elements(); ++i) {
-        const double xi = D(x.flat<TypeParam>()(i));
-        // Closed form: d(x) = d(y) * 1[|x| <= clip]; NaN x compares false.
-        const double want = std::abs(xi) <= clip ? D(dy.flat<TypeParam>()(i)) : 0.0;
-        EXPECT_EQ(D(dx.flat<TypeParam>()(i)), want)
-            << "clip=" << clip << " x=" << xi << " shape " << shape.DebugString() << " i=" << i;
-      }
-    }
-  }
-}
-
 TEST(SignSTE, DefaultClipIsOne) {
   Tensor x(DT_FLOAT, TensorShape({4}));
   x.flat<float>().setValues({-1.0f, 1.0f, 1.0001f, -3.0f});
@@ -142,7 +115,7 @@ TEST(SignSTE, RejectsNegativeOrNonFiniteClip) {
   }
 }
 
-// ---- TfExt>SignSTEGrad: the gradient's one op --------------------------------------------
+// ---- The gradient: TfExt>SignSTE's, which is one TfExt>SignSTEGrad node, and that op ------
 
 constexpr char kGradOp[] = "TfExt>SignSTEGrad";
 
@@ -180,37 +153,57 @@ std::pair<Tensor, Tensor> GradInputs(const TensorShape& shape, uint32_t seed) {
   return {dy, x};
 }
 
+// The closed form: d(x) = d(y) where |x| <= clip (x as the CPU kernels see it, clip rounded to
+// T as the stock-op gradient's Cast gave it; NaN x compares false), else +0 even for an inf or
+// NaN d(y).
+template <typename T>
+void ExpectSteGrad(const Tensor& dy, const Tensor& x, float clip, const Tensor& dx) {
+  ASSERT_EQ(dx.shape(), x.shape());
+  ASSERT_EQ(dx.dtype(), x.dtype());
+  const double clip_t = D(static_cast<T>(clip));
+  for (int64_t i = 0; i < x.NumElements(); ++i) {
+    const double xi = Flushed(x.flat<T>()(i));
+    const double dyi = D(dy.flat<T>()(i));
+    const double got = D(dx.flat<T>()(i));
+    SCOPED_TRACE(::testing::Message() << "clip=" << clip << " x=" << xi << " d_y=" << dyi
+                                      << " shape " << x.shape().DebugString() << " i=" << i);
+    if (std::abs(xi) <= clip_t) {
+      if (std::isnan(dyi)) {
+        EXPECT_TRUE(std::isnan(got));
+      } else {
+        EXPECT_EQ(got, dyi);
+      }
+    } else {
+      EXPECT_EQ(got, 0.0);
+      EXPECT_FALSE(std::signbit(got)) << "outside the band: +0";
+    }
+  }
+}
+
+TYPED_TEST(SignSTETyped, GradientIsStraightThroughInsideClip) {
+  uint32_t seed = 50;
+  for (const float clip : {1.0f, 0.5f, 0.0f, 2.5f}) {
+    for (const TensorShape& shape : Shapes()) {
+      Tensor dy, x;
+      std::tie(dy, x) = GradInputs<TypeParam>(shape, seed++);
+      auto g = RunSymbolicGradient(kOp, {{"clip", clip}}, {x}, {dy});
+      ASSERT_TRUE(g.ok()) << g.status();
+      ExpectSteGrad<TypeParam>(dy, x, clip, (*g)[0]);
+    }
+  }
+}
+
 TYPED_TEST(SignSTETyped, GradOpIsTheMaskedSelectOnEveryPath) {
   uint32_t seed = 200;
   for (const float clip : {1.0f, 0.5f, 0.0f, 2.5f}) {
-    // The band compares in T: clip rounded to T, as the stock-op gradient's Cast gave it.
-    const double clip_t = D(static_cast<TypeParam>(clip));
     for (const TensorShape& shape : Shapes()) {
       Tensor dy, x;
       std::tie(dy, x) = GradInputs<TypeParam>(shape, seed++);
       for (RunPath path : kAllRunPaths) {
+        SCOPED_TRACE(static_cast<int>(path));
         auto out = RunOp(kGradOp, {{"clip", clip}}, {dy, x}, {path});
         ASSERT_TRUE(out.ok()) << out.status();
-        const Tensor& dx = (*out)[0];
-        ASSERT_EQ(dx.shape(), shape);
-        ASSERT_EQ(dx.dtype(), x.dtype());
-        for (int64_t i = 0; i < shape.num_elements(); ++i) {
-          const double xi = Flushed(x.flat<TypeParam>()(i));
-          const double dyi = D(dy.flat<TypeParam>()(i));
-          const double got = D(dx.flat<TypeParam>()(i));
-          SCOPED_TRACE(::testing::Message() << "clip=" << clip << " x=" << xi << " d_y=" << dyi
-                                            << " shape " << shape.DebugString() << " i=" << i);
-          if (std::abs(xi) <= clip_t) {
-            if (std::isnan(dyi)) {
-              EXPECT_TRUE(std::isnan(got));
-            } else {
-              EXPECT_EQ(got, dyi);
-            }
-          } else {
-            EXPECT_EQ(got, 0.0);
-            EXPECT_FALSE(std::signbit(got)) << "outside the band: +0";
-          }
-        }
+        ExpectSteGrad<TypeParam>(dy, x, clip, (*out)[0]);
       }
     }
   }
@@ -230,15 +223,19 @@ TEST(SignSTEGrad, HalfComparesAgainstClipRoundedToHalf) {
 }
 
 TEST(SignSTEGrad, SignSTEsGradientIsOneGradOpNode) {
-  // The FunctionDef SymbolicGradient runs (and every front end specialises): one TfExt>SignSTEGrad
-  // node, fed d(y) and x.
-  Tensor x = MakeX<float>(TensorShape({5}), 9);
-  auto g = RunSymbolicGradient(kOp, {{"clip", 0.5f}}, {x}, {x});
-  ASSERT_TRUE(g.ok()) << g.status();
-  for (int i = 0; i < 5; ++i) {
-    const float xi = x.flat<float>()(i);
-    EXPECT_EQ((*g)[0].flat<float>()(i), std::fabs(xi) <= 0.5f ? xi : 0.0f) << i;
+  // The FunctionDef every front end specialises: one TfExt>SignSTEGrad node fed d(y) and x
+  // (plus the Identity that names the output), nothing else.
+  NodeDef node;
+  node.set_op(kOp);
+  (*node.mutable_attr())["T"].set_type(DT_FLOAT);
+  (*node.mutable_attr())["clip"].set_f(0.5f);
+  FunctionDef fdef;
+  ASSERT_TRUE(SpecializedGradient(node, &fdef).ok());
+  std::vector<std::string> ops;
+  for (const NodeDef& n : fdef.node_def()) {
+    if (n.op() != "Identity") ops.push_back(n.op());
   }
+  EXPECT_EQ(ops, std::vector<std::string>{kGradOp});
 }
 
 TYPED_TEST(SignSTETyped, GradOpsGradientIsItsMaskAndZero) {

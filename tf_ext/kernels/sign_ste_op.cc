@@ -11,15 +11,26 @@
 
 namespace tensorflow::tf_ext {
 
-template <typename Device, typename T>
-class SignSTEOp : public OpKernel {
+// Both kernels validate clip where the op is built: for the forward, clip only shapes the
+// gradient, but a graph carrying a meaningless clip is a bug worth reporting there rather than
+// as silently zero gradients.
+template <typename T>
+class SignSTEBase : public OpKernel {
  public:
-  explicit SignSTEOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    // clip only shapes the gradient, but a graph carrying a meaningless clip is a bug worth
-    // reporting where the op is built rather than as silently zero gradients.
+  explicit SignSTEBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     SignSTEAttrs a;
     OP_REQUIRES_OK(ctx, ValidateSignSTEAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
+    clip_ = static_cast<T>(a.clip);  // as the stock-op gradient's Cast(clip) gave it
   }
+
+ protected:
+  T clip_;
+};
+
+template <typename Device, typename T>
+class SignSTEOp : public SignSTEBase<T> {
+ public:
+  using SignSTEBase<T>::SignSTEBase;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
@@ -31,28 +42,21 @@ class SignSTEOp : public OpKernel {
 };
 
 template <typename Device, typename T>
-class SignSTEGradOp : public OpKernel {
+class SignSTEGradOp : public SignSTEBase<T> {
  public:
-  explicit SignSTEGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    SignSTEAttrs a;
-    OP_REQUIRES_OK(ctx, ValidateSignSTEAttrs(ctx->def().op(), AttrSlice(ctx->def()), &a));
-    clip_ = static_cast<T>(a.clip);  // as the stock-op gradient's Cast(clip) gave it
-  }
+  using SignSTEBase<T>::SignSTEBase;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& d_y = ctx->input(0);
     const Tensor& x = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ValidateSignSTEGradShapes(type_string(), Partial(d_y.shape()),
+    OP_REQUIRES_OK(ctx, ValidateSignSTEGradShapes(this->type_string(), Partial(d_y.shape()),
                                                   Partial(x.shape())));
     Tensor* d_x = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0, 1}, 0, x.shape(), &d_x));
     functor::SignSTEGrad<Device, T>()(ctx->eigen_device<Device>(), d_y.flat<T>().data(),
-                                      x.flat<T>().data(), clip_, x.NumElements(),
+                                      x.flat<T>().data(), this->clip_, x.NumElements(),
                                       d_x->flat<T>().data());
   }
-
- private:
-  T clip_;
 };
 
 TF_EXT_REGISTER_CPU_GPU_KERNEL("TfExt>SignSTE", SignSTEOp, Eigen::half);
