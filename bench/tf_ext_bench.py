@@ -29,13 +29,21 @@ from typing import Any
 import numpy as np
 
 
+# Rounds of a workload whose calls are quick: enough for about this many seconds of timed calls
+# (at most QUICK_WORKLOAD_MAX_FACTOR x --reps rounds), so that a ~1 ms eager step's median is
+# not that of 5 samples.
+QUICK_WORKLOAD_SECONDS = 0.5
+QUICK_WORKLOAD_MAX_FACTOR = 20
+
+
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2,
                    help="intra- and inter-op parallelism (default 2)")
     p.add_argument("--reps", type=int, default=7,
-                   help="timed rounds per workload (default 7); workloads of quick calls run "
-                        "more, about 0.5 s of calls, up to 20x")
+                   help=f"timed rounds per workload (default 7); workloads of quick calls run "
+                        f"more, about {QUICK_WORKLOAD_SECONDS} s of calls, up to "
+                        f"{QUICK_WORKLOAD_MAX_FACTOR}x")
     p.add_argument("--workloads", default="",
                    help="comma-separated workload names or prefixes (default: all); "
                         "--list shows them")
@@ -81,11 +89,6 @@ def _sync(result: Any) -> None:
             break
 
 
-# Rounds of a workload whose calls are quick: enough for about this many seconds of timed calls
-# (at most 20 x --reps rounds), so that a ~1 ms eager step's median is not that of 5 samples.
-QUICK_WORKLOAD_SECONDS = 0.5
-
-
 def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
     """Times every variant in `reps` or more interleaved rounds; returns the rounds run."""
     slowest = 0.0
@@ -97,7 +100,8 @@ def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
             elapsed = time.perf_counter() - start
         slowest = max(slowest, elapsed)
     per_round = slowest * len(variants)
-    rounds = max(reps, min(20 * reps, int(QUICK_WORKLOAD_SECONDS / max(per_round, 1e-6))))
+    rounds = max(reps, min(QUICK_WORKLOAD_MAX_FACTOR * reps,
+                           int(QUICK_WORKLOAD_SECONDS / max(per_round, 1e-6))))
     # No garbage collection during the timed rounds (timeit's convention; tensors are freed by
     # reference counting). A collection walks every Python object and evicts the CPU caches:
     # timed straight after one, even a [64] tf.nn.relu took 0.24 ms instead of 9 us, a cold
@@ -657,7 +661,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]], memory: dict[str, Any] | None,
              meta: dict[str, Any]) -> str:
     out = [f"{meta['threads']} threads, {meta['reps']} or more interleaved reps (quick workloads: "
-           f"about 0.5 s of calls), TensorFlow "
+           f"about {QUICK_WORKLOAD_SECONDS} s of calls), TensorFlow "
            f"{meta['tensorflow']}, CPU kernels at SIMD level {meta.get('simd', '?')}; speedup = baseline median / tf_ext median (> 1: tf_ext "
            "faster).", "",
            "| workload | variant | min ms | median ms | GB/s | tf_ext speedup |",
