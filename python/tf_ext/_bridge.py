@@ -244,12 +244,12 @@ class _Specialised:
         runs as a single op): a ConcreteFunction call costs several times more in argument
         processing and function-runtime set-up, and only a recording tape needs what it adds
         (the call's own gradient, for higher orders)."""
-        fn = self.current()
         if tf.executing_eagerly() and not _tf_compat.tape_could_record():
             if self.nodes is not None:
-                return self.nodes(list(args))
+                return self.nodes(args)  # plain eager ops: no function in the context needed
+            self.current()
             return _tf_compat.call_function(self.function_name, list(args), self.num_outputs)
-        return fn(*args)
+        return self.current()(*args)
 
 
 class _EagerNodes:
@@ -294,7 +294,8 @@ class _EagerNodes:
         for name in nodes:
             visit(name)
         self.outputs = [self._ref(fdef.ret[a.name]) for a in fdef.signature.output_arg]
-        self._const_cache: dict[Any, dict[str, list[tf.Tensor]]] = {}
+        self._const_cache: dict[Any, list[Any]] = {}
+        self._compile()
 
     def _add(self, node: Any) -> None:
         op_def = _tf_compat.op_def(node.op)
@@ -357,32 +358,58 @@ class _EagerNodes:
         node, arg, i = parts[0], parts[1], int(parts[2]) if len(parts) > 2 else 0
         return node, self.offsets[node][arg] + i
 
-    def _run(self, env: dict[str, list[tf.Tensor]], folded: bool) -> None:
-        """Runs the steps that are (folded=True) or are not computed from constants only."""
+    def _compile(self) -> None:
+        """Numbers every value (function arguments first, then each step's outputs) and turns
+        the steps into two programs over those slots: the constant-only steps, run once per
+        eager context, and the rest, run on every call. An Identity is an alias, not a step."""
+        slot_of: dict[tuple[str, int], int] = {}
+        self.num_args = len(self.arg_index)
+        for i in range(self.num_args):
+            slot_of[("", i)] = i
+        size = self.num_args
+        self.folded_program: list[tuple[Any, ...]] = []
+        self.program: list[tuple[Any, ...]] = []
         for kind, name, op, inputs, count in self.steps:
-            if (name in self.folded) != folded:
-                continue
-            if kind == "const":
-                value, dtype = self.consts[name]
-                env[name] = [tf.constant(value, dtype)]
-                continue
-            values = [env[src][i] for src, i in inputs]
+            ins = tuple(slot_of[ref] for ref in inputs)
             if kind == "identity":
-                env[name] = values[:1]
+                slot_of[(name, 0)] = ins[0]
+                continue
+            for i in range(count):
+                slot_of[(name, i)] = size + i
+            if kind == "const":
+                step: tuple[Any, ...] = ("const", self.consts[name], (), size, count)
             else:
-                env[name] = _tf_compat.execute_op(op[0], values, op[1], count)
+                step = (op[0], op[1], ins, size, count)
+            (self.folded_program if name in self.folded else self.program).append(step)
+            size += count
+        self.size = size
+        self.output_slots = [slot_of[ref] for ref in self.outputs]
 
-    def __call__(self, args: list[tf.Tensor]) -> list[tf.Tensor]:
+    @staticmethod
+    def _run(program: list[tuple[Any, ...]], values: list[Any]) -> None:
+        for op, attrs, ins, start, count in program:
+            if op == "const":
+                value, dtype = attrs
+                values[start] = tf.constant(value, dtype)
+            else:
+                values[start:start + count] = _tf_compat.execute_op(
+                    op, [values[i] for i in ins], attrs, count)
+
+    def __call__(self, args: Iterable[tf.Tensor]) -> list[tf.Tensor]:
         key = _tf_compat.context_key()
-        constants = self._const_cache.get(key)
-        if constants is None:
-            constants = {}
-            self._run(constants, folded=True)
-            self._const_cache[key] = constants
-        env: dict[str, list[tf.Tensor]] = dict(constants)
-        env[""] = args
-        self._run(env, folded=False)
-        return [env[src][i] for src, i in self.outputs]
+        base = self._const_cache.get(key)
+        if base is None:
+            base = [None] * self.size
+            self._run(self.folded_program, base)
+            self._const_cache[key] = base
+        values = base.copy()
+        values[:self.num_args] = args
+        if len(values) != self.size:
+            given = len(values) - self.size + self.num_args
+            raise ValueError(f"gradient function called with {given} arguments, expected "
+                             f"{self.num_args}")
+        self._run(self.program, values)
+        return [values[i] for i in self.output_slots]
 
 
 def _specialised(node: _tf_compat.NodeDef, key: bytes | None = None) -> _Specialised:
@@ -492,30 +519,71 @@ def _facts(op_type: str) -> dict[str, Any] | None:
     return _facts_cache.get(op_type)
 
 
-class _Plan(types.SimpleNamespace):
-    """How call_recorded records one (op type, input dtypes, attrs): the forward NodeDef, which
-    of inputs (+ outputs) backward keeps, and whether the gradient takes the outputs."""
+class _Plan:
+    """How call_recorded records one (op type, input dtypes, attrs): the forward NodeDef and its
+    cache key, which of inputs (+ outputs) backward keeps, and whether the gradient takes the
+    outputs. Built on the first recorded call, from that call's tensors."""
 
-
-_plans: dict[Any, _Plan] = {}
-
-
-def _recording_plan(op_type: str, facts: dict[str, Any], inputs: list[tf.Tensor],
-                    attrs: dict[str, Any]) -> _Plan:
-    key = (op_type, tuple(x.dtype for x in inputs), repr(sorted(attrs.items())))
-    plan = _plans.get(key)
-    if plan is None:
-        node = _tf_compat.node_def_for(op_type, inputs, attrs)
+    def __init__(self, op_type: str, facts: dict[str, Any], inputs: list[tf.Tensor],
+                 outputs: list[tf.Tensor], attrs: dict[str, Any]) -> None:
+        self.op_type = op_type
+        self.node = _tf_compat.node_def_for(op_type, inputs, attrs)
         read = set(facts["reads"]) | set(facts["not_differentiable"])
         names = _tf_compat.input_names(op_type)
-        with_outputs = _reads_outputs(op_type)
-        if with_outputs:
-            node.attr[_FORWARD_OUTPUTS_ATTR].b = True
+        tensors = inputs
+        self.with_outputs = _reads_outputs(op_type)
+        if self.with_outputs:
+            self.node.attr[_FORWARD_OUTPUTS_ATTR].b = True
             names = names + _tf_compat.output_names(op_type)
-        plan = _Plan(node=node, key=node.SerializeToString(deterministic=True),
-                     keep=[name in read for name in names], with_outputs=with_outputs)
-        _plans[key] = plan
-    return plan
+            tensors = inputs + outputs
+        self.key = self.node.SerializeToString(deterministic=True)
+        self.keep = [name in read for name in names]
+        # What stands in for each tensor the gradient does not read: any tensor of its dtype.
+        self.dropped = [(i, t.dtype) for i, (t, k) in enumerate(zip(tensors, self.keep))
+                        if not k]
+        self.num_inputs = len(inputs)
+
+    def backward(self, kept: list[tf.Tensor | None],
+                 output_specs: list[tuple[Any, Any]] | None,
+                 grads: tuple[tf.Tensor | None, ...]) -> list[tf.Tensor]:
+        gradient = _specialised(self.node, self.key)
+        call = list(kept)
+        for i, dtype in self.dropped:
+            call[i] = _stand_in(dtype)
+        if output_specs is None:
+            call += grads
+        else:
+            call += [tf.zeros(shape, dtype) if g is None else g
+                     for g, (shape, dtype) in zip(grads, output_specs)]
+        results = gradient(*call)
+        if len(results) != self.num_inputs:
+            raise ValueError(f"{self.op_type}: its C++ gradient returned {len(results)} "
+                             f"gradients for {self.num_inputs} inputs")
+        return results
+
+
+class _Recorder:
+    """call_recorded's facts about one op type, looked up on its first recorded call: whether
+    its eager calls are recorded here (a bridged gradient with a tf_ext declaration), its
+    input count, and its plans by (input dtypes, attrs)."""
+
+    def __init__(self, op_type: str) -> None:
+        self.op_type = op_type
+        self.facts = _facts(op_type)
+        self.num_inputs = len(_tf_compat.input_names(op_type))
+        self.records = self.facts is not None and _status.get(op_type) == "bridged"
+        self.plans: dict[Any, _Plan] = {}
+
+
+_recorders: dict[str, _Recorder] = {}
+
+
+def _recorder(op_type: str) -> _Recorder:
+    recorder = _recorders.get(op_type)
+    if recorder is None:
+        library()  # its facts are final only once the library's gradients are bridged
+        recorder = _recorders[op_type] = _Recorder(op_type)
+    return recorder
 
 
 _stand_ins: dict[tuple[Any, Any], tf.Tensor] = {}
@@ -532,44 +600,50 @@ def _stand_in(dtype: tf.DType) -> tf.Tensor:
 
 
 def call_recorded(op_type: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> Any:
-    """fn(*args, **kwargs), the generated wrapper of op_type called with its inputs as `args`
-    and its attrs (and name) as `kwargs`; under an eager GradientTape it is recorded so that
-    the tape keeps alive only the inputs the op's gradient reads (see the module docstring).
+                  attrs: dict[str, Any], name: str | None = None) -> Any:
+    """fn(*args, name=name, **attrs), the generated wrapper of op_type called with its inputs
+    as `args` and its attrs as keywords; under an eager GradientTape it is recorded so that the
+    tape keeps alive only the inputs the op's gradient reads (see the module docstring).
     Anywhere else (graphs, tf.function, no tape, ops without a bridged gradient, inputs that
-    are not yet tensors) it is a plain call."""
-    if not (tf.executing_eagerly() and _tf_compat.tape_could_record()):
-        return fn(*args, **kwargs)
-    facts = _facts(op_type)
-    names = _tf_compat.input_names(op_type)
-    if (facts is None or _status.get(op_type) != "bridged" or len(args) != len(names) or
-            not all(isinstance(x, (tf.Tensor, tf.Variable)) for x in args)):
-        return fn(*args, **kwargs)
-    # Variables are read here, recorded, so that their gradient still flows.
-    inputs = [tf.convert_to_tensor(x) for x in args]
-    attrs = {k: v for k, v in kwargs.items() if k != "name"}
-    with _tf_compat.stop_recording():
-        result = fn(*inputs, **kwargs)
-    outputs = tf.nest.flatten(result)
-    plan = _recording_plan(op_type, facts, inputs, attrs)
-    node, key, keep = plan.node, plan.key, plan.keep
+    are not yet tensors) it is a plain call.
+
+    This runs on every eager op call under a tape, so it is kept lean: per-op-type and
+    per-attrs facts are looked up once (_Recorder, _Plan). Python time spent here is not only
+    added to the step: during long gaps between kernels the intra-op threads stop spinning and
+    sleep, and the next kernel pays to wake them."""
+    if not _tf_compat.tape_could_record() or not tf.executing_eagerly():
+        return fn(*args, name=name, **attrs)
+    recorder = _recorders.get(op_type) or _recorder(op_type)
+    if not recorder.records or len(args) != recorder.num_inputs:
+        return fn(*args, name=name, **attrs)
+    inputs = []
+    for x in args:
+        if isinstance(x, tf.Tensor):
+            inputs.append(x)
+        elif isinstance(x, tf.Variable):
+            inputs.append(tf.convert_to_tensor(x))  # read here, recorded: its gradient flows
+        else:
+            return fn(*args, name=name, **attrs)
+    attrs["name"] = name
+    result = _tf_compat.call_unrecorded(fn, inputs, attrs)
+    del attrs["name"]
+    outputs = [result] if isinstance(result, tf.Tensor) else list(result)
+    key = (tuple([x.dtype for x in inputs]), tuple(attrs.items()))
+    try:
+        plan = recorder.plans.get(key)
+    except TypeError:  # a list-valued attr (ksize, strides)
+        key = repr(key)
+        plan = recorder.plans.get(key)
+    if plan is None:
+        plan = recorder.plans[key] = _Plan(op_type, recorder.facts, inputs, outputs, attrs)
     tensors = inputs + outputs if plan.with_outputs else inputs
-    kept = [t if k else None for t, k in zip(tensors, keep)]
-    dtypes = [t.dtype for t in tensors]
-    output_specs = [(y.shape, y.dtype) for y in outputs]
-    count = len(inputs)
+    kept = [t if k else None for t, k in zip(tensors, plan.keep)]
+    # The tape passes zeros for an output without a gradient (and calls no backward when none
+    # has one), so a one-output op never sees None; more outputs keep their specs just in case.
+    output_specs = [(y.shape, y.dtype) for y in outputs] if len(outputs) > 1 else None
 
     def backward(*grads: tf.Tensor | None) -> list[tf.Tensor]:
-        gradient = _specialised(node, key)
-        # A tensor the gradient does not read is not kept: any tensor of its dtype stands in.
-        call = [x if x is not None else _stand_in(dtype) for x, dtype in zip(kept, dtypes)]
-        call += [tf.zeros(shape, dtype) if g is None else g
-                 for g, (shape, dtype) in zip(grads, output_specs)]
-        results = gradient(*call)
-        if len(results) != count:
-            raise ValueError(f"{op_type}: its C++ gradient returned {len(results)} gradients "
-                             f"for {count} inputs")
-        return results
+        return plan.backward(kept, output_specs, grads)
 
     # backward closes over `kept` only: unread inputs and outputs do not stay alive.
     _tf_compat.record_operation(op_type, outputs, inputs, backward)

@@ -20,6 +20,7 @@ from tensorflow.core.framework import function_pb2
 from tensorflow.core.framework import node_def_pb2
 from tensorflow.core.framework import op_def_pb2
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
+from tensorflow.python import pywrap_tfe
 from tensorflow.python.client import pywrap_tf_session
 from tensorflow.python.eager import context
 from tensorflow.python.eager import execute as eager_execute
@@ -147,8 +148,9 @@ def output_names(op_type: str) -> list[str]:
 
 def tape_could_record() -> bool:
     """Whether any GradientTape (or forward accumulator) is active on this thread
-    (record.could_possibly_record): without one, nothing needs recording."""
-    return record.could_possibly_record()
+    (record.could_possibly_record's one C call, made directly: this runs on every eager op
+    call): without one, nothing needs recording."""
+    return not pywrap_tfe.TFE_Py_TapeSetIsEmpty()
 
 
 def record_operation(op_type: str, outputs: list[tf.Tensor], inputs: list[tf.Tensor],
@@ -166,6 +168,19 @@ def eager_scope() -> Iterator[None]:
     plus context.eager_mode (the latter for processes that disabled eager execution)."""
     with tf.init_scope(), context.eager_mode():
         yield
+
+
+def call_unrecorded(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """fn(*args, **kwargs) with no GradientTape recording it: stop_recording() without the
+    context manager's cost, for call sites that run on every eager op."""
+    stopped = pywrap_tfe.TFE_Py_TapeSetIsStopped()
+    if not stopped:
+        pywrap_tfe.TFE_Py_TapeSetStopOnThread()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if not stopped:
+            pywrap_tfe.TFE_Py_TapeSetRestartOnThread()
 
 
 def stop_recording() -> contextlib.AbstractContextManager:

@@ -36,7 +36,19 @@ class OpNotInLibraryError(NotImplementedError):
     """The loaded op library does not contain the requested op (built from an older tree?)."""
 
 
+_wrappers: dict[str, Callable[..., Any]] = {}
+
+
 def _wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
+    """op_type's generated wrapper, recorded under an eager GradientTape; made once per op
+    (each eager call goes through here)."""
+    recorded = _wrappers.get(op_type)
+    if recorded is None:
+        recorded = _wrappers[op_type] = _make_wrapper(op_type, python_name)
+    return recorded
+
+
+def _make_wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
     fn = getattr(_bridge.library(), python_name, None)  # loaded, gradients bridged
     if fn is None:
         raise OpNotInLibraryError(
@@ -44,9 +56,9 @@ def _wrapper(op_type: str, python_name: str) -> Callable[..., Any]:
             f"{', '.join(_loader.op_names())}); rebuild //tf_ext:_tf_ext_ops.so or point "
             f"{_loader.LIBRARY_ENV} at a library that registers {op_type}")
 
-    def recorded(*args: Any, **kwargs: Any) -> Any:
+    def recorded(*args: Any, name: str | None = None, **attrs: Any) -> Any:
         # Under an eager GradientTape, kept alive only what the gradient reads (_bridge).
-        return _bridge.call_recorded(op_type, fn, args, kwargs)
+        return _bridge.call_recorded(op_type, fn, args, attrs, name)
 
     return recorded
 

@@ -122,6 +122,37 @@ def test_variables_still_get_gradients():
     np.testing.assert_array_equal(tape.gradient(y, v).numpy(), want)
 
 
+def test_recorded_calls_get_their_own_attrs_gradient_whatever_their_names():
+    # The recording plans are cached by (input dtypes, attrs): calls that differ in attrs, scalar
+    # (clip) or list-valued (ksize), interleaved on one tape, each get their own attrs'
+    # gradient - the graph-mode gradient of the same call - and calls that differ only in
+    # name share a plan, so an eager loop that names every call grows no cache.
+    x = tf.random.uniform([1, 9, 9, 2], -2.0, 2.0, seed=4)
+    calls = [(tf_ext.sign_ste, (), {"clip": c}) for c in (1.0, 0.25, 1.0, 0.0)]
+    calls += [(tf_ext.median_pool2d, (k, [1, 1], "SAME"), {}) for k in ([3, 3], [5, 5], [3, 3])]
+    plans = {op: len(_bridge._recorder(op).plans) for op in ("TfExt>SignSTE", "TfExt>MedianPool2D")}
+    for step in range(3):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            ys = [f(x, *a, name=f"call{step}_{i}", **kw) for i, (f, a, kw) in enumerate(calls)]
+        for (f, a, kw), y in zip(calls, ys):
+            dy = tf.random.normal(tf.shape(y), seed=7)
+
+            @tf.function
+            def graph_grad(x, dy, f=f, a=a, kw=kw):
+                with tf.GradientTape() as g:
+                    g.watch(x)
+                    out = f(x, *a, **kw)
+                return g.gradient(out, x, output_gradients=dy)
+
+            np.testing.assert_array_equal(tape.gradient(y, x, output_gradients=dy).numpy(),
+                                          graph_grad(x, dy).numpy(),
+                                          err_msg=f"{f.__name__} {a} {kw}")
+    grown = {op: len(_bridge._recorder(op).plans) - n for op, n in plans.items()}
+    # Recorded by the bridge (not TensorFlow's keep-everything fallback), one plan per attrs.
+    assert 1 <= grown["TfExt>SignSTE"] <= 3 and 1 <= grown["TfExt>MedianPool2D"] <= 2, grown
+
+
 def test_second_order_through_a_recorded_op(monkeypatch):
     # An outer tape records the inner gradient: the ConcreteFunction path, so the second
     # derivative exists (a direct run would be invisible to the outer tape).
@@ -136,10 +167,6 @@ def test_second_order_through_a_recorded_op(monkeypatch):
     np.testing.assert_allclose(g.numpy(), -4.0 * x.numpy())
     np.testing.assert_allclose(outer.gradient(g, x).numpy(), [-4.0, -4.0, -4.0])
     assert calls == []
-
-
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
 
 
 def _counting_direct_runs(monkeypatch):
@@ -221,3 +248,6 @@ def test_node_by_node_gradient_is_the_function_bit_for_bit(op, monkeypatch):
     for a, b in zip(direct, whole):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
