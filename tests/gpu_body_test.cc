@@ -32,6 +32,7 @@
 #include "tf_ext/kernels/ps_roi_align_functor.h"
 #include "tf_ext/kernels/roi_pool_functor.h"
 #include "tf_ext/kernels/sign_ste_functor.h"
+#include "tf_ext/kernels/smooth_l1_functor.h"
 
 namespace tensorflow::tf_ext::test {
 namespace {
@@ -277,6 +278,58 @@ TEST_F(GpuBodyTest, SignSteGradHalfEveryBitPattern) {
       ASSERT_EQ(got[i], w) << "clip " << clip_f << ", x half bits 0x" << std::hex << i;
     }
   }
+}
+
+// ---- SmoothL1 ---------------------------------------------------------------------------
+
+// SmoothL1's CUDA kernel runs functor::SmoothL1Of per element; the CPU functor (dispatched
+// SIMD blocks for float/double) must give the same bits at every level.
+template <typename T>
+void CheckSmoothL1(const Eigen::ThreadPoolDevice& d, const std::vector<T>& x, float delta) {
+  std::vector<T> want(x.size()), got(x.size());
+  functor::SmoothL1<CPUDevice, T>()(d, x.data(), x.size(), delta, got.data());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = functor::SmoothL1Of(x[i], delta);
+  EXPECT_TRUE(SameBits(want, got)) << "delta " << delta;
+}
+
+template <typename T>
+void CheckSmoothL1Cases(const Eigen::ThreadPoolDevice& d, std::mt19937* rng) {
+  for (const float delta : {1.0f, 0.5f, 3.0f, 1e-30f, 3e38f,
+                            std::numeric_limits<float>::min()}) {
+    for (int c = 0; c < kCases; ++c) {
+      const size_t n = c % 10 == 0 ? 0 : std::uniform_int_distribution<size_t>(1, 500)(*rng);
+      CheckSmoothL1(d, Values<T>(n, rng, c % 3), delta);
+    }
+    // The pieces' edge (|x| = delta and its neighbours), signed zeros, and values whose square
+    // overflows in the piece that is not selected.
+    const T dt = static_cast<T>(delta), inf = std::numeric_limits<T>::infinity();
+    CheckSmoothL1<T>(d, {dt, -dt, std::nextafter(dt, T(0)), std::nextafter(dt, inf),
+                         -std::nextafter(dt, T(0)), T(0), -T(0), std::numeric_limits<T>::max(),
+                         -std::numeric_limits<T>::max(), std::numeric_limits<T>::min()},
+                     delta);
+  }
+}
+
+TEST_F(GpuBodyTest, SmoothL1FloatDouble) {
+  ForEachIsa([&] {
+    std::mt19937 rng(3);
+    CheckSmoothL1Cases<float>(device_, &rng);
+    CheckSmoothL1Cases<double>(device_, &rng);
+    // Every exponent and both signs, with random mantissas (NaN payloads included).
+    std::vector<float> bits_f(4096);
+    for (size_t i = 0; i < bits_f.size(); ++i) {
+      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
+      std::memcpy(&bits_f[i], &b, 4);
+    }
+    for (const float delta : {1.0f, 1e-30f, 3e38f}) CheckSmoothL1(device_, bits_f, delta);
+    std::vector<double> bits_d(8192);
+    for (size_t i = 0; i < bits_d.size(); ++i) {
+      const uint64_t b = (static_cast<uint64_t>(i % 4096) << 52) |
+                         ((static_cast<uint64_t>(rng()) << 20) & 0xfffffffffffffull);
+      std::memcpy(&bits_d[i], &b, 8);
+    }
+    for (const float delta : {1.0f, 1e-30f, 3e38f}) CheckSmoothL1(device_, bits_d, delta);
+  });
 }
 
 // ---- MedianPool2D -----------------------------------------------------------------------

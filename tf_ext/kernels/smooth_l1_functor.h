@@ -7,6 +7,10 @@
 
 #include "tf_ext/kernels/functor_common.h"
 
+#if !defined(__CUDACC__)
+#include "tf_ext/kernels/cpu_simd.h"
+#endif
+
 namespace tensorflow::tf_ext::functor {
 
 // The per-element body, shared by the CPU functor and the CUDA kernel (one thread per
@@ -31,11 +35,45 @@ struct SmoothL1 {
 };
 
 #if !defined(__CUDACC__)
+namespace smooth_l1_internal {
+
+// y = SmoothL1Of(x, delta) over [0, n) for float and double, in blocks of kBytes: both pieces
+// computed in every lane, then selected. The same operations in the same order as
+// SmoothL1Of ((0.5 * x) * x / delta; |x| - 0.5 * delta), so the same bits at every SIMD level
+// (IEEE division and products, no FMA under -ffp-contract=off). The scalar loop this replaces
+// branched on |x| < delta and divided one element at a time: 3 ms for 1M floats, 3x a
+// four-op stock composite.
+struct SmoothL1Range {
+  template <int kBytes, typename T>
+  static void Run(const T* x, int64_t n, float delta, T* y) {
+    using V = simd::Block<T, kBytes>;
+    constexpr int64_t kLanes = simd::kLanes<T, kBytes>;
+    const T d = static_cast<T>(delta);
+    const T half_d = T(0.5) * d;
+    auto block = [d, half_d](V v) {
+      const V a = v < T(0) ? -v : v;  // -0 and NaN stay themselves, as in SmoothL1Of
+      const V inside = T(0.5) * v * v / d;
+      const V outside = a - half_d;
+      return a < d ? inside : outside;  // NaN fails a < d: outside, NaN
+    };
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) simd::Store(block(simd::Load<V>(x + i)), y + i);
+    if (i < n) simd::Store(block(simd::Load<V>(x + i, n - i)), y + i, n - i);
+  }
+};
+
+}  // namespace smooth_l1_internal
+
 template <typename T>
 struct SmoothL1<CPUDevice, T> {
   void operator()(const CPUDevice& d, const T* x, int64_t n, float delta, T* y) const {
     ParallelFor(d, n, /*cost_per_unit=*/4, [x, y, delta](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = SmoothL1Of(x[i], delta);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        simd::Dispatch<smooth_l1_internal::SmoothL1Range>::Run(x + begin, end - begin, delta,
+                                                                y + begin);
+      } else {
+        for (int64_t i = begin; i < end; ++i) y[i] = SmoothL1Of(x[i], delta);
+      }
     });
   }
 };
