@@ -311,6 +311,35 @@ def _gradient_reversal_fwd() -> Workload:
     ])
 
 
+def _huber_composite(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    # Smooth L1 without a custom op: Huber's two pieces and a select (the elementwise form
+    # tf.keras.losses.Huber reduces).
+    a = tf.abs(x)
+    return tf.where(a < delta, 0.5 * x * x / delta, a - 0.5 * delta)
+
+
+@workload("smooth_l1_fwd")
+def _smooth_l1_fwd() -> Workload:
+    x = _x16m()
+    return ("smooth_l1 forward, 16M float32", 2 * N_ELEMENTWISE * F32, [
+        Variant("tf_ext.smooth_l1", _fwd(lambda a: tf_ext.smooth_l1(a, delta=1.0), x),
+                baseline=False),
+        Variant("abs+where composite", _fwd(_huber_composite, x)),
+        Variant("copy (DeepCopy)", _fwd(lambda a: tf.raw_ops.DeepCopy(x=a), x)),
+    ])
+
+
+@workload("smooth_l1_fwd_bwd")
+def _smooth_l1_fwd_bwd() -> Workload:
+    x = _x16m()
+    # forward: read x, write y; backward: read x and dy, write dx.
+    return ("smooth_l1 fwd+bwd, 16M float32", 5 * N_ELEMENTWISE * F32, [
+        Variant("tf_ext.smooth_l1", _fwd_bwd(lambda a: tf_ext.smooth_l1(a, delta=1.0), x),
+                baseline=False),
+        Variant("abs+where composite", _fwd_bwd(_huber_composite, x)),
+    ])
+
+
 MEDIAN_SHAPE = [8, 64, 64, 32]
 
 
@@ -428,6 +457,7 @@ EAGER_CASES: dict[str, tuple[Callable[..., Any], list[int], tuple[str, Callable[
     "sign_ste": (lambda a: tf_ext.sign_ste(a), [1 << 20], _RELU),
     "zero_out": (lambda a: tf_ext.zero_out(a, preserve_index=3), [1 << 20], _RELU),
     "gradient_reversal": (lambda a: tf_ext.gradient_reversal(a, 0.5), [1 << 20], _RELU),
+    "smooth_l1": (lambda a: tf_ext.smooth_l1(a, delta=1.0), [1 << 20], _RELU),
     "median_pool2d": (lambda a: tf_ext.median_pool2d(a, [3, 3], [1, 1], "SAME"),
                       [2, 32, 32, 16],
                       ("max_pool2d 3x3", lambda a: tf.nn.max_pool2d(a, 3, 1, "SAME"))),
@@ -616,6 +646,11 @@ def main() -> int:
     return 0
 
 
+# Workloads of ops added after issue 11 (SmoothL1, the structure issue's worked example): in
+# the tables, not judged against the issue's targets (the README says where they stand).
+BEYOND_ISSUE = {"smooth_l1_fwd", "smooth_l1_fwd_bwd", "eager_smooth_l1"}
+
+
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 11's targets, judged on this run's medians (only workloads that ran)."""
     med: dict[tuple[str, str], float] = {(r["workload"], r["variant"]): r["median_ms"]
@@ -646,7 +681,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for w in ("small_tape_sign_ste", "small_tape_gradient_reversal"):
         speedup(w, "tf.custom_gradient", 1.0, "small-tensor tape no slower than tf.custom_gradient")
     for w in sorted(ours):
-        if not w.startswith("eager_") or (w, STOCK_EAGER) not in med:
+        if not w.startswith("eager_") or (w, STOCK_EAGER) not in med or w in BEYOND_ISSUE:
             continue
         overhead = med[(w, STOCK_EAGER)] - med[(w, STOCK_FUNCTION)]
         allowed = 1.15 * med[(w, "tf.function")] + max(overhead, 0.0)
