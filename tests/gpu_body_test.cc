@@ -1,8 +1,9 @@
 // The CUDA kernels' per-thread bodies (tf_ext/kernels/gpu/*_body.h) run on the host over the
 // whole grid, against the CPU functors, on hundreds of random and edge cases: empty tensors,
 // 1x1 images, ROIs outside the image, ties, NaN, infinities, signed zeros. Selection ops
-// (SignSTE and its gradient, MedianPool2D and its gradient, RoiPool and its gradient) must
-// agree bit for bit; PsRoiAlign and its gradient within floating-point tolerance. So the GPU
+// (SignSTE and its gradient, MedianPool2D and its gradient, RoiPool and its gradient) and
+// SmoothL1 (the same operations per element) must agree bit for bit; PsRoiAlign and its
+// gradient within floating-point tolerance. So the GPU
 // kernels' indexing, tie rules and NaN handling are checked on machines without a GPU (the
 // standalone harness in tests/gpu then checks the device against these same bodies).
 //
