@@ -121,6 +121,28 @@ std::vector<T> Values(size_t n, std::mt19937* rng, int kind) {
   return v;
 }
 
+// Every exponent and both signs of float (each 8 times) with random mantissas: zeros,
+// denormals, infinities and NaN payloads included.
+std::vector<float> EveryExponentFloats(std::mt19937* rng) {
+  std::vector<float> v(4096);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | ((*rng)() & 0x7fffffu);
+    std::memcpy(&v[i], &b, 4);
+  }
+  return v;
+}
+
+// The same for double (each exponent and sign twice).
+std::vector<double> EveryExponentDoubles(std::mt19937* rng) {
+  std::vector<double> v(8192);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint64_t b = (static_cast<uint64_t>(i % 4096) << 52) |
+                       ((static_cast<uint64_t>((*rng)()) << 20) & 0xfffffffffffffull);
+    std::memcpy(&v[i], &b, 8);
+  }
+  return v;
+}
+
 // Valid ROI rows (what CheckRois lets through): integer batch index in [0, batch), finite
 // coordinates, some wholly or partly outside the image, degenerate or huge.
 std::vector<float> Rois(std::mt19937* rng, int64_t num_rois, int64_t batch, int64_t h,
@@ -179,13 +201,7 @@ TEST_F(GpuBodyTest, SignSteFloatDouble) {
     CheckSign<float>(device_, {std::numeric_limits<float>::denorm_min(), -1e-40f, 1e-39f,
                                std::numeric_limits<float>::min()});
     CheckSign<double>(device_, {std::numeric_limits<double>::denorm_min(), -1e-310, 1e-308});
-    // Every exponent and both signs, with random mantissas (NaN payloads included).
-    std::vector<float> bits_f(4096);
-    for (size_t i = 0; i < bits_f.size(); ++i) {
-      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
-      std::memcpy(&bits_f[i], &b, 4);
-    }
-    CheckSign(device_, bits_f);
+    CheckSign(device_, EveryExponentFloats(&rng));
   });
 }
 
@@ -244,13 +260,10 @@ TEST_F(GpuBodyTest, SignSteGradFloatDouble) {
     std::mt19937 rng(2);
     CheckSteGradCases<float>(device_, &rng);
     CheckSteGradCases<double>(device_, &rng);
-    // Every exponent and both signs of x, with random mantissas (NaN payloads included).
-    std::vector<float> bits_f(4096), dy(4096);
-    for (size_t i = 0; i < bits_f.size(); ++i) {
-      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
-      std::memcpy(&bits_f[i], &b, 4);
-      dy[i] = static_cast<float>(i) - 2048.5f;
-    }
+    // Every exponent and both signs of x.
+    const std::vector<float> bits_f = EveryExponentFloats(&rng);
+    std::vector<float> dy(bits_f.size());
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i) - 2048.5f;
     for (const float clip : {0.0f, 1e-30f, 1.0f, 3e38f}) CheckSteGrad(device_, dy, bits_f, clip);
   });
 }
@@ -316,20 +329,12 @@ TEST_F(GpuBodyTest, SmoothL1FloatDouble) {
     std::mt19937 rng(3);
     CheckSmoothL1Cases<float>(device_, &rng);
     CheckSmoothL1Cases<double>(device_, &rng);
-    // Every exponent and both signs, with random mantissas (NaN payloads included).
-    std::vector<float> bits_f(4096);
-    for (size_t i = 0; i < bits_f.size(); ++i) {
-      const uint32_t b = (static_cast<uint32_t>(i % 512) << 23) | (rng() & 0x7fffffu);
-      std::memcpy(&bits_f[i], &b, 4);
+    const std::vector<float> bits_f = EveryExponentFloats(&rng);
+    const std::vector<double> bits_d = EveryExponentDoubles(&rng);
+    for (const float delta : {1.0f, 1e-30f, 3e38f}) {
+      CheckSmoothL1(device_, bits_f, delta);
+      CheckSmoothL1(device_, bits_d, delta);
     }
-    for (const float delta : {1.0f, 1e-30f, 3e38f}) CheckSmoothL1(device_, bits_f, delta);
-    std::vector<double> bits_d(8192);
-    for (size_t i = 0; i < bits_d.size(); ++i) {
-      const uint64_t b = (static_cast<uint64_t>(i % 4096) << 52) |
-                         ((static_cast<uint64_t>(rng()) << 20) & 0xfffffffffffffull);
-      std::memcpy(&bits_d[i], &b, 8);
-    }
-    for (const float delta : {1.0f, 1e-30f, 3e38f}) CheckSmoothL1(device_, bits_d, delta);
   });
 }
 
