@@ -3,9 +3,9 @@
 // 1x1 images, ROIs outside the image, ties, NaN, infinities, signed zeros. Selection ops
 // (SignSTE and its gradient, MedianPool2D and its gradient, RoiPool and its gradient) and
 // SmoothL1 (the same operations per element) must agree bit for bit; PsRoiAlign and its
-// gradient within floating-point tolerance. So the GPU
-// kernels' indexing, tie rules and NaN handling are checked on machines without a GPU (the
-// standalone harness in tests/gpu then checks the device against these same bodies).
+// gradient within floating-point tolerance. So the GPU kernels' indexing, tie rules and NaN
+// handling are checked on machines without a GPU (the standalone harness in tests/gpu then
+// checks the device against these same bodies).
 //
 // Denormals stay out of the comparisons with the CPU functors: TensorFlow runs CPU kernels with
 // denormals flushed (DAZ), which the bodies reproduce explicitly, but a functor called bare

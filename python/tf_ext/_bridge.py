@@ -568,7 +568,6 @@ class _Recorder:
     input count, and its plans by (input dtypes, attrs)."""
 
     def __init__(self, op_type: str) -> None:
-        self.op_type = op_type
         self.facts = _facts(op_type)
         self.num_inputs = len(_tf_compat.input_names(op_type))
         self.records = self.facts is not None and _status.get(op_type) == "bridged"
