@@ -39,12 +39,15 @@ absl::Status UnimplementedClientGrad(const Scope&, const Operation& op,
   return absl::UnimplementedError(message);
 }
 
-bool AlreadyRegistered(const std::string& op_type) {
+bool HasAnyGradient(const std::string& op_type) {
   gradient::Creator existing;
   ops::GradFunc existing_cc;
-  const bool in_function = gradient::GetOpGradientCreator(op_type, &existing).ok();
-  const bool in_client = ops::GradOpRegistry::Global()->Lookup(op_type, &existing_cc).ok();
-  if (in_function || in_client) {
+  return gradient::GetOpGradientCreator(op_type, &existing).ok() ||
+         ops::GradOpRegistry::Global()->Lookup(op_type, &existing_cc).ok();
+}
+
+bool AlreadyRegistered(const std::string& op_type) {
+  if (HasAnyGradient(op_type)) {
     LOG(WARNING) << "tf_ext: a gradient for " << op_type
                  << " is already registered (is a second copy of the op library loaded?); "
                     "keeping the first one";
@@ -140,6 +143,11 @@ bool RegisterNoGradient(const std::string& op_type) {
   gradient::RegisterOp(op_type, nullptr);
   ops::GradOpRegistry::Global()->Register(op_type, nullptr);
   return true;
+}
+
+bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator creator) {
+  if (HasAnyGradient(op_type)) return true;  // TensorFlow's own stays
+  return creator ? RegisterGradient(op_type, std::move(creator)) : RegisterNoGradient(op_type);
 }
 
 bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message) {

@@ -44,6 +44,12 @@ void DeclareReadsForwardOutputs(const std::string& op_type);
 bool ReadsForwardOutputs(const std::string& op_type);
 // Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);
+
+// For gradients of TensorFlow's own ops (tf_ext/grads/tf/, one file per op family): registers
+// `creator` (nullptr: not differentiable) as RegisterGradient / RegisterNoGradient do, unless
+// TensorFlow already has a gradient for op_type in either C++ registry (a newer release may add
+// one): TensorFlow's then stays, silently. Returns true (for use in static initialisers).
+bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator creator);
 // op_type has a gradient that is not implemented (e.g. the dedicated backward op of another
 // op: its gradient is a second derivative). Differentiating it fails with `message` in every
 // registry, instead of silently giving zeros as a no-gradient op would.
@@ -76,6 +82,14 @@ GradientKind LookupGradientKind(const std::string& op_type, std::string* message
   TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, fn)
 #define TF_EXT_REGISTER_NO_GRADIENT(op_type) \
   TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, nullptr)
+// A TensorFlow op's gradient (or nullptr: not differentiable), unless TensorFlow has one.
+#define TF_EXT_REGISTER_TF_GRADIENT(op_type, fn) \
+  TF_EXT_REGISTER_TF_GRADIENT_UNIQ_HELPER(__COUNTER__, op_type, fn)
+#define TF_EXT_REGISTER_TF_GRADIENT_UNIQ_HELPER(ctr, op_type, fn) \
+  TF_EXT_REGISTER_TF_GRADIENT_UNIQ(ctr, op_type, fn)
+#define TF_EXT_REGISTER_TF_GRADIENT_UNIQ(ctr, op_type, fn)            \
+  static const bool tf_ext_tf_grad_registered_##ctr [[maybe_unused]] = \
+      ::tensorflow::tf_ext::RegisterGradientIfMissing(op_type, (fn))
 // Two levels so that __COUNTER__ is expanded before ## pastes it.
 #define TF_EXT_REGISTER_GRADIENT_UNIQ_HELPER(ctr, op_type, fn) \
   TF_EXT_REGISTER_GRADIENT_UNIQ(ctr, op_type, fn)
