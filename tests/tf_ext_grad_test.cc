@@ -11,7 +11,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "absl/strings/str_format.h"
 #include "tests/command.h"
-#include "tf_ext/tools/npy_io.h"
+#include "tf_ext/graph/npy_io.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -122,7 +122,7 @@ TEST(TfExtGrad, SaveIsFullPrecision) {
   ToolRun r = RunTool("--graph=tests/data/zero_out_graph.pbtxt "
                       "--feed=x=3:0,0.33333333333333331,0 --y=sq --x=x --save=" + save);
   ASSERT_EQ(r.code, 0) << r.output;
-  auto arrays = tools::ReadNpz(save);
+  auto arrays = ReadNpz(save);
   ASSERT_TRUE(arrays.ok()) << arrays.status();
   ASSERT_EQ(arrays->size(), 2u);
   EXPECT_EQ((*arrays)[0].first, "y");
@@ -145,15 +145,15 @@ TEST(TfExtGrad, SaveIsFullPrecision) {
 TEST(TfExtGrad, FeedsFromFiles) {
   Tensor x(DT_DOUBLE, TensorShape({3}));
   x.flat<double>()(0) = 1.5, x.flat<double>()(1) = -2, x.flat<double>()(2) = 4;
-  auto npy = tools::EncodeNpy(x);
+  auto npy = EncodeNpy(x);
   ASSERT_TRUE(npy.ok());
   const std::string npy_path = TmpFile("x.npy"), npz_path = TmpFile("feeds.npz"),
                     one_path = TmpFile("one.npz"), raw_path = TmpFile("x.raw");
   ASSERT_TRUE(WriteStringToFile(Env::Default(), npy_path, *npy).ok());
   Tensor other(DT_DOUBLE, TensorShape({2}));
   other.flat<double>().setZero();
-  ASSERT_TRUE(tools::WriteNpz(npz_path, {{"other", other}, {"x", x}}).ok());
-  ASSERT_TRUE(tools::WriteNpz(one_path, {{"whatever", x}}).ok());
+  ASSERT_TRUE(WriteNpz(npz_path, {{"other", other}, {"x", x}}).ok());
+  ASSERT_TRUE(WriteNpz(one_path, {{"whatever", x}}).ok());
   ASSERT_TRUE(WriteStringToFile(Env::Default(), raw_path,
                                 std::string(static_cast<const char*>(x.data()), x.TotalBytes()))
                   .ok());
@@ -172,7 +172,7 @@ TEST(TfExtGrad, FeedsFromFiles) {
       << wrong.output;
   Tensor xf(DT_FLOAT, TensorShape({3}));
   xf.flat<float>().setZero();
-  ASSERT_TRUE(WriteStringToFile(Env::Default(), npy_path, *tools::EncodeNpy(xf)).ok());
+  ASSERT_TRUE(WriteStringToFile(Env::Default(), npy_path, *EncodeNpy(xf)).ok());
   wrong = RunTool("--graph=tests/data/zero_out_graph.pbtxt --y=sq --x=x --feed=x=@" + npy_path);
   EXPECT_EQ(wrong.code, 1);
   EXPECT_NE(wrong.output.find("the array is float, 'x' takes double"), std::string::npos)
@@ -323,6 +323,32 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"--delta=tiny", "bad --delta: 'tiny' is not a number"},
         ErrorCase{"--check --check", "--check given more than once"},
         ErrorCase{"--graph", "--graph needs a value: --graph=PATH"}));
+
+// Import errors carry a hint only where the cause is known: a cycle is called a cycle, and only
+// an unregistered op asks whether its library is loaded.
+TEST(TfExtGrad, ImportErrorHintsNameTheirCause) {
+  const std::string cycle = TmpFile("cycle.pbtxt"), unknown = TmpFile("unknown_op.pbtxt");
+  std::ofstream(cycle) << R"pb(
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }
+    node { name: "a" op: "Add" input: "x" input: "b" attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "b" op: "Identity" input: "a" attr { key: "T" value { type: DT_FLOAT } } }
+  )pb";
+  std::ofstream(unknown) << R"pb(
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }
+    node { name: "y" op: "NoSuchOpAnywhere" input: "x" }
+  )pb";
+  ToolRun r = RunTool("--graph=" + cycle + " --y=b --x=x --feed=x=1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("cycle"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a cycle outside any while loop frame"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("op library that defines it"), std::string::npos) << r.output;
+  r = RunTool("--graph=" + unknown + " --y=y --x=x --feed=x=1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("NoSuchOpAnywhere"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(is the op library that defines it loaded?)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("cycle"), std::string::npos) << r.output;
+}
 
 TEST(TfExtGrad, HelpListsEveryFlag) {
   ToolRun r = RunCommand("tf_ext/tf_ext_grad --help");

@@ -6,7 +6,7 @@
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/tensor.pb.h"
-#include "tf_ext/tools/graph_gradients.h"
+#include "tf_ext/tools/default_example.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {

@@ -20,7 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/tools/flags.h"
-#include "tf_ext/tools/graph_gradients.h"
+#include "tf_ext/graph/graph_gradients.h"
+#include "tf_ext/tools/default_example.h"
 #include "tf_ext/tools/library_lookup.h"
 
 namespace tensorflow::tf_ext::tools {

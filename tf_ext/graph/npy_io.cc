@@ -1,4 +1,4 @@
-#include "tf_ext/tools/npy_io.h"
+#include "tf_ext/graph/npy_io.h"
 
 #include <cstdint>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include "absl/strings/strip.h"
 #include "tensorflow/core/platform/env.h"
 
-namespace tensorflow::tf_ext::tools {
+namespace tensorflow::tf_ext {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
@@ -272,4 +272,4 @@ absl::Status WriteNpz(const std::string& path,
   return WriteStringToFile(Env::Default(), path, zip);
 }
 
-}  // namespace tensorflow::tf_ext::tools
+}  // namespace tensorflow::tf_ext

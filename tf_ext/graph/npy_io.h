@@ -4,8 +4,8 @@
 // .npy: format versions 1.0-3.0, little-endian (or byte-order-free) C-order arrays of float16,
 // float32, float64, int8/16/32/64, uint8/16 and bool. .npz: a zip archive of .npy members as np.savez writes it (stored, not
 // compressed: np.savez_compressed archives are rejected with a message saying so).
-#ifndef TF_EXT_TOOLS_NPY_IO_H_
-#define TF_EXT_TOOLS_NPY_IO_H_
+#ifndef TF_EXT_GRAPH_NPY_IO_H_
+#define TF_EXT_GRAPH_NPY_IO_H_
 
 #include <string>
 #include <utility>
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/core/framework/tensor.h"
 
-namespace tensorflow::tf_ext::tools {
+namespace tensorflow::tf_ext {
 
 // Parses the bytes of one .npy file.
 absl::StatusOr<Tensor> ParseNpy(const std::string& bytes);
@@ -30,6 +30,6 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadNpz(const std::s
 absl::Status WriteNpz(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& arrays);
 
-}  // namespace tensorflow::tf_ext::tools
+}  // namespace tensorflow::tf_ext
 
-#endif  // TF_EXT_TOOLS_NPY_IO_H_
+#endif  // TF_EXT_GRAPH_NPY_IO_H_

@@ -1,0 +1,39 @@
+// Values for a graph's placeholders, from command-line specs, files or a seed.
+#ifndef TF_EXT_GRAPH_FEEDS_H_
+#define TF_EXT_GRAPH_FEEDS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/graph/gradient_request.h"
+#include "tf_ext/graph/tensor_ref.h"
+
+namespace tensorflow::tf_ext {
+
+// A feed: NAME[:IDX]=VALUE where VALUE is
+//   [SHAPE:]V1,V2,...   SHAPE like 2x3 (omitted: 1-D; "scalar": rank 0), e.g. x=2x3:1,2,3,4,5,6
+//   @FILE.npy           a NumPy array (its dtype must be the placeholder's)
+//   @FILE.npz[:KEY]     the array KEY (default: NAME, or the only array) of an np.savez file
+//   [SHAPE:]@FILE       raw little-endian values of the placeholder's dtype; SHAPE defaults to
+//                       the placeholder's (fully known) shape
+//   random[:SEED]       standard normal values (uniform in [0, 10) for integer dtypes) of the
+//                       placeholder's fully known shape
+// The dtype is the Placeholder's `dtype` attr (float if none).
+absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
+                                                       const GraphDef& graph);
+
+// A random feed (as "random:SEED") for every Placeholder of `request.graph` that has no feed
+// and a fully known shape; returns the names fed. Placeholders of unknown shape are left.
+std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed);
+
+// The request's feeds as Session::Run takes them ("node:index", value).
+std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_FEEDS_H_

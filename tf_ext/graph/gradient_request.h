@@ -1,0 +1,52 @@
+// What ComputeGraphGradients (graph_gradients.h) takes and returns.
+#ifndef TF_EXT_GRAPH_GRADIENT_REQUEST_H_
+#define TF_EXT_GRAPH_GRADIENT_REQUEST_H_
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/public/session.h"
+#include "tf_ext/graph/tensor_ref.h"
+#include "tf_ext/graph/workarounds.h"
+
+namespace tensorflow::tf_ext {
+
+struct GradientRequest {
+  GraphDef graph;
+  TensorRef y;                                        // differentiated: d sum(y) / d x
+  std::vector<TensorRef> xs;                          // with respect to
+  std::vector<std::pair<TensorRef, Tensor>> feeds;    // placeholder (or any tensor) values
+};
+
+// Memory: a frozen model's weights are Const nodes, so every copy of the graph is a copy of
+// the weights (ConvNeXtXLarge: 1.4 GB each). ComputeGraphGradients holds at most the Graph it
+// differentiates and then the Session's copy, never both, and by default keeps no GraphDef.
+struct GradientOptions {
+  // Fill GradientResult::backward_graph (one more copy of the weights).
+  bool keep_backward_graph = false;
+  // Clear request->graph once it has been imported (NumericCheck needs it: keep it then).
+  bool release_forward_graph = false;
+  // Run TensorFlow's graph optimizations (Grappler, constant folding) in the Session. Off by
+  // default: on frozen models they copy the weights and slow the run (session_options.h).
+  bool optimize_graph = false;
+};
+
+struct GradientResult {
+  int inlined_calls = 0;       // function call nodes inlined before differentiating
+  GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
+  double build_seconds = 0;    // import + inline + AddSymbolicGradients
+  double run_seconds = 0;      // Session::Create + Run of the backward graph
+  Tensor y;
+  std::vector<Tensor> grads;   // one per x, d sum(y) / d x
+  std::vector<Tensor> xs;      // the values of the xs in this run
+  int backward_nodes = 0;      // nodes of the forward + backward graph
+  GraphDef backward_graph;     // forward + backward, as run (GradientOptions::keep_backward_graph)
+  std::unique_ptr<Session> session;
+};
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_GRADIENT_REQUEST_H_

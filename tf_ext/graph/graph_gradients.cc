@@ -1,0 +1,155 @@
+#include "tf_ext/graph/graph_gradients.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/common_runtime/gradients.h"
+#include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/graph/node_builder.h"
+#include "tensorflow/core/platform/env_time.h"
+#include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/path_check.h"
+#include "tf_ext/graph/session_options.h"
+#include "tf_ext/graph/workarounds.h"
+#include "tf_ext/testing/tensor_doubles.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+double Seconds() { return EnvTime::NowMicros() * 1e-6; }
+
+absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const TensorRef& ref,
+                               const char* role) {
+  auto it = nodes.find(ref.node);
+  if (it == nodes.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(role, " '", ref.ToString(), "': no node named '", ref.node, "' in the graph"));
+  }
+  if (ref.index < 0 || ref.index >= it->second->num_outputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(role, " '", ref.ToString(), "': node has ",
+                                                   it->second->num_outputs(), " outputs"));
+  }
+  return it->second;
+}
+
+// A hint for an import error, only where its cause is known.
+std::string ImportHint(const absl::Status& s) {
+  if (absl::StrContains(s.message(), "Op type not registered")) {
+    return " (is the op library that defines it loaded?)";
+  }
+  if (absl::StrContains(s.message(), "cycle")) {
+    return " (a cycle outside any while loop frame: the GraphDef itself is malformed)";
+  }
+  return "";
+}
+
+// Imports, inlines and differentiates the request's graph into `backward` (forward +
+// backward); `grad_names`: the tensor of d sum(y) / d x, per x. The Graph exists only in here.
+absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOptions& options,
+                                GradientResult* result, GraphDef* backward,
+                                std::vector<std::string>* grad_names) {
+  const GradientRequest& request = *request_ptr;
+  Graph g(OpRegistry::Global());
+  GraphConstructorOptions opts;
+  absl::Status s = ConvertGraphDefToGraph(opts, request.graph, &g);
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("cannot import the graph: ", s.message(), ImportHint(s)));
+  }
+  if (options.release_forward_graph) GraphDef().Swap(&request_ptr->graph);
+  auto inlined = InlineFunctionCalls(&g);
+  if (!inlined.ok()) return inlined.status();
+  result->inlined_calls = *inlined;
+  auto workarounds = WorkAroundGradientBugs(&g);
+  if (!workarounds.ok()) return workarounds.status();
+  result->workarounds = *workarounds;
+  std::map<std::string, Node*> nodes;
+  for (Node* n : g.op_nodes()) nodes[n->name()] = n;
+  auto y = FindNode(nodes, request.y, "--y");
+  if (!y.ok()) return y.status();
+  if (!test::IsFloatingPoint((*y)->output_type(request.y.index))) {
+    return absl::InvalidArgumentError(absl::StrCat("--y '", request.y.ToString(), "' is ",
+                                                   DataTypeString((*y)->output_type(request.y.index)),
+                                                   "; only floating-point tensors have gradients"));
+  }
+  if (request.xs.empty()) return absl::InvalidArgumentError("no --x given");
+  std::vector<NodeOut> xs;
+  std::vector<Node*> x_nodes;
+  for (const TensorRef& ref : request.xs) {
+    auto x = FindNode(nodes, ref, "--x");
+    if (!x.ok()) return x.status();
+    xs.push_back({*x, ref.index});
+    x_nodes.push_back(*x);
+  }
+  TF_RETURN_IF_ERROR(CheckPathHasGradients(g, *y, x_nodes));
+
+  // TensorFlow's builder sends each y's incoming gradient along the *in-edges* of the y node
+  // (it is written for function return nodes), so y is read through an Identity that plays
+  // the return node. d sum(y) / dx: the incoming gradient is ones.
+  Node* y_ret = nullptr;
+  TF_RETURN_IF_ERROR(
+      NodeBuilder("tf_ext_grad/y", "Identity").Input(*y, request.y.index).Finalize(&g, &y_ret));
+  Node* dy = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder("tf_ext_grad/dy", "OnesLike")
+                         .Input(*y, request.y.index)
+                         .Finalize(&g, &dy));
+  // One backward pass per x: TensorFlow's builder stops back-propagation at every requested x,
+  // so asking for x and a tensor computed from x together would cut x's path.
+  for (const NodeOut& x : xs) {
+    std::vector<NodeOut> grad;
+    TF_RETURN_IF_ERROR(AddSymbolicGradients({{y_ret, 0}}, {x}, {{dy, 0}}, &grad, &g));
+    grad_names->push_back(grad[0].name());
+  }
+  g.ToGraphDef(backward);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* result,
+                                   const GradientOptions& options) {
+  const GradientRequest& req = *request;
+  const double start = Seconds();
+  GraphDef backward;
+  std::vector<std::string> grad_names;
+  TF_RETURN_IF_ERROR(BuildBackwardGraph(request, options, result, &backward, &grad_names));
+  result->backward_nodes = backward.node_size();
+  if (options.keep_backward_graph) result->backward_graph = backward;
+  result->build_seconds = Seconds() - start;
+
+  const double run_start = Seconds();
+  result->session.reset(NewSession(GradientSessionOptions(options.optimize_graph)));
+  if (result->session == nullptr) return absl::InternalError("could not create a Session");
+  TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
+  // x values: a fed x is taken from its feed (TensorFlow refuses to fetch a fed tensor).
+  const auto feeds = SessionFeeds(req);
+  auto fed = [&](const std::string& name) -> const Tensor* {
+    for (const auto& f : feeds) {
+      if (f.first == name) return &f.second;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> fetches = {req.y.ToString()};
+  for (const std::string& gr : grad_names) fetches.push_back(gr);
+  for (const TensorRef& ref : req.xs) {
+    if (fed(ref.ToString()) == nullptr) fetches.push_back(ref.ToString());
+  }
+  std::vector<Tensor> outs;
+  TF_RETURN_IF_ERROR(result->session->Run(feeds, fetches, {}, &outs));
+  result->y = outs[0];
+  const size_t n = req.xs.size();
+  result->grads.assign(outs.begin() + 1, outs.begin() + 1 + n);
+  size_t next = 1 + n;
+  for (const TensorRef& ref : req.xs) {
+    const Tensor* f = fed(ref.ToString());
+    result->xs.push_back(f != nullptr ? *f : outs[next++]);
+  }
+  result->run_seconds = Seconds() - run_start;
+  return absl::OkStatus();
+}
+}  // namespace tensorflow::tf_ext

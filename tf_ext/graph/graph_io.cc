@@ -1,0 +1,67 @@
+#include "tf_ext/graph/graph_io.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tensorflow/core/platform/env.h"
+#include "tf_ext/graph/npy_io.h"
+#include "tf_ext/testing/tensor_doubles.h"
+
+namespace tensorflow::tf_ext {
+
+absl::Status LoadGraph(const std::string& path, GraphDef* graph) {
+  if (!Env::Default()->FileExists(path).ok()) {
+    return absl::NotFoundError(absl::StrCat("graph file '", path, "' does not exist"));
+  }
+  // Binary first: ReadTextProto logs every parse error of a binary file.
+  if (ReadBinaryProto(Env::Default(), path, graph).ok()) return absl::OkStatus();
+  graph->Clear();
+  absl::Status s = ReadTextProto(Env::Default(), path, graph);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a GraphDef (text or binary): ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SaveGradients(const std::string& path, const GradientRequest& request,
+                           const GradientResult& result) {
+  std::vector<std::pair<std::string, Tensor>> arrays = {{"y", result.y}};
+  for (size_t i = 0; i < request.xs.size(); ++i) {
+    const TensorRef& x = request.xs[i];
+    std::string name = "d_" + x.node;
+    if (x.index != 0) absl::StrAppend(&name, "_", x.index);
+    for (char& c : name) {
+      if (c == '/' || c == ':') c = '_';
+    }
+    arrays.push_back({name, result.grads[i]});
+  }
+  if (absl::EndsWith(path, ".npz")) return WriteNpz(path, arrays);
+  std::string text;
+  for (const auto& [name, t] : arrays) {
+    std::vector<std::string> dims, values;
+    for (int d = 0; d < t.dims(); ++d) dims.push_back(absl::StrCat(t.dim_size(d)));
+    for (double v : test::ToDoubles(t)) values.push_back(absl::StrFormat("%.17g", v));
+    absl::StrAppend(&text, name, " ", DataTypeString(t.dtype()), " [", absl::StrJoin(dims, ","),
+                    "] ", absl::StrJoin(values, " "), "\n");
+  }
+  return WriteStringToFile(Env::Default(), path, text);
+}
+
+std::string FormatTensor(const Tensor& t, int max_values) {
+  std::vector<std::string> vals;
+  const int64_t n = t.NumElements();
+  const std::vector<double> values = test::ToDoubles(t);
+  for (int64_t i = 0; i < std::min<int64_t>(values.size(), max_values); ++i) {
+    vals.push_back(absl::StrCat(values[i]));
+  }
+  if (n > max_values) vals.push_back(absl::StrCat("... (", n - max_values, " more)"));
+  return absl::StrCat(DataTypeString(t.dtype()), " ", t.shape().DebugString(), " = [",
+                      absl::StrJoin(vals, " "), "]");
+}
+
+}  // namespace tensorflow::tf_ext

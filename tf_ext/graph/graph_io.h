@@ -1,0 +1,29 @@
+// Reading forward graphs; writing and printing gradients.
+#ifndef TF_EXT_GRAPH_GRAPH_IO_H_
+#define TF_EXT_GRAPH_GRAPH_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/graph/gradient_request.h"
+
+namespace tensorflow::tf_ext {
+
+// Reads a GraphDef in binary or text format (binary is tried first, so a binary file never
+// logs text-format parse errors).
+absl::Status LoadGraph(const std::string& path, GraphDef* graph);
+
+// Writes y and every gradient at full precision: an np.savez archive when `path` ends in
+// .npz (arrays "y", then "d_<x node>[_<index>]"), else text with 17 significant digits (one
+// line per tensor: name dtype shape values).
+absl::Status SaveGradients(const std::string& path, const GradientRequest& request,
+                           const GradientResult& result);
+
+// "float [2,3] = [1 2 3 4 5 6]" with at most `max_values` values.
+std::string FormatTensor(const Tensor& t, int max_values);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_GRAPH_IO_H_
