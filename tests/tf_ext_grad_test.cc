@@ -324,6 +324,30 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"--check --check", "--check given more than once"},
         ErrorCase{"--graph", "--graph needs a value: --graph=PATH"}));
 
+// Any output of any node may be an x (TensorFlow's builder alone CHECK-fails on an output of a
+// multi-output node): y = sum(split(x)[0]^2) + sum(split(x)[1]^2), x = [1, 2, 3, 4].
+TEST(TfExtGrad, XMayBeAnyOutputOfAnyNode) {
+  const std::string graph = TmpFile("split.pbtxt");
+  std::ofstream(graph) << R"pb(
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }
+    node { name: "axis" op: "Const" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape {} int_val: 0 } } } }
+    node { name: "split" op: "Split" input: "axis" input: "x"
+           attr { key: "T" value { type: DT_FLOAT } } attr { key: "num_split" value { i: 2 } } }
+    node { name: "sq0" op: "Square" input: "split:0" attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "sq1" op: "Square" input: "split:1" attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "y" op: "AddN" input: "sq0" input: "sq1"
+           attr { key: "T" value { type: DT_FLOAT } } attr { key: "N" value { i: 2 } } }
+  )pb";
+  ToolRun r = RunTool("--graph=" + graph + " --y=y --x=split:1,x,split:0,y --feed=x=4:1,2,3,4 --check");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d split:1: float [2] = [6 8]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d x:0: float [4] = [2 4 6 8]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d split:0: float [2] = [2 4]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d y:0: float [2] = [1 1]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+}
+
 // Import errors carry a hint only where the cause is known: a cycle is called a cycle, and only
 // an unregistered op asks whether its library is loaded.
 TEST(TfExtGrad, ImportErrorHintsNameTheirCause) {

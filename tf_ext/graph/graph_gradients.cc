@@ -37,6 +37,25 @@ absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const 
   return it->second;
 }
 
+// x (output `index` of `n`) read through an Identity that takes over all of its consumers.
+// TensorFlow's builder is then asked for the gradient of that single-output node: asked for
+// an output of a multi-output node (Split's, say) it CHECK-fails and aborts the process.
+// Feeding or fetching x by its own name still works.
+absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, Node* n, int index) {
+  std::vector<std::pair<Node*, int>> consumers;  // (node, input)
+  for (const Edge* e : n->out_edges()) {
+    if (!e->IsControlEdge() && e->src_output() == index) {
+      consumers.push_back({e->dst(), e->dst_input()});
+    }
+  }
+  Node* read = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/x"), "Identity")
+                         .Input(n, index)
+                         .Finalize(g, &read));
+  for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(g->UpdateEdge(read, 0, dst, input));
+  return read;
+}
+
 // A hint for an import error, only where its cause is known.
 std::string ImportHint(const absl::Status& s) {
   if (absl::StrContains(s.message(), "Op type not registered")) {
@@ -78,15 +97,12 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
                                                    "; only floating-point tensors have gradients"));
   }
   if (request.xs.empty()) return absl::InvalidArgumentError("no --x given");
-  std::vector<NodeOut> xs;
-  std::vector<Node*> x_nodes;
+  std::vector<std::pair<Node*, int>> x_outputs;
   for (const TensorRef& ref : request.xs) {
     auto x = FindNode(nodes, ref, "--x");
     if (!x.ok()) return x.status();
-    xs.push_back({*x, ref.index});
-    x_nodes.push_back(*x);
+    x_outputs.push_back({*x, ref.index});
   }
-  TF_RETURN_IF_ERROR(CheckPathHasGradients(g, *y, x_nodes));
 
   // TensorFlow's builder sends each y's incoming gradient along the *in-edges* of the y node
   // (it is written for function return nodes), so y is read through an Identity that plays
@@ -98,11 +114,19 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   TF_RETURN_IF_ERROR(NodeBuilder("tf_ext_grad/dy", "OnesLike")
                          .Input(*y, request.y.index)
                          .Finalize(&g, &dy));
+  // Created after y's nodes, so that x = y reroutes them too.
+  std::vector<Node*> x_reads;
+  for (const auto& [node, index] : x_outputs) {
+    auto read = ReadThroughIdentity(&g, node, index);
+    if (!read.ok()) return read.status();
+    x_reads.push_back(*read);
+  }
+  TF_RETURN_IF_ERROR(CheckPathHasGradients(g, y_ret, x_reads));
   // One backward pass per x: TensorFlow's builder stops back-propagation at every requested x,
   // so asking for x and a tensor computed from x together would cut x's path.
-  for (const NodeOut& x : xs) {
+  for (Node* x : x_reads) {
     std::vector<NodeOut> grad;
-    TF_RETURN_IF_ERROR(AddSymbolicGradients({{y_ret, 0}}, {x}, {{dy, 0}}, &grad, &g));
+    TF_RETURN_IF_ERROR(AddSymbolicGradients({{y_ret, 0}}, {{x, 0}}, {{dy, 0}}, &grad, &g));
     grad_names->push_back(grad[0].name());
   }
   g.ToGraphDef(backward);

@@ -98,6 +98,10 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
         auto fed = test::FromDoubles(base.dtype(), base.shape(), x);
         if (!fed.ok()) return fed.status();
         feeds.back().second = *fed;
+        if (name == request.y.ToString()) {  // x is y: a fed tensor cannot be fetched
+          f[side] = Sum(*fed);
+          continue;
+        }
         std::vector<Tensor> y;
         TF_RETURN_IF_ERROR(session->Run(feeds, {request.y.ToString()}, {}, &y));
         f[side] = Sum(y[0]);
