@@ -348,6 +348,40 @@ TEST(TfExtGrad, XMayBeAnyOutputOfAnyNode) {
   EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
 }
 
+// Gradients flow only along differentiable tensors and stop at not-differentiable ops, as in
+// Python: TopKV2 reaches y only through its integer indices (into a Gather of constants) and
+// through a StopGradient, so it is not on the path and needs no gradient (TensorFlow 2.21 has
+// none in C++). y = sum(w[topk(x).indices]) + sum(x^2) + sum(stop_gradient(topk(x).values)):
+// dy/dx = 2x, what tf.gradients returns.
+TEST(TfExtGrad, FollowsOnlyDifferentiableEdges) {
+  const std::string graph = TmpFile("topk.pbtxt"), dump = TmpFile("topk_backward.pbtxt");
+  std::ofstream(graph) << R"pb(
+node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }
+node { name: "k" op: "Const" attr { key: "dtype" value { type: DT_INT32 } } attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape {} int_val: 2 } } } }
+node { name: "topk" op: "TopKV2" input: "x" input: "k" attr { key: "T" value { type: DT_FLOAT } } }
+node { name: "w" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } } attr { key: "value" value { tensor { dtype: DT_FLOAT tensor_shape { dim { size: 5 } } float_val: 10 float_val: 20 float_val: 30 float_val: 40 float_val: 50 } } } }
+node { name: "axis" op: "Const" attr { key: "dtype" value { type: DT_INT32 } } attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape {} int_val: 0 } } } }
+node { name: "gather" op: "GatherV2" input: "w" input: "topk:1" input: "axis" attr { key: "Tparams" value { type: DT_FLOAT } } attr { key: "Tindices" value { type: DT_INT32 } } attr { key: "Taxis" value { type: DT_INT32 } } }
+node { name: "sg" op: "StopGradient" input: "topk" attr { key: "T" value { type: DT_FLOAT } } }
+node { name: "sq" op: "Square" input: "x" attr { key: "T" value { type: DT_FLOAT } } }
+node { name: "s1" op: "Sum" input: "gather" input: "axis" attr { key: "T" value { type: DT_FLOAT } } attr { key: "Tidx" value { type: DT_INT32 } } }
+node { name: "s2" op: "Sum" input: "sq" input: "axis" attr { key: "T" value { type: DT_FLOAT } } attr { key: "Tidx" value { type: DT_INT32 } } }
+node { name: "s3" op: "Sum" input: "sg" input: "axis" attr { key: "T" value { type: DT_FLOAT } } attr { key: "Tidx" value { type: DT_INT32 } } }
+node { name: "y" op: "AddN" input: "s1" input: "s2" input: "s3" attr { key: "T" value { type: DT_FLOAT } } attr { key: "N" value { i: 3 } } }
+)pb";
+  ToolRun r = RunTool("--graph=" + graph + " --y=y --x=x --feed=x=5:1,5,2,4,3 --dump_backward=" +
+                      dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d x:0: float [5] = [2 10 4 8 6]"), std::string::npos)
+      << r.output;
+  const std::string backward = ReadAll(dump);
+  EXPECT_NE(backward.find("SymbolicGradient"), std::string::npos);
+  // No gradient node for the ops off the path.
+  for (const char* op : {"\"TopKV2\"", "\"GatherV2\"", "\"StopGradient\""}) {
+    EXPECT_EQ(backward.find(std::string("name: ") + op), std::string::npos) << op;
+  }
+}
+
 // Import errors carry a hint only where the cause is known: a cycle is called a cycle, and only
 // an unregistered op asks whether its library is loaded.
 TEST(TfExtGrad, ImportErrorHintsNameTheirCause) {

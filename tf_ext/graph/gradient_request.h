@@ -37,7 +37,7 @@ struct GradientOptions {
 struct GradientResult {
   int inlined_calls = 0;       // function call nodes inlined before differentiating
   GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
-  double build_seconds = 0;    // import + inline + AddSymbolicGradients
+  double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph
   Tensor y;
   std::vector<Tensor> grads;   // one per x, d sum(y) / d x

@@ -7,13 +7,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/common_runtime/gradients.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/platform/env_time.h"
+#include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/inline_calls.h"
-#include "tf_ext/graph/path_check.h"
 #include "tf_ext/graph/session_options.h"
 #include "tf_ext/graph/workarounds.h"
 #include "tf_ext/testing/tensor_doubles.h"
@@ -37,10 +36,9 @@ absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const 
   return it->second;
 }
 
-// x (output `index` of `n`) read through an Identity that takes over all of its consumers.
-// TensorFlow's builder is then asked for the gradient of that single-output node: asked for
-// an output of a multi-output node (Split's, say) it CHECK-fails and aborts the process.
-// Feeding or fetching x by its own name still works.
+// x (output `index` of `n`) read through an Identity that takes over all of its consumers: the
+// gradient of x alone, not of n's other outputs (which may depend on x too, through n's
+// inputs). Feeding or fetching x by its own name still works.
 absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, Node* n, int index) {
   std::vector<std::pair<Node*, int>> consumers;  // (node, input)
   for (const Edge* e : n->out_edges()) {
@@ -104,9 +102,8 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
     x_outputs.push_back({*x, ref.index});
   }
 
-  // TensorFlow's builder sends each y's incoming gradient along the *in-edges* of the y node
-  // (it is written for function return nodes), so y is read through an Identity that plays
-  // the return node. d sum(y) / dx: the incoming gradient is ones.
+  // y is read through an Identity, so that an x that is y itself (rerouted below) still
+  // reaches it. d sum(y) / dx: the incoming gradient is ones.
   Node* y_ret = nullptr;
   TF_RETURN_IF_ERROR(
       NodeBuilder("tf_ext_grad/y", "Identity").Input(*y, request.y.index).Finalize(&g, &y_ret));
@@ -121,14 +118,11 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
     if (!read.ok()) return read.status();
     x_reads.push_back(*read);
   }
-  TF_RETURN_IF_ERROR(CheckPathHasGradients(g, y_ret, x_reads));
-  // One backward pass per x: TensorFlow's builder stops back-propagation at every requested x,
-  // so asking for x and a tensor computed from x together would cut x's path.
-  for (Node* x : x_reads) {
-    std::vector<NodeOut> grad;
-    TF_RETURN_IF_ERROR(AddSymbolicGradients({{y_ret, 0}}, {{x, 0}}, {{dy, 0}}, &grad, &g));
-    grad_names->push_back(grad[0].name());
-  }
+  // One pass for all xs: each x's total derivative (backprop.h).
+  std::vector<GraphTensor> xs, dxs;
+  for (Node* x : x_reads) xs.push_back({x, 0});
+  TF_RETURN_IF_ERROR(AddGradients(&g, {{y_ret, 0}}, {{dy, 0}}, xs, &dxs));
+  for (const GraphTensor& dx : dxs) grad_names->push_back(absl::StrCat(dx.node->name(), ":", dx.index));
   g.ToGraphDef(backward);
   return absl::OkStatus();
 }

@@ -1,11 +1,11 @@
 // Graph-level gradients with no Python: the library behind tf_ext_grad.
 //
 // ComputeGraphGradients takes a forward GraphDef, inlines its function calls
-// (inline_calls.h), works around TensorFlow's gradient bugs (workarounds.h), checks that every
-// op between the xs and y has a C++ gradient (path_check.h), builds the backward graph with
-// TensorFlow's graph-level AddSymbolicGradients (one SymbolicGradient node per forward op, each
-// resolved by the runtime through that op's function gradient: FDH, or a client gradient
-// converted by tf_ext/grads/unify.h) and runs it in a Session (session_options.h).
+// (inline_calls.h), works around TensorFlow's gradient bugs (workarounds.h), builds the backward
+// graph along the differentiable path from the xs to y (backprop.h, path_check.h: one
+// SymbolicGradient node per op on it, each resolved by the runtime through that op's function
+// gradient: FDH, or a client gradient converted by tf_ext/grads/unify.h) and runs it in a
+// Session (session_options.h).
 //
 // This header is the library's entry point: it also brings in the request and result types
 // (gradient_request.h), feeds (feeds.h), graph and gradient files (graph_io.h) and the numeric

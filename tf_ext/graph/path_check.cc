@@ -1,12 +1,10 @@
 #include "tf_ext/graph/path_check.h"
 
-#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/function.h"
@@ -27,35 +25,102 @@ bool IsLoopOp(const std::string& op) {
   static const auto* loop_ops = new std::set<std::string>{
       "While", "StatelessWhile", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
       "Merge", "RefMerge", "NextIteration", "RefNextIteration", "LoopCond"};
-  return loop_ops->count(op) > 0 || absl::StartsWith(op, "TensorList");
+  return loop_ops->count(op) > 0;
+}
+
+// Registered as not differentiable (a null creator): gradients stop there, as in Python.
+bool StopsGradients(const Node* n) {
+  gradient::Creator creator;
+  return gradient::GetOpGradientCreator(n->type_string(), &creator).ok() && creator == nullptr;
 }
 
 }  // namespace
 
-absl::Status CheckPathHasGradients(const Graph& g, const Node* y, const std::vector<Node*>& xs) {
-  std::set<const Node*> from_x, to_y;
-  std::deque<const Node*> q(xs.begin(), xs.end());
-  while (!q.empty()) {
-    const Node* n = q.front();
-    q.pop_front();
-    if (!from_x.insert(n).second) continue;
+bool IsDifferentiableType(DataType dtype) {
+  switch (BaseType(dtype)) {
+    case DT_HALF:
+    case DT_BFLOAT16:
+    case DT_FLOAT:
+    case DT_DOUBLE:
+    case DT_COMPLEX64:
+    case DT_COMPLEX128:
+    case DT_VARIANT:
+    case DT_RESOURCE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+DifferentiablePath FindDifferentiablePath(const Graph& g, const std::vector<GraphTensor>& ys,
+                                          const std::vector<GraphTensor>& xs) {
+  const int ids = g.num_node_ids();
+  // depends[id][k]: output k depends differentiably on an x. reaches[id][k]: a y depends
+  // differentiably on output k.
+  std::vector<std::vector<bool>> depends(ids), reaches(ids);
+  for (const Node* n : g.nodes()) {
+    depends[n->id()].assign(n->num_outputs(), false);
+    reaches[n->id()].assign(n->num_outputs(), false);
+  }
+  // Forward from the xs: a node reading a dependent tensor makes its differentiable outputs
+  // dependent, unless gradients stop at it.
+  std::vector<bool> reads_dependent(ids, false);
+  std::deque<const Node*> queue;
+  auto mark_dependent = [&](const Node* n, int k) {
+    if (depends[n->id()][k] || !IsDifferentiableType(n->output_type(k))) return;
+    depends[n->id()][k] = true;
     for (const Edge* e : n->out_edges()) {
-      if (!e->IsControlEdge()) q.push_back(e->dst());
+      if (e->IsControlEdge() || e->src_output() != k) continue;
+      if (!reads_dependent[e->dst()->id()]) {
+        reads_dependent[e->dst()->id()] = true;
+        queue.push_back(e->dst());
+      }
     }
+  };
+  for (const GraphTensor& x : xs) mark_dependent(x.node, x.index);
+  while (!queue.empty()) {
+    const Node* n = queue.front();
+    queue.pop_front();
+    if (StopsGradients(n)) continue;
+    for (int k = 0; k < n->num_outputs(); ++k) mark_dependent(n, k);
   }
-  q.assign({y});
-  while (!q.empty()) {
-    const Node* n = q.front();
-    q.pop_front();
-    if (!to_y.insert(n).second) continue;
+  // Backward from the ys, symmetrically.
+  std::vector<bool> feeds_reaching(ids, false);
+  auto mark_reaching = [&](const Node* n, int k) {
+    if (reaches[n->id()][k] || !IsDifferentiableType(n->output_type(k))) return;
+    reaches[n->id()][k] = true;
+    if (!feeds_reaching[n->id()]) {
+      feeds_reaching[n->id()] = true;
+      queue.push_back(n);
+    }
+  };
+  for (const GraphTensor& y : ys) mark_reaching(y.node, y.index);
+  while (!queue.empty()) {
+    const Node* n = queue.front();
+    queue.pop_front();
+    if (StopsGradients(n)) continue;
     for (const Edge* e : n->in_edges()) {
-      if (!e->IsControlEdge()) q.push_back(e->src());
+      if (!e->IsControlEdge()) mark_reaching(e->src(), e->src_output());
     }
   }
+  DifferentiablePath path;
+  path.carries.resize(ids);
+  path.on_path.assign(ids, false);
+  for (const Node* n : g.nodes()) {
+    const int id = n->id();
+    path.on_path[id] = reads_dependent[id] && feeds_reaching[id];
+    path.carries[id].resize(n->num_outputs());
+    for (int k = 0; k < n->num_outputs(); ++k) {
+      path.carries[id][k] = depends[id][k] && reaches[id][k];
+    }
+  }
+  return path;
+}
+
+absl::Status CheckPathHasGradients(const Graph& g, const DifferentiablePath& path) {
   std::map<std::string, std::vector<std::string>> missing;  // op type -> nodes
   for (const Node* n : g.op_nodes()) {
-    if (!from_x.count(n) || !to_y.count(n)) continue;
-    if (std::find(xs.begin(), xs.end(), n) != xs.end()) continue;
+    if (!path.OnPath(n)) continue;
     gradient::Creator creator;
     if (!gradient::GetOpGradientCreator(n->type_string(), &creator).ok()) {
       missing[n->type_string()].push_back(n->name());
@@ -86,9 +151,9 @@ absl::Status CheckPathHasGradients(const Graph& g, const Node* y, const std::vec
                                  ") between x and y have no C++ gradient:\n",
                                  absl::StrJoin(lines, "\n"));
   if (!loops.empty()) {
-    absl::StrAppend(&msg, "\nloops are not differentiated by tf_ext_grad (",
-                    absl::StrJoin(loops, ", "),
-                    "): unroll them before freezing, e.g. Keras RNN layers with unroll=True");
+    absl::StrAppend(&msg, "\nthe graph has a control-flow loop (", absl::StrJoin(loops, ", "),
+                    "), which tf_ext_grad does not differentiate yet: unroll it before "
+                    "freezing, e.g. Keras RNN layers with unroll=True");
   }
   return absl::InvalidArgumentError(msg);
 }

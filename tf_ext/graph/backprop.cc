@@ -1,0 +1,126 @@
+#include "tf_ext/graph/backprop.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/graph/algorithm.h"
+#include "tensorflow/core/graph/node_builder.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+// The gradients sent to one tensor so far.
+using Pending = std::map<std::pair<int, int>, std::vector<GraphTensor>>;  // (id, output)
+
+absl::StatusOr<GraphTensor> Zeros(Graph* g, const GraphTensor& t) {
+  if (t.node->output_type(t.index) == DT_RESOURCE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", t.node->name(), "' (", t.node->type_string(), "): output ", t.index,
+        " is a resource handle that gets no gradient, and zeros of a resource's value cannot be "
+        "formed here"));
+  }
+  Node* zeros = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/zeros"), "ZerosLike")
+                         .Input(t.node, t.index)
+                         .Finalize(g, &zeros));
+  return GraphTensor{zeros, 0};
+}
+
+// The sum of the gradients sent to `t` (zeros if none).
+absl::StatusOr<GraphTensor> Sum(Graph* g, Pending* pending, const GraphTensor& t) {
+  auto it = pending->find({t.node->id(), t.index});
+  if (it == pending->end() || it->second.empty()) return Zeros(g, t);
+  const std::vector<GraphTensor>& grads = it->second;
+  if (grads.size() == 1) return grads[0];
+  std::vector<NodeBuilder::NodeOut> inputs;
+  for (const GraphTensor& gr : grads) inputs.push_back({gr.node, gr.index});
+  Node* add = nullptr;
+  // d t = sum of the gradients of t's consumers (AddN also sums TensorList variants).
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/sum"), "AddN")
+                         .Input(inputs)
+                         .Finalize(g, &add));
+  return GraphTensor{add, 0};
+}
+
+// One SymbolicGradient node for `n`: inputs n's inputs and one incoming gradient per output,
+// outputs one gradient per input.
+absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
+                                          const std::vector<GraphTensor>& dys) {
+  std::vector<NodeBuilder::NodeOut> inputs(n->num_inputs());
+  for (const Edge* e : n->in_edges()) {
+    if (!e->IsControlEdge()) inputs[e->dst_input()] = {e->src(), e->src_output()};
+  }
+  for (const GraphTensor& dy : dys) inputs.push_back({dy.node, dy.index});
+  DataTypeVector out_types = n->input_types();
+  for (DataType& t : out_types) {
+    if (t == DT_RESOURCE) t = DT_FLOAT;  // as TensorFlow's builder: a variable's value
+  }
+  NameAttrList f;
+  f.set_name(n->type_string());
+  for (const auto& [name, value] : n->attrs()) (*f.mutable_attr())[name] = value;
+  Node* grad = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/tf_ext_grad")),
+                                 "SymbolicGradient")
+                         .Input(inputs)
+                         .Attr("Tout", out_types)
+                         .Attr("f", f)
+                         .Finalize(g, &grad));
+  return grad;
+}
+
+}  // namespace
+
+absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
+                          const std::vector<GraphTensor>& dys, const std::vector<GraphTensor>& xs,
+                          std::vector<GraphTensor>* dxs) {
+  if (ys.size() != dys.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ys.size(), " ys but ", dys.size(), " incoming gradients"));
+  }
+  const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
+  TF_RETURN_IF_ERROR(CheckPathHasGradients(*g, path));
+  Pending pending;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    pending[{ys[i].node->id(), ys[i].index}].push_back(dys[i]);
+  }
+  // Consumers before producers: reverse topological order (of the forward graph only: the
+  // nodes added below are never visited).
+  std::vector<Node*> order;
+  GetReversePostOrder(*g, &order);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = *it;
+    if (!n->IsOp() || !path.OnPath(n)) continue;
+    gradient::Creator creator;
+    if (!gradient::GetOpGradientCreator(n->type_string(), &creator).ok() || creator == nullptr) {
+      continue;  // not differentiable: nothing flows to its inputs
+    }
+    bool any = false;
+    for (int k = 0; k < n->num_outputs(); ++k) any |= path.Carries(n, k);
+    if (!any) continue;
+    std::vector<GraphTensor> n_dys;
+    for (int k = 0; k < n->num_outputs(); ++k) {
+      auto dy = Sum(g, &pending, {n, k});
+      if (!dy.ok()) return dy.status();
+      n_dys.push_back(*dy);
+    }
+    auto grad = AddSymbolicGradient(g, n, n_dys);
+    if (!grad.ok()) return grad.status();
+    for (const Edge* e : n->in_edges()) {
+      if (e->IsControlEdge() || !path.Carries(e->src(), e->src_output())) continue;
+      pending[{e->src()->id(), e->src_output()}].push_back({*grad, e->dst_input()});
+    }
+  }
+  dxs->clear();
+  for (const GraphTensor& x : xs) {
+    auto dx = Sum(g, &pending, x);
+    if (!dx.ok()) return dx.status();
+    dxs->push_back(*dx);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tensorflow::tf_ext

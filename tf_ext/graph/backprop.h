@@ -1,0 +1,35 @@
+// The backward graph: tf_ext's own builder of gradient nodes, in place of TensorFlow's
+// graph-level AddSymbolicGradients (core/common_runtime/gradients.h).
+//
+// TensorFlow's builder walks back from y along every edge, so it adds a gradient node for
+// every op upstream of y (also ops that do not depend on x, and ops whose only link to x is an
+// integer tensor, which then need a gradient Python would never ask for), stops at every
+// requested x (so d/dx of several xs, one computed from another, needs one pass each) and
+// CHECK-fails, aborting the process, on an x that is not a node's only output. This builder
+// follows only the differentiable path (path_check.h), as Python's tf.gradients does, and
+// computes every x's total derivative in one pass.
+//
+// Each op on the path gets one SymbolicGradient node (resolved at run time through the op's
+// function gradient); outputs of an op on the path that carry no gradient get zeros; an x
+// that y does not depend on gets zeros.
+#ifndef TF_EXT_GRAPH_BACKPROP_H_
+#define TF_EXT_GRAPH_BACKPROP_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tf_ext/graph/path_check.h"
+
+namespace tensorflow::tf_ext {
+
+// Adds to `g` the nodes computing, for each x, sum_i <dys[i], d ys[i] / d x> (dys: the incoming
+// gradients, one per y, of the y's type and shape); `dxs` receives one tensor per x. Fails,
+// naming every op, when an op on the path has no gradient (CheckPathHasGradients).
+absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
+                          const std::vector<GraphTensor>& dys, const std::vector<GraphTensor>& xs,
+                          std::vector<GraphTensor>* dxs);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_BACKPROP_H_
