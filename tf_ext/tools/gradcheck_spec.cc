@@ -219,10 +219,14 @@ OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::stri
     const auto& arg = def.input_arg(i);
     DataType in_type = arg.type_attr().empty() ? arg.type() : dt;
     if (!arg.type_attr().empty() && arg.type_attr() != type_attr) {
-      // A second type attr (e.g. Tidx of reduction indices): its default, if it has one.
+      // A second type attr (e.g. Tidx of reduction indices): its default, if it has one,
       in_type = DT_INVALID;
       for (const auto& a : def.attr()) {
         if (a.name() == arg.type_attr() && a.has_default_value()) in_type = a.default_value().type();
+      }
+      // ... or the spec's attr.<NAME>=<type> (e.g. U of FusedBatchNormGradV3).
+      for (const auto& [name, v] : out.attrs) {
+        if (name == arg.type_attr() && v.value_case() == AttrValue::kType) in_type = v.type();
       }
     }
     if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {

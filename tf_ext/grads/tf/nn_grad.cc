@@ -1,0 +1,439 @@
+// Gradients of TensorFlow's nn ops that no C++ registry has in TensorFlow 2.21, written from
+// the formulas of Python's python/ops/nn_grad.py and nn_fused_batch_norm_grad.py. Most are the
+// gradients of backward ops (ReluGrad, MaxPoolGrad, Conv2DBackpropFilter, ...): the building
+// blocks of second derivatives (Hessian-vector products, gradient penalties). Each is
+// registered in both C++ registries when the op library loads, unless TensorFlow has one
+// already (TF_EXT_REGISTER_TF_GRADIENT). Where Python returns None the gradient is zeros.
+//
+// Checked against numeric Jacobians (tf_ext/tools/tf_core_gradcheck_spec.txt and
+// tests/tf_nn_math_grads_test.cc) and against Python's gradients on the same inputs
+// (tests/python/test_tf_nn_math_grads.py).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/function.h"
+#include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+using grad::GradName;
+using grad::NodeAttrs;
+
+// ---------------------------------------------------------------------------------------------
+// Activations' backward ops: f(gradients, z) = gradients * f'(z).
+
+// ReluGrad(gradients, features) = gradients * (features > 0).
+absl::Status ReluGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("ReluGrad", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  // d(gradients) = d(backprops) * (features > 0): linear in gradients
+  b.Return("gradients", b.Add({{"dg"}, "ReluGrad", {GradName("backprops"), "features"}, t}));
+  // d(features) = 0: piecewise constant in features (Python: zeros_like)
+  b.NotDifferentiable("features");
+  return b.Build(g);
+}
+
+// Relu6Grad(gradients, features) = gradients * (0 < features < 6).
+absl::Status Relu6GradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Relu6Grad", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  // d(gradients) = d(backprops) * (0 < features < 6)
+  b.Return("gradients", b.Add({{"dg"}, "Relu6Grad", {GradName("backprops"), "features"}, t}));
+  // d(features) = 0: piecewise constant in features
+  b.NotDifferentiable("features");
+  return b.Build(g);
+}
+
+// EluGrad(gradients, outputs) = gradients * (outputs + 1) where outputs < 0, else gradients;
+// SeluGrad(gradients, outputs) = gradients * (outputs + scale * alpha) where outputs < 0,
+// else gradients * scale. Both are linear in `outputs` with slope `gradients` where
+// outputs < 0, so the two gradients share one body.
+absl::Status ExpLinearUnitGradGrad(const std::string& op, const AttrSlice& attrs,
+                                   FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  const std::string d = GradName("backprops");
+  // d(gradients) = <op>(d(backprops), outputs): linear in gradients
+  b.Return("gradients", b.Add({{"dg"}, op, {d, "outputs"}, t}));
+  const std::string zero = b.TypedConst("zero", 0.0);
+  b.Add({{"negative"}, "Less", {"outputs", zero}, t});          // outputs < 0
+  b.Add({{"slope"}, "Mul", {d, "gradients"}, t});               // d(backprops) * gradients
+  b.Add({{"zeros"}, "ZerosLike", {"outputs"}, t});
+  // d(outputs) = where(outputs < 0, d(backprops) * gradients, 0)
+  b.Return("outputs", b.Add({{"doutputs"}, "Select", {"negative", "slope", "zeros"}, t}));
+  return b.Build(g);
+}
+absl::Status EluGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ExpLinearUnitGradGrad("EluGrad", attrs, g);
+}
+absl::Status SeluGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ExpLinearUnitGradGrad("SeluGrad", attrs, g);
+}
+
+// SoftplusGrad(gradients, features) = gradients * sigmoid(features).
+absl::Status SoftplusGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SoftplusGrad", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  const std::string d = GradName("backprops");
+  // d(gradients) = d(backprops) * sigmoid(features)
+  b.Return("gradients", b.Add({{"dg"}, "SoftplusGrad", {d, "features"}, t}));
+  // sigmoid'(x) = 1 / (exp(-x) + 2 + exp(x))
+  const std::string two = b.TypedConst("two", 2.0);
+  b.Add({{"neg_x"}, "Neg", {"features"}, t});
+  b.Add({{"exp_neg_x"}, "Exp", {"neg_x"}, t});                   // exp(-x)
+  b.Add({{"exp_x"}, "Exp", {"features"}, t});                    // exp(x)
+  b.Add({{"sum1"}, "Add", {"exp_neg_x", two}, t});
+  b.Add({{"denom"}, "Add", {"sum1", "exp_x"}, t});               // exp(-x) + 2 + exp(x)
+  b.Add({{"num"}, "Mul", {d, "gradients"}, t});                  // d(backprops) * gradients
+  // d(features) = d(backprops) * gradients / (exp(-x) + 2 + exp(x))
+  b.Return("features", b.Add({{"dx"}, "RealDiv", {"num", "denom"}, t}));
+  return b.Build(g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias, pooling and convolution backward ops: each is linear in its incoming gradient, so its
+// gradient with respect to that input is the matching forward op (the adjoint of an adjoint);
+// integer size arguments get zeros.
+
+// BiasAddGrad(out_backprop) = sum of out_backprop over every axis but the channel axis.
+absl::Status BiasAddGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("BiasAddGrad", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  b.Add({{"zeros"}, "ZerosLike", {"out_backprop"}, t});
+  // d(out_backprop) = d(output) broadcast along the channel axis of data_format:
+  // BiasAdd(0, d(output)) places d(output)[c] at every position of channel c.
+  b.Return("out_backprop", b.Add({{"dout_backprop"}, "BiasAdd",
+                                  {"zeros", GradName("output")},
+                                  b.PassAttrs({"T", "data_format"})}));
+  return b.Build(g);
+}
+
+// AvgPoolGrad(orig_input_shape, grad): the adjoint of AvgPool.
+absl::Status AvgPoolGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("AvgPoolGrad", attrs);
+  // d(orig_input_shape) = 0: an integer shape (Python: stop_gradient of it)
+  b.NotDifferentiable("orig_input_shape");
+  // d(grad) = AvgPool(d(output)): AvgPoolGrad is AvgPool's adjoint, whose adjoint is AvgPool
+  b.Return("grad", b.Add({{"dgrad"}, "AvgPool", {GradName("output")},
+                          b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// MaxPoolGradV2(orig_input, orig_output, grad, ksize, strides) routes grad to each window's
+// argmax: piecewise constant in orig_input/orig_output, linear in grad.
+absl::Status MaxPoolGradV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPoolGradV2", attrs);
+  b.NotDifferentiable("orig_input");   // d(orig_input) = 0 (argmax positions only)
+  b.NotDifferentiable("orig_output");  // d(orig_output) = 0
+  // d(grad) = d(output) gathered at each window's argmax = MaxPoolGradGradV2(d(output))
+  b.Return("grad", b.Add({{"dgrad"}, "MaxPoolGradGradV2",
+                          {"orig_input", "orig_output", GradName("output"), "ksize", "strides"},
+                          b.PassAttrs({"padding", "data_format", "T"})}));
+  b.NotDifferentiable("ksize");    // integer window
+  b.NotDifferentiable("strides");  // integer strides
+  return b.Build(g);
+}
+
+// MaxPoolGradGrad(orig_input, orig_output, grad) gathers grad at each window's argmax: its
+// adjoint scatters back, which is MaxPoolGrad.
+absl::Status MaxPoolGradGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPoolGradGrad", attrs);
+  b.NotDifferentiable("orig_input");   // d(orig_input) = 0 (argmax positions only)
+  b.NotDifferentiable("orig_output");  // d(orig_output) = 0
+  // d(grad) = d(output) scattered to each window's argmax = MaxPoolGrad(d(output))
+  b.Return("grad", b.Add({{"dgrad"}, "MaxPoolGrad",
+                          {"orig_input", "orig_output", GradName("output")},
+                          b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// Conv2DBackpropFilter(input, filter_sizes, out_backprop) = dFilter of Conv2D(input, filter)
+// for incoming out_backprop: bilinear in (input, out_backprop).
+absl::Status Conv2DBackpropFilterGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Conv2DBackpropFilter", attrs);
+  const NodeAttrs conv = b.PassAttrs({"T", "strides", "use_cudnn_on_gpu", "padding",
+                                      "explicit_paddings", "data_format", "dilations"});
+  b.Add({{"input_shape"}, "Shape", {"input"}, b.PassAttrs({"T"})});
+  // d(input) = Conv2DBackpropInput(shape(input), d(output), out_backprop)
+  b.Return("input", b.Add({{"dinput"}, "Conv2DBackpropInput",
+                           {"input_shape", GradName("output"), "out_backprop"}, conv}));
+  b.NotDifferentiable("filter_sizes");  // integer shape
+  // d(out_backprop) = Conv2D(input, d(output))
+  b.Return("out_backprop",
+           b.Add({{"dout"}, "Conv2D", {"input", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// DepthwiseConv2dNativeBackpropInput(input_sizes, filter, out_backprop): bilinear in
+// (filter, out_backprop).
+absl::Status DepthwiseBackpropInputGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("DepthwiseConv2dNativeBackpropInput", attrs);
+  const NodeAttrs conv = b.PassAttrs(
+      {"T", "strides", "padding", "explicit_paddings", "data_format", "dilations"});
+  b.NotDifferentiable("input_sizes");  // integer shape
+  b.Add({{"filter_shape"}, "Shape", {"filter"}, b.PassAttrs({"T"})});
+  // d(filter) = DepthwiseConv2dNativeBackpropFilter(d(output), shape(filter), out_backprop)
+  b.Return("filter", b.Add({{"dfilter"}, "DepthwiseConv2dNativeBackpropFilter",
+                            {GradName("output"), "filter_shape", "out_backprop"}, conv}));
+  // d(out_backprop) = DepthwiseConv2dNative(d(output), filter)
+  b.Return("out_backprop", b.Add({{"dout"}, "DepthwiseConv2dNative",
+                                  {GradName("output"), "filter"}, conv}));
+  return b.Build(g);
+}
+
+// DepthwiseConv2dNativeBackpropFilter(input, filter_sizes, out_backprop): bilinear in
+// (input, out_backprop).
+absl::Status DepthwiseBackpropFilterGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("DepthwiseConv2dNativeBackpropFilter", attrs);
+  const NodeAttrs conv = b.PassAttrs(
+      {"T", "strides", "padding", "explicit_paddings", "data_format", "dilations"});
+  b.Add({{"input_shape"}, "Shape", {"input"}, b.PassAttrs({"T"})});
+  // d(input) = DepthwiseConv2dNativeBackpropInput(shape(input), d(output), out_backprop)
+  b.Return("input", b.Add({{"dinput"}, "DepthwiseConv2dNativeBackpropInput",
+                           {"input_shape", GradName("output"), "out_backprop"}, conv}));
+  b.NotDifferentiable("filter_sizes");  // integer shape
+  // d(out_backprop) = DepthwiseConv2dNative(input, d(output))
+  b.Return("out_backprop", b.Add({{"dout"}, "DepthwiseConv2dNative",
+                                  {"input", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch normalisation.
+
+// Axes of a batch-norm data_format: the reduction axes (all but the channel axis) and the
+// shape that makes a per-channel vector broadcast against x.
+struct BatchNormLayout {
+  std::vector<int32> reduce;
+  std::vector<int32> channel_shape;
+};
+absl::StatusOr<BatchNormLayout> LayoutOf(const std::string& op, const std::string& format) {
+  if (format == "NHWC") return BatchNormLayout{{0, 1, 2}, {1, 1, 1, -1}};
+  if (format == "NCHW") return BatchNormLayout{{0, 2, 3}, {1, -1, 1, 1}};
+  if (format == "NDHWC") return BatchNormLayout{{0, 1, 2, 3}, {1, 1, 1, 1, -1}};
+  if (format == "NCDHW") return BatchNormLayout{{0, 2, 3, 4}, {1, -1, 1, 1, 1}};
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": gradient: unsupported data_format '", format, "'"));
+}
+
+// FusedBatchNormGrad{,V2,V3}(y_backprop = g, x, scale = s, reserve spaces) computes, per
+// channel over the reduction axes (m elements, xc = x - mean(x), v = mean(xc^2),
+// r = 1/sqrt(v + eps)):
+//   training:  x_backprop = s r (g - mean(g) - xc mean(g xc) r^2)
+//              scale_backprop = r sum(g xc), offset_backprop = sum(g);
+//   inference (pop_mean pm = reserve_space_1, pop_var pv = reserve_space_2,
+//              rp = 1/sqrt(pv + eps)):
+//              x_backprop = g s rp, scale_backprop = sum(g (x - pm) rp), offset_backprop = sum(g).
+// As in Python, the reserve spaces get no gradient (the statistics are recomputed from x in
+// training mode) and the incoming gradients of reserve-space outputs are ignored. With
+// gx, gs, go the incoming gradients of (x_backprop, scale_backprop, offset_backprop), the
+// gradients below are those of <gx, x_backprop> + <gs, scale_backprop> + <go, offset_backprop>.
+// half / bfloat16 x is computed in float (U), as Python does.
+absl::Status FusedBatchNormGradGrad(const std::string& op, const AttrSlice& attrs,
+                                    FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const bool has_u = op != "FusedBatchNormGrad";
+  const DataType t_type = b.GetAttr<DataType>("T");
+  const DataType u_type = has_u ? b.GetAttr<DataType>("U") : t_type;
+  const float epsilon = b.GetAttr<float>("epsilon");
+  const bool training = b.GetAttr<bool>("is_training");
+  const std::string format = b.GetAttr<std::string>("data_format");
+  auto layout = LayoutOf(op, format);
+  if (!layout.ok()) return layout.status();
+  if (u_type != DT_FLOAT) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": gradient: U must be float, got ",
+                                                   DataTypeString(u_type)));
+  }
+  const NodeAttrs u = {{"T", DT_FLOAT}};
+  // Everything is computed in float: T is float, half or bfloat16.
+  auto to_u = [&](const std::string& name) {
+    if (t_type == DT_FLOAT) return name;
+    return b.Add({{name + "_u"}, "Cast", {name}, {{"SrcT", t_type}, {"DstT", DT_FLOAT}}});
+  };
+  auto to_t = [&](const std::string& name) {
+    if (t_type == DT_FLOAT) return name;
+    return b.Add({{name + "_t"}, "Cast", {name}, {{"SrcT", DT_FLOAT}, {"DstT", t_type}}});
+  };
+  b.Add(grad::FDH::Const<int32>("axes", layout->reduce));
+  b.Add(grad::FDH::Const<int32>("channel_shape", layout->channel_shape));
+  b.Add(grad::FDH::Const<int32>("flat", std::vector<int32>{-1}));
+  b.Add(grad::FDH::Const<float>("eps", epsilon));
+  const NodeAttrs keep = {{"T", DT_FLOAT}, {"keep_dims", true}};
+  auto per_channel = [&](const std::string& name, const std::string& v) {  // [C] -> broadcastable
+    return b.Add({{name}, "Reshape", {v, "channel_shape"}, u});
+  };
+  auto mean = [&](const std::string& name, const std::string& v) {  // per-channel mean
+    return b.Add({{name}, "Mean", {v, "axes"}, keep});
+  };
+  auto sum = [&](const std::string& name, const std::string& v) {   // per-channel sum
+    return b.Add({{name}, "Sum", {v, "axes"}, keep});
+  };
+  auto mul = [&](const std::string& name, const std::string& x, const std::string& y) {
+    return b.Add({{name}, "Mul", {x, y}, u});
+  };
+  auto add = [&](const std::string& name, const std::string& x, const std::string& y) {
+    return b.Add({{name}, "AddV2", {x, y}, u});
+  };
+  auto sub = [&](const std::string& name, const std::string& x, const std::string& y) {
+    return b.Add({{name}, "Sub", {x, y}, u});
+  };
+  auto flat = [&](const std::string& name, const std::string& v) {  // broadcastable -> [C]
+    return b.Add({{name}, "Reshape", {v, "flat"}, u});
+  };
+
+  const std::string gy = to_u("y_backprop");
+  const std::string x = to_u("x");
+  const std::string gx = to_u(GradName("x_backprop"));
+  const std::string s = per_channel("s", "scale");
+  const std::string gs = per_channel("gs", GradName("scale_backprop"));
+  const std::string go = per_channel("go", GradName("offset_backprop"));
+  std::string d_gy, d_x, d_s;
+  if (training) {
+    const std::string mu = mean("mu", x);                        // mean(x)
+    const std::string xc = sub("xc", x, mu);                     // xc = x - mean(x)
+    b.Add({{"xc2"}, "Square", {xc}, u});
+    const std::string v = mean("v", "xc2");                      // v = mean(xc^2)
+    const std::string ve = add("ve", v, "eps");                  // v + eps
+    const std::string r = b.Add({{"r"}, "Rsqrt", {ve}, u});      // r = 1/sqrt(v + eps)
+    const std::string r2 = b.Add({{"r2"}, "Square", {r}, u});    // r^2
+    const std::string r3 = mul("r3", r2, r);                     // r^3
+    const std::string gy_mean = mean("gy_mean", gy);
+    const std::string gyc = sub("gyc", gy, gy_mean);             // g - mean(g)
+    const std::string a = mean("a", mul("gy_xc", gy, xc));       // A = mean(g xc)
+    const std::string gx_mean = mean("gx_mean", gx);
+    const std::string gxc = sub("gxc", gx, gx_mean);             // gx - mean(gx)
+    const std::string gx_gyc = mul("gx_gyc", gx, gyc);
+    const std::string p_sum = sum("p_sum", gx_gyc);              // P = sum(gx (g - mean(g)))
+    const std::string p_mean = mean("p_mean", gx_gyc);           // P / m
+    const std::string gx_xc = mul("gx_xc", gx, xc);
+    const std::string q_sum = sum("q_sum", gx_xc);               // Q = sum(gx xc)
+    const std::string q_mean = mean("q_mean", gx_xc);            // Q / m
+    // d(y_backprop) = s (r (gx - mean(gx)) - r^3 xc Q/m) + gs r xc + go
+    const std::string t1 = mul("t1", r, gxc);
+    const std::string t2 = mul("t2", mul("r3_qm", r3, q_mean), xc);
+    const std::string t3 = mul("t3", s, sub("t1_t2", t1, t2));
+    const std::string t4 = mul("t4", mul("gs_r", gs, r), xc);
+    d_gy = add("dgy", add("t3_t4", t3, t4), go);
+    // d(x) = r^3 (s ((3 r^2 A Q/m - P/m) xc - (Q/m)(g - mean(g)) - A (gx - mean(gx)))
+    //             - gs A xc) + gs r (g - mean(g))
+    b.Add(grad::FDH::Const<float>("three", 3.0f));
+    const std::string c1 = sub("c1", mul("three_r2_a_qm",
+                                         mul("three_r2", "three", r2), mul("a_qm", a, q_mean)),
+                               p_mean);                          // 3 r^2 A Q/m - P/m
+    const std::string e1 = mul("e1", c1, xc);
+    const std::string e2 = mul("e2", q_mean, gyc);
+    const std::string e3 = mul("e3", a, gxc);
+    const std::string e4 = mul("e4", s, sub("e1_e2_e3", sub("e1_e2", e1, e2), e3));
+    const std::string e5 = mul("e5", mul("gs_a", gs, a), xc);
+    const std::string e6 = mul("e6", r3, sub("e4_e5", e4, e5));
+    d_x = add("dx_v", e6, mul("gs_r_gyc", mul("gs_r2", gs, r), gyc));
+    // d(scale) = r P - r^3 A Q
+    d_s = flat("ds_flat", sub("ds_c", mul("r_p", r, p_sum), mul("r3_a_q", mul("r3_a", r3, a), q_sum)));
+  } else {
+    const std::string pm = per_channel("pm", "reserve_space_1");      // population mean
+    const std::string pv = per_channel("pv", "reserve_space_2");      // population variance
+    const std::string rp = b.Add({{"rp"}, "Rsqrt", {add("pve", pv, "eps")}, u});  // rp
+    const std::string xm = sub("xm", x, pm);                          // x - pm
+    // d(y_backprop) = gx s rp + gs (x - pm) rp + go
+    d_gy = add("dgy", add("t12", mul("t1", gx, mul("s_rp", s, rp)),
+                           mul("t2", mul("gs_rp", gs, rp), xm)),
+               go);
+    // d(x) = gs g rp
+    d_x = mul("dx_v", gy, mul("gs_rp2", gs, rp));
+    // d(scale) = sum(gx g rp)
+    d_s = flat("ds_flat", sum("ds_c", mul("gx_gy_rp", mul("gx_gy", gx, gy), rp)));
+  }
+  b.Return("y_backprop", to_t(d_gy));
+  b.Return("x", to_t(d_x));
+  b.Return("scale", d_s);
+  // The reserve spaces (batch or population statistics) get zeros, as in Python.
+  b.NotDifferentiable("reserve_space_1");
+  b.NotDifferentiable("reserve_space_2");
+  if (op == "FusedBatchNormGradV3") b.NotDifferentiable("reserve_space_3");
+  return b.Build(g);
+}
+absl::Status FusedBatchNormGradV1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return FusedBatchNormGradGrad("FusedBatchNormGrad", attrs, g);
+}
+absl::Status FusedBatchNormGradV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return FusedBatchNormGradGrad("FusedBatchNormGradV2", attrs, g);
+}
+absl::Status FusedBatchNormGradV3Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return FusedBatchNormGradGrad("FusedBatchNormGradV3", attrs, g);
+}
+
+// FusedBatchNorm{,V2}(x, scale, offset, mean, variance): the fused backward op on the incoming
+// gradient of y (the statistics outputs' gradients are ignored, as in Python). Training mode
+// reads the forward's saved statistics (reserve spaces); inference mode passes the population
+// statistics and, as Python does, runs the backward op in NHWC (x and d(y) transposed).
+absl::Status FusedBatchNormBaseGrad(const std::string& op, const std::string& grad_op,
+                                    const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const bool training = b.GetAttr<bool>("is_training");
+  const std::string format = b.GetAttr<std::string>("data_format");
+  const bool has_u = op != "FusedBatchNorm";
+  NodeAttrs grad_attrs = has_u ? b.PassAttrs({"T", "U", "epsilon"}) : b.PassAttrs({"T", "epsilon"});
+  grad_attrs.push_back({"is_training", training});
+  const std::vector<std::string> rets = {"dx", "dscale", "doffset", "unused_3", "unused_4"};
+  std::string dx;
+  if (training) {
+    grad_attrs.push_back({"data_format", grad::Placeholder("data_format")});
+    // (d(x), d(scale), d(offset)) = <grad_op>(d(y), x, scale, saved mean, saved variance)
+    b.Add({rets, grad_op, {GradName("y"), "x", "scale", "reserve_space_1", "reserve_space_2"},
+           grad_attrs});
+    dx = "dx";
+  } else {
+    grad_attrs.push_back({"data_format", "NHWC"});
+    const NodeAttrs t = b.PassAttrs({"T"});
+    std::string x = "x", dy = GradName("y");
+    if (format == "NCHW") {
+      b.Add(grad::FDH::Const<int32>("to_nhwc", std::vector<int32>{0, 2, 3, 1}));
+      x = b.Add({{"x_nhwc"}, "Transpose", {"x", "to_nhwc"}, t});       // NCHW -> NHWC
+      dy = b.Add({{"dy_nhwc"}, "Transpose", {dy, "to_nhwc"}, t});
+    }
+    // (d(x), d(scale), d(offset)) = <grad_op>(d(y), x, scale, pop mean, pop variance)
+    b.Add({rets, grad_op, {dy, x, "scale", "mean", "variance"}, grad_attrs});
+    dx = "dx";
+    if (format == "NCHW") {
+      b.Add(grad::FDH::Const<int32>("to_nchw", std::vector<int32>{0, 3, 1, 2}));
+      dx = b.Add({{"dx_nchw"}, "Transpose", {"dx", "to_nchw"}, t});    // NHWC -> NCHW
+    }
+  }
+  b.Return("x", dx);
+  b.Return("scale", "dscale");
+  b.Return("offset", "doffset");
+  b.NotDifferentiable("mean");      // Python: None
+  b.NotDifferentiable("variance");  // Python: None
+  return b.Build(g);
+}
+absl::Status FusedBatchNormGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return FusedBatchNormBaseGrad("FusedBatchNorm", "FusedBatchNormGrad", attrs, g);
+}
+absl::Status FusedBatchNormV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return FusedBatchNormBaseGrad("FusedBatchNormV2", "FusedBatchNormGradV2", attrs, g);
+}
+
+}  // namespace
+
+TF_EXT_REGISTER_TF_GRADIENT("ReluGrad", ReluGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Relu6Grad", Relu6GradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("EluGrad", EluGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SeluGrad", SeluGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SoftplusGrad", SoftplusGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BiasAddGrad", BiasAddGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("AvgPoolGrad", AvgPoolGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MaxPoolGradV2", MaxPoolGradV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("MaxPoolGradGrad", MaxPoolGradGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Conv2DBackpropFilter", Conv2DBackpropFilterGrad);
+TF_EXT_REGISTER_TF_GRADIENT("DepthwiseConv2dNativeBackpropInput", DepthwiseBackpropInputGrad);
+TF_EXT_REGISTER_TF_GRADIENT("DepthwiseConv2dNativeBackpropFilter", DepthwiseBackpropFilterGrad);
+TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGrad", FusedBatchNormGradV1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV2", FusedBatchNormGradV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV3", FusedBatchNormGradV3Grad);
+TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNorm", FusedBatchNormGrad);
+TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormV2", FusedBatchNormV2Grad);
+
+}  // namespace tensorflow::tf_ext
