@@ -132,7 +132,7 @@ TF_CORE_OPS := Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Co
 gradcheck: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
-	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
+	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=none --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
 
 # Seeded random and hostile calls of every op (forward and backward ops, eager, tf.function,
 # GradientTape, the gradient registry's op and C entry point), batched in child processes so

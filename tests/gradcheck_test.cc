@@ -82,8 +82,9 @@ constexpr char kGoodTfOps[] =
     "Transpose,Reshape,Sign";
 
 TEST(Gradcheck, TensorFlowCoreOps) {
-  ToolRun r = Gradcheck(std::string("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=") +
-                        kGoodTfOps);
+  ToolRun r = Gradcheck(
+      std::string("--library=none --spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=") +
+      kGoodTfOps);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("gradcheck: 86 passed, 0 failed"), std::string::npos) << r.output;
 }
@@ -91,7 +92,8 @@ TEST(Gradcheck, TensorFlowCoreOps) {
 TEST(Gradcheck, FindsTensorFlowsWrongAsinhAndAcoshGradients) {
   // TensorFlow 2.21's FDH gradients (core/ops/math_grad.cc) multiply dy by cosh(y) / sinh(y)
   // where the derivative is 1/cosh(y) / 1/sinh(y); the checker must flag both.
-  ToolRun r = Gradcheck("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Asinh,Acosh");
+  ToolRun r =
+      Gradcheck("--library=none --spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Asinh,Acosh");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(HasRow(r.output, "Asinh", "double", "FAIL")) << r.output;
   EXPECT_TRUE(HasRow(r.output, "Acosh", "double", "FAIL")) << r.output;
@@ -112,9 +114,47 @@ TEST(Gradcheck, UnifiedAndNewGradientsPass) {
     EXPECT_TRUE(HasRow(r.output, op, "float", "PASS")) << op << "\n" << r.output;
   }
   // Without the library TensorFlow's function registry has none of them.
-  ToolRun bare = Gradcheck("--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Erfc,Softplus");
+  ToolRun bare = Gradcheck(
+      "--library=none --spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Erfc,Softplus");
+  EXPECT_NE(bare.output.find("op library: none (--library=none)"), std::string::npos)
+      << bare.output;
   EXPECT_TRUE(HasRow(bare.output, "Erfc", "-", "missing")) << bare.output;
   EXPECT_TRUE(HasRow(bare.output, "Softplus", "-", "missing")) << bare.output;
+}
+
+// Without --library the op library is found as tf_ext_grad finds it (here: the test's
+// runfiles hold //tf_ext:_tf_ext_ops.so), and the tool says which one and how. Softplus then
+// has its gradient: TensorFlow alone reports it missing.
+TEST(Gradcheck, FindsTheLibraryLikeTfExtGrad) {
+  const std::string check = "--spec=tf_ext/tools/tf_core_gradcheck_spec.txt --ops=Softplus";
+  ToolRun r = Gradcheck(check);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex("op library: [^\\n]*/tf_ext/_tf_ext_ops\\.so \\(from runfiles\\)")))
+      << r.output;
+  EXPECT_TRUE(HasRow(r.output, "Softplus", "double", "PASS")) << r.output;
+  EXPECT_TRUE(HasRow(r.output, "Softplus", "float", "PASS")) << r.output;
+
+  // $TF_EXT_LIBRARY comes before runfiles, and an explicit choice that does not exist fails
+  // instead of falling back to another copy.
+  ToolRun env = ::tensorflow::tf_ext::test::RunCommand(
+      "TF_EXT_LIBRARY=tf_ext/_tf_ext_ops.so tf_ext/tf_ext_gradcheck " + check);
+  ASSERT_EQ(env.code, 0) << env.output;
+  EXPECT_NE(env.output.find("op library: tf_ext/_tf_ext_ops.so (from $TF_EXT_LIBRARY)"),
+            std::string::npos)
+      << env.output;
+  ToolRun missing = ::tensorflow::tf_ext::test::RunCommand(
+      "TF_EXT_LIBRARY=/nonexistent/lib.so tf_ext/tf_ext_gradcheck " + check);
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("op library '/nonexistent/lib.so' not found (from "
+                                "$TF_EXT_LIBRARY)"),
+            std::string::npos)
+      << missing.output;
+
+  ToolRun flag = Gradcheck("--library=tf_ext/_tf_ext_ops.so " + check);
+  EXPECT_NE(flag.output.find("op library: tf_ext/_tf_ext_ops.so (from --library)"),
+            std::string::npos)
+      << flag.output;
 }
 
 TEST(Gradcheck, RegistryReport) {
@@ -143,7 +183,9 @@ TEST(Gradcheck, RegistryReport) {
 }
 
 TEST(Gradcheck, UsageErrors) {
-  EXPECT_EQ(Gradcheck("").code, 2);
+  ToolRun none = Gradcheck("--library=none");
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("--library=none needs --ops"), std::string::npos) << none.output;
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--ops=Tanh --bogus", "unknown argument '--bogus'"},
            {"--ops=Tanh --seed=x", "bad --seed: 'x' is not a non-negative integer"},
@@ -163,7 +205,9 @@ TEST(Gradcheck, UsageErrors) {
   }
   ToolRun r = Gradcheck("--library=/nonexistent.so");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("cannot load '/nonexistent.so'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("op library '/nonexistent.so' not found (from --library)"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

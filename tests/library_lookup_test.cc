@@ -111,6 +111,32 @@ TEST_F(LibraryLookup, RunfilesThenNextToTheBinary) {
   EXPECT_EQ(Found(), runfiles_dir);
 }
 
+// LocateOpLibrary says how the library was found (tf_ext_gradcheck prints it).
+TEST_F(LibraryLookup, LocateSaysHowItWasFound) {
+  const std::string beside = Touch("bazel-bin/tf_ext/_tf_ext_ops.so");
+  auto found = LocateOpLibrary(context_);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->path, beside);
+  EXPECT_EQ(found->source, "next to the binary");
+  const std::string runfiles = Touch("rf/tf_ext/tf_ext/_tf_ext_ops.so");
+  context_.runfiles_dir = (root_ / "rf").string();
+  found = LocateOpLibrary(context_);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->path, runfiles);
+  EXPECT_EQ(found->source, "runfiles");
+  const std::string env = Touch("env/lib.so");
+  context_.env = env;
+  found = LocateOpLibrary(context_);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->path, env);
+  EXPECT_EQ(found->source, "$TF_EXT_LIBRARY");
+  context_.flag = beside;
+  found = LocateOpLibrary(context_);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->path, beside);
+  EXPECT_EQ(found->source, "--library");
+}
+
 TEST_F(LibraryLookup, BinaryOfAnotherPackageFindsBazelBin) {
   Touch("bazel-bin/tf_ext/_tf_ext_ops.so");
   context_.binary = other_binary_;

@@ -44,12 +44,12 @@ std::vector<LibraryCandidate> LibraryCandidates(const LibraryLookupContext& cont
   return out;
 }
 
-absl::StatusOr<std::string> FindOpLibrary(const LibraryLookupContext& context) {
+absl::StatusOr<LibraryCandidate> LocateOpLibrary(const LibraryLookupContext& context) {
   const std::vector<LibraryCandidate> candidates = LibraryCandidates(context);
   std::vector<std::string> tried;
   for (const LibraryCandidate& c : candidates) {
     std::error_code error;
-    if (std::filesystem::is_regular_file(c.path, error)) return c.path;
+    if (std::filesystem::is_regular_file(c.path, error)) return c;
     tried.push_back(c.path);
   }
   const bool explicit_choice =
@@ -62,6 +62,12 @@ absl::StatusOr<std::string> FindOpLibrary(const LibraryLookupContext& context) {
       "op library ", kLibraryName, " not found; tried ", absl::StrJoin(tried, ", "),
       ". Build it (bazel build //tf_ext:_tf_ext_ops.so), or give --library=PATH or $",
       kLibraryEnv));
+}
+
+absl::StatusOr<std::string> FindOpLibrary(const LibraryLookupContext& context) {
+  absl::StatusOr<LibraryCandidate> found = LocateOpLibrary(context);
+  if (!found.ok()) return found.status();
+  return found->path;
 }
 
 }  // namespace tensorflow::tf_ext::tools

@@ -1,6 +1,6 @@
 // Where tf_ext's C++ tools find the op library _tf_ext_ops.so when one is needed.
 //
-// The order is the one documented in README.md, "Where the op library is found", shared with
+// The order is the one documented in docs/cpp.md, "Where the op library is found", shared with
 // Python's tf_ext/_loader.py:
 //   1. --library=PATH, if given;
 //   2. $TF_EXT_LIBRARY, if set;
@@ -43,8 +43,11 @@ struct LibraryCandidate {
 // Every candidate, in lookup order (existing or not).
 std::vector<LibraryCandidate> LibraryCandidates(const LibraryLookupContext& context);
 
-// The first candidate that is a file. NotFound names the explicit choice, or lists every
-// path tried and how to give one.
+// The first candidate that is a file, with how it was found. NotFound names the explicit
+// choice, or lists every path tried and how to give one.
+absl::StatusOr<LibraryCandidate> LocateOpLibrary(const LibraryLookupContext& context);
+
+// LocateOpLibrary's path only.
 absl::StatusOr<std::string> FindOpLibrary(const LibraryLookupContext& context);
 
 }  // namespace tensorflow::tf_ext::tools

@@ -1,11 +1,13 @@
 // tf_ext_gradcheck: checks the C++ (FDH) gradients of every op of a custom-op library - or of
 // TensorFlow's own ops - against float64 central differences, with no Python.
 //
-//   tf_ext_gradcheck --library=PATH [--ops=A,B] [--spec=FILE] [--seed=N]
-//   tf_ext_gradcheck --ops=Tanh,Sigmoid,Mul [--spec=FILE]      (ops already in TensorFlow)
+//   tf_ext_gradcheck [--library=PATH] [--ops=A,B] [--spec=FILE] [--seed=N]
+//   tf_ext_gradcheck --library=none --ops=Tanh,Sigmoid,Mul [--spec=FILE]  (TensorFlow alone)
 //   tf_ext_gradcheck --registries[=full] [--library=PATH]      (the registry report)
 //
-// For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
+// The op library is found as tf_ext_grad finds it (tf_ext/tools/library_lookup.h: --library,
+// $TF_EXT_LIBRARY, runfiles, next to the binary), and the tool says which one it loaded and
+// how it was found; --library=none loads none. For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
 // nothing registered; for ops with a gradient, one row per dtype with the max errors and
 // PASS/FAIL. Exit status 1 if any row FAILs or cannot run, 0 otherwise.
 #include <dlfcn.h>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/c/c_api.h"
@@ -33,16 +36,38 @@
 #include "tf_ext/testing/tensor_doubles.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/gradcheck_spec.h"
+#include "tf_ext/tools/library_lookup.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
 
 constexpr char kDescription[] =
-    R"(Checks the C++ (FDH) gradients of an op library's ops, or of TensorFlow's own
-(--ops without --library), against float64 central differences.
-  tf_ext_gradcheck --library=PATH [--ops=A,B] [--spec=FILE] [--seed=N]
-  tf_ext_gradcheck --ops=Tanh,Sigmoid,Mul [--spec=FILE]
-  tf_ext_gradcheck --registries[=full] [--library=PATH])";
+    R"(Checks the C++ (FDH) gradients of an op library's ops (all, or those in --ops),
+or of TensorFlow's own ops (--library=none --ops=...), against float64 central differences.
+  tf_ext_gradcheck [--library=PATH] [--ops=A,B] [--spec=FILE] [--seed=N]
+  tf_ext_gradcheck --library=none --ops=Tanh,Sigmoid,Mul [--spec=FILE]
+  tf_ext_gradcheck --registries[=full] [--library=PATH]
+The op library is found as tf_ext_grad finds it: --library, $TF_EXT_LIBRARY, Bazel runfiles,
+next to this binary (docs/cpp.md, "Where the op library is found").)";
+
+// --library's value that loads no library: TensorFlow's own registrations only.
+constexpr char kNoLibrary[] = "none";
+
+// The op library to load ("" for --library=none), found in library_lookup.h's order; prints
+// which one and how it was found, so a report never leaves that open.
+absl::StatusOr<std::string> ResolveLibrary(const std::string& flag) {
+  if (flag == kNoLibrary) {
+    std::cout << "op library: none (--library=none): TensorFlow's own gradients only\n";
+    return std::string();
+  }
+  absl::StatusOr<LibraryCandidate> found = LocateOpLibrary(LibraryLookupContext::FromProcess(flag));
+  if (!found.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        found.status().message(), " (--library=none checks TensorFlow's own ops without one)"));
+  }
+  std::cout << "op library: " << found->path << " (from " << found->source << ")\n";
+  return found->path;
+}
 
 struct Row {
   std::string op, gradient, dtype, size, abs_err, rel_err, result, note;
@@ -212,14 +237,13 @@ int Main(int argc, char** argv) {
   std::string library, ops_flag, spec_path, registries;
   uint64_t seed = 1;
   double tol_float = 1e-3, tol_double = 1e-6;
-  // No default library: without --library this checks TensorFlow's own ops (--ops), so the
-  // lookup of library_lookup.h does not apply; --library is taken as given.
   FlagParser parser("tf_ext_gradcheck", kDescription);
   parser.String("library", &library,
-                "custom-op library to load; its ops are checked (all, or those in --ops)")
+                "op library to load; its ops are checked (all, or those in --ops). Default:\n"
+                "$TF_EXT_LIBRARY, then runfiles, then next to this binary; =none loads none")
       .ValueName("PATH");
   parser.String("ops", &ops_flag,
-                "ops to check (required without --library: e.g. TensorFlow's own ops)")
+                "ops to check (required with --library=none: e.g. TensorFlow's own ops)")
       .ValueName("A,B");
   parser.String("spec", &spec_path,
                 "input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h")
@@ -244,13 +268,19 @@ int Main(int argc, char** argv) {
     std::cerr << "tf_ext_gradcheck: error: " << parsed.message() << "\n" << parser.Usage();
     return 2;
   }
-  if (!registries.empty()) return RegistriesReport(library, registries == "full");
   std::vector<std::string> ops;
   if (!ops_flag.empty()) ops = absl::StrSplit(ops_flag, ',', absl::SkipEmpty());
-  if (library.empty() && ops.empty()) {
-    std::cerr << "tf_ext_gradcheck: error: give --library and/or --ops\n" << parser.Usage();
+  if (registries.empty() && library == kNoLibrary && ops.empty()) {
+    std::cerr << "tf_ext_gradcheck: error: --library=none needs --ops\n" << parser.Usage();
     return 2;
   }
+  absl::StatusOr<std::string> resolved = ResolveLibrary(library);
+  if (!resolved.ok()) {
+    std::cerr << "tf_ext_gradcheck: error: " << resolved.status().message() << "\n";
+    return 2;
+  }
+  library = *resolved;
+  if (!registries.empty()) return RegistriesReport(library, registries == "full");
   if (!library.empty()) {
     TF_Status* status = TF_NewStatus();
     TF_Library* lib = TF_LoadLibrary(library.c_str(), status);
@@ -267,7 +297,7 @@ int Main(int argc, char** argv) {
     TF_DeleteLibraryHandle(lib);  // frees the handle and its op list; the library stays loaded
     std::vector<std::string> lib_ops;
     for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
-    std::cout << "library " << library << ": " << lib_ops.size() << " ops\n";
+    std::cout << "ops in the op library: " << lib_ops.size() << "\n";
     if (ops.empty()) ops = lib_ops;
   }
   // Input specs: the library's own (its declarations' GradCheck, through the C entry point
