@@ -1,0 +1,323 @@
+"""tf_ext's C++ gradients of TensorFlow's nn and math ops (tf_ext/grads/tf/nn_grad.cc,
+math_grad.cc) against Python's gradients of the same op on the same inputs.
+
+The C++ gradient runs alone (no Python bridge): a SymbolicGradient node whose function is the
+op with the node's attrs, in a tf.compat.v1 Session after the library is loaded. Python's is
+tf.gradients of the same node (Python's registry; None counts as zeros). This covers the cases
+where the two could disagree by convention: ReluGrad / Relu6Grad exactly at their kinks,
+max-pooling ties, Round's zero gradient, and batch norm in training mode, whose gradient
+recomputes the batch statistics (the numeric checks in tests/tf_nn_math_grads_test.cc can only
+check inference mode). Numeric checks of every op: tests/tf_nn_math_grads_test.cc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+import tf_ext
+
+FLOATS = [np.float32, np.float64]
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def grid(shape, dtype, lo=-1.0, hi=1.0, seed=0) -> np.ndarray:
+    """Distinct values in [lo, hi], shuffled."""
+    n = int(np.prod(shape))
+    v = np.linspace(lo, hi, n)
+    np.random.default_rng(seed).shuffle(v)
+    return v.reshape(shape).astype(dtype)
+
+
+def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
+            zeros_not_python: tuple[int, ...] = ()) -> None:
+    """`build` makes (in a fresh graph) the op under test from constants and returns one of its
+    outputs, or a list of them. Compares the C++ gradient (SymbolicGradient) of the node with
+    Python's (tf.gradients), for random incoming gradients of every float output. Inputs in
+    `zeros_not_python` must get zeros from C++ whatever Python returns."""
+    with tf.Graph().as_default():
+        tf_ext.library()
+        out = build()
+        op = out[0].op if isinstance(out, (list, tuple)) else out.op
+        ys = [o for o in op.outputs]
+        dys = [tf.constant(grid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
+               if y.dtype.is_floating else tf.zeros_like(y) for i, y in enumerate(ys)]
+        f = attr_value_pb2.NameAttrList(name=op.type)
+        for k, v in op.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        cpp = tf.raw_ops.SymbolicGradient(
+            input=list(op.inputs) + dys, Tout=[t.dtype for t in op.inputs], f=f)
+        py = tf.gradients(ys, list(op.inputs), grad_ys=dys)
+        py = [tf.zeros_like(t) if g is None else g for g, t in zip(py, op.inputs)]
+        with tf.compat.v1.Session() as sess:
+            got, want = sess.run([cpp, py])
+    nonzero = 0
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (op.type, i)
+        if i in zeros_not_python:
+            np.testing.assert_array_equal(g, np.zeros_like(g))
+            continue
+        scale = max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale,
+                                   err_msg=f"{op.type} input {i} ({op.inputs[i].name})")
+        nonzero += int(np.count_nonzero(w))
+    assert nonzero >= min_nonzero, op.type  # the comparison is not vacuous
+
+
+# ------------------------------------------------------------------------------------------
+# Activations' backward ops, exactly at their kinks included.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_relu_grad_at_zero(dtype):
+    """ReluGrad(g, x) at x = 0: both give d(g) = 0 there (the mask is x > 0)."""
+    x = np.array([-1.0, -0.0, 0.0, 0.5, 2.0, -3.0], dtype)
+    g = grid((6,), dtype, seed=1)
+    compare(lambda: tf.raw_ops.ReluGrad(gradients=g, features=x), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_relu6_grad_at_kinks(dtype):
+    x = np.array([-1.0, 0.0, 0.5, 6.0, 7.0, 3.0], dtype)
+    g = grid((6,), dtype, seed=2)
+    compare(lambda: tf.raw_ops.Relu6Grad(gradients=g, features=x), TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["EluGrad", "SeluGrad"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_exp_linear_unit_grads(op, dtype):
+    outputs = np.array([-0.9, -0.3, 0.0, 0.4, 1.5, -0.05], dtype)
+    g = grid((6,), dtype, seed=3)
+    compare(lambda: getattr(tf.raw_ops, op)(gradients=g, outputs=outputs), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softplus_grad(dtype):
+    compare(lambda: tf.raw_ops.SoftplusGrad(gradients=grid((3, 4), dtype, seed=4),
+                                            features=grid((3, 4), dtype, -4, 4, seed=5)),
+            TOL[dtype])
+
+
+@pytest.mark.parametrize("op,lo,hi", [("TanhGrad", -0.9, 0.9), ("SigmoidGrad", 0.05, 0.95),
+                                      ("SqrtGrad", 0.3, 3.0), ("RsqrtGrad", 0.3, 3.0),
+                                      ("ReciprocalGrad", -3.0, -0.3)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_math_backward_ops(op, lo, hi, dtype):
+    y = grid((3, 4), dtype, lo, hi, seed=6)
+    dy = grid((3, 4), dtype, seed=7)
+    compare(lambda: getattr(tf.raw_ops, op)(y=y, dy=dy), TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["Round", "Rint", "Ceil"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_piecewise_constant_ops_have_zero_gradient(op, dtype):
+    """Python's gradient is None (zeros); C++'s is zeros too, also at .5 ties."""
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.3, -0.7], dtype)
+    compare(lambda: getattr(tf.raw_ops, op)(x=x), TOL[dtype], min_nonzero=0)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        f = attr_value_pb2.NameAttrList(name=op)
+        f.attr["T"].type = tf.as_dtype(dtype).as_datatype_enum
+        (dx,) = tf.raw_ops.SymbolicGradient(
+            input=[tf.constant(x), tf.ones_like(tf.constant(x))], Tout=[tf.as_dtype(dtype)], f=f)
+        with tf.compat.v1.Session() as sess:
+            np.testing.assert_array_equal(sess.run(dx), np.zeros_like(x))
+
+
+# ------------------------------------------------------------------------------------------
+# Bias, pooling, convolution.
+
+@pytest.mark.parametrize("data_format,shape", [("NHWC", (2, 3, 4)), ("NCHW", (2, 3, 4, 5))])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_bias_add_grad(data_format, shape, dtype):
+    compare(lambda: tf.raw_ops.BiasAddGrad(out_backprop=grid(shape, dtype, seed=8),
+                                           data_format=data_format), TOL[dtype])
+
+
+@pytest.mark.parametrize("padding,ksize,strides", [("VALID", 2, 2), ("SAME", 3, 2),
+                                                   ("VALID", 3, 1)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_avg_pool_grad(padding, ksize, strides, dtype):
+    x = grid((2, 5, 5, 3), dtype, seed=9)
+
+    def build():
+        y = tf.raw_ops.AvgPool(value=x, ksize=[1, ksize, ksize, 1], strides=[1, strides, strides, 1],
+                               padding=padding)
+        return tf.raw_ops.AvgPoolGrad(orig_input_shape=tf.shape(x), grad=tf.ones_like(y) * 0.5,
+                                      ksize=[1, ksize, ksize, 1],
+                                      strides=[1, strides, strides, 1], padding=padding)
+    # Python returns stop_gradient(orig_input_shape), the integer shape itself, as the
+    # "gradient" of the shape input; C++ gives zeros (an integer shape has no gradient, and no
+    # consumer of it, Shape, is differentiable).
+    compare(build, TOL[dtype], zeros_not_python=(0,))
+
+
+def pool_input_with_ties(dtype) -> np.ndarray:
+    """A 1x4x4x2 input whose 2x2 windows hold repeated maxima (ties), and a second channel
+    without ties."""
+    ties = np.array([[1, 1, 0, 2], [1, 0, 2, 2], [3, 3, 1, 1], [3, 3, 1, 1]], np.float64)
+    distinct = grid((4, 4), np.float64, seed=11)
+    return np.stack([ties, distinct], axis=-1)[None].astype(dtype)
+
+
+@pytest.mark.parametrize("padding,ksize,strides", [("VALID", 2, 2), ("SAME", 3, 2),
+                                                   ("VALID", 2, 1)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_max_pool_grad_grad_and_v2_with_ties(padding, ksize, strides, dtype):
+    """MaxPoolGradGrad / MaxPoolGradV2 on consistent inputs (orig_output = MaxPool(orig_input))
+    with tied maxima: C++ and Python route the gradient to the same element."""
+    x = pool_input_with_ties(dtype)
+    k, s = [1, ksize, ksize, 1], [1, strides, strides, 1]
+
+    def orig_output():
+        return tf.raw_ops.MaxPool(input=x, ksize=k, strides=s, padding=padding)
+
+    def grad_grad():
+        y = orig_output()
+        return tf.raw_ops.MaxPoolGradGrad(orig_input=x, orig_output=y,
+                                          grad=grid(x.shape, dtype, seed=12), ksize=k,
+                                          strides=s, padding=padding)
+
+    def grad_v2():
+        y = orig_output()
+        return tf.raw_ops.MaxPoolGradV2(orig_input=x, orig_output=y,
+                                        grad=grid(y.shape, dtype, seed=13), ksize=k,
+                                        strides=s, padding=padding)
+    compare(grad_grad, TOL[dtype])
+    compare(grad_v2, TOL[dtype])
+
+
+@pytest.mark.parametrize("padding,strides", [("VALID", 1), ("SAME", 2)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_conv_backprops(padding, strides, dtype):
+    x = grid((2, 5, 5, 2), dtype, seed=14)
+    w = grid((3, 3, 2, 3), dtype, seed=15)
+    dw_ = grid((3, 3, 2, 2), dtype, seed=16)
+    st = [1, strides, strides, 1]
+
+    def conv_filter():
+        y = tf.raw_ops.Conv2D(input=x, filter=w, strides=st, padding=padding)
+        return tf.raw_ops.Conv2DBackpropFilter(
+            input=x, filter_sizes=tf.shape(w), out_backprop=tf.ones_like(y) * 0.3 + y,
+            strides=st, padding=padding)
+
+    def depthwise_input():
+        y = tf.raw_ops.DepthwiseConv2dNative(input=x, filter=dw_, strides=st, padding=padding)
+        return tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=tf.shape(x), filter=dw_, out_backprop=y, strides=st, padding=padding)
+
+    def depthwise_filter():
+        y = tf.raw_ops.DepthwiseConv2dNative(input=x, filter=dw_, strides=st, padding=padding)
+        return tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+            input=x, filter_sizes=tf.shape(dw_), out_backprop=y, strides=st, padding=padding)
+
+    for build in (conv_filter, depthwise_input, depthwise_filter):
+        compare(build, TOL[dtype])
+
+
+# ------------------------------------------------------------------------------------------
+# Batch normalisation, training and inference, NHWC and NCHW.
+
+BN_TOL = 1e-4  # float only; sums over 2x4x4 elements per channel
+
+
+def bn_inputs(data_format):
+    shape = (2, 4, 4, 3) if data_format == "NHWC" else (2, 3, 4, 4)
+    x = grid(shape, np.float32, -2, 2, seed=20)
+    scale = np.array([0.7, 1.3, -0.9], np.float32)
+    offset = np.array([0.1, -0.2, 0.3], np.float32)
+    return x, scale, offset
+
+
+@pytest.mark.parametrize("version", ["FusedBatchNormGrad", "FusedBatchNormGradV2",
+                                     "FusedBatchNormGradV3"])
+@pytest.mark.parametrize("is_training", [True, False])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_fused_batch_norm_grad_grad(version, is_training, data_format):
+    x, scale, offset = bn_inputs(data_format)
+    forward = {"FusedBatchNormGrad": tf.raw_ops.FusedBatchNorm,
+               "FusedBatchNormGradV2": tf.raw_ops.FusedBatchNormV2,
+               "FusedBatchNormGradV3": tf.raw_ops.FusedBatchNormV3}[version]
+
+    def build():
+        pop_mean = tf.constant([0.05, -0.1, 0.2])
+        pop_var = tf.constant([0.8, 1.2, 1.5])
+        fwd = forward(x=x, scale=scale, offset=offset,
+                      mean=pop_mean if not is_training else tf.constant([], tf.float32),
+                      variance=pop_var if not is_training else tf.constant([], tf.float32),
+                      epsilon=0.01, data_format=data_format, is_training=is_training)
+        reserve = list(fwd[3:])
+        if not is_training:  # the backward op of inference mode takes the population stats
+            reserve[0], reserve[1] = pop_mean, pop_var
+        dy = tf.constant(grid(x.shape, np.float32, seed=21))
+        args = dict(y_backprop=dy, x=x, scale=scale, reserve_space_1=reserve[0],
+                    reserve_space_2=reserve[1], epsilon=0.01, data_format=data_format,
+                    is_training=is_training)
+        if version == "FusedBatchNormGradV3":
+            args["reserve_space_3"] = reserve[2]
+        return getattr(tf.raw_ops, version)(**args)
+    compare(build, BN_TOL)
+
+
+@pytest.mark.parametrize("version", ["FusedBatchNorm", "FusedBatchNormV2"])
+@pytest.mark.parametrize("is_training", [True, False])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_fused_batch_norm(version, is_training, data_format):
+    x, scale, offset = bn_inputs(data_format)
+
+    def build():
+        empty = tf.constant([], tf.float32)
+        return getattr(tf.raw_ops, version)(
+            x=x, scale=scale, offset=offset,
+            mean=empty if is_training else tf.constant([0.05, -0.1, 0.2]),
+            variance=empty if is_training else tf.constant([0.8, 1.2, 1.5]),
+            epsilon=0.01, data_format=data_format, is_training=is_training)
+    compare(build, BN_TOL)
+
+
+def test_training_batch_norm_grad_grad_matches_finite_differences():
+    """Training mode's second derivative: d/dx <v, FusedBatchNormGradV3(g, x, s, stats(x))>,
+    the batch statistics recomputed from x, differenced numerically in float64 through the
+    composite (FusedBatchNormV3 then its backward op) against the C++ gradient."""
+    x, scale, _ = bn_inputs("NHWC")
+    x = x[:, :2, :2, :]  # 2x2x2x3: few finite differences
+    dy = grid(x.shape, np.float32, seed=22)
+    v = grid(x.shape, np.float32, seed=23)
+
+    with tf.Graph().as_default():
+        tf_ext.library()
+        xp = tf.compat.v1.placeholder(tf.float32, x.shape)
+        fwd = tf.raw_ops.FusedBatchNormV3(x=xp, scale=scale, offset=np.zeros(3, np.float32),
+                                          mean=tf.constant([], tf.float32),
+                                          variance=tf.constant([], tf.float32), epsilon=0.01,
+                                          is_training=True)
+        bwd = tf.raw_ops.FusedBatchNormGradV3(y_backprop=dy, x=xp, scale=scale,
+                                              reserve_space_1=fwd[3], reserve_space_2=fwd[4],
+                                              reserve_space_3=fwd[5], epsilon=0.01,
+                                              is_training=True)
+        objective = tf.reduce_sum(bwd[0] * v)
+        op = bwd[0].op
+        f = attr_value_pb2.NameAttrList(name=op.type)
+        for k, a in op.node_def.attr.items():
+            f.attr[k].CopyFrom(a)
+        zeros3 = tf.zeros([3])
+        cpp = tf.raw_ops.SymbolicGradient(
+            input=list(op.inputs) + [tf.constant(v), zeros3, zeros3, zeros3, zeros3],
+            Tout=[t.dtype for t in op.inputs], f=f)
+        with tf.compat.v1.Session() as sess:
+            analytic = sess.run(cpp[1], {xp: x})
+            numeric = np.zeros(x.size)
+            eps = 1e-2
+            for i in range(x.size):
+                e = np.zeros(x.size, np.float32)
+                e[i] = eps
+                e = e.reshape(x.shape)
+                plus = sess.run(objective, {xp: x + e})
+                minus = sess.run(objective, {xp: x - e})
+                numeric[i] = (np.float64(plus) - np.float64(minus)) / (2 * eps)
+    numeric = numeric.reshape(x.shape)
+    assert np.max(np.abs(numeric)) > 0.1
+    np.testing.assert_allclose(analytic, numeric, rtol=2e-2, atol=2e-2 * np.max(np.abs(numeric)))
