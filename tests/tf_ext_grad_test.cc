@@ -239,11 +239,12 @@ TEST(TfExtGrad, AllOpsWithoutGradientInOneError) {
   EXPECT_NE(r.output.find("3 op types (3 nodes) between x and y have no C++ gradient"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Digamma (1 node: 'dg'): TensorFlow has a gradient for it only in "
-                          "Python"),
+  EXPECT_NE(r.output.find("EagerPyFunc (1 node: 'epf'): TensorFlow has a gradient for it only "
+                          "in Python"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Round (1 node: 'r'): TensorFlow has a gradient for it only in Python"),
+  EXPECT_NE(r.output.find("PyFunc (1 node: 'pf'): TensorFlow's Python registry marks it not "
+                          "differentiable"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("Unique (1 node: 'u'): no gradient in any TensorFlow registry"),
@@ -374,12 +375,35 @@ node { name: "y" op: "AddN" input: "s1" input: "s2" input: "s3" attr { key: "T" 
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("d sum(y) / d x:0: float [5] = [2 10 4 8 6]"), std::string::npos)
       << r.output;
+  // No gradient for the ops off the path: with --symbolic_gradients, each op's gradient is
+  // one SymbolicGradient node naming the op.
+  r = RunTool("--graph=" + graph + " --y=y --x=x --feed=x=5:1,5,2,4,3 --symbolic_gradients " +
+              "--dump_backward=" + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d x:0: float [5] = [2 10 4 8 6]"), std::string::npos)
+      << r.output;
   const std::string backward = ReadAll(dump);
-  EXPECT_NE(backward.find("SymbolicGradient"), std::string::npos);
-  // No gradient node for the ops off the path.
+  EXPECT_NE(backward.find("name: \"Square\""), std::string::npos) << backward;
   for (const char* op : {"\"TopKV2\"", "\"GatherV2\"", "\"StopGradient\""}) {
     EXPECT_EQ(backward.find(std::string("name: ") + op), std::string::npos) << op;
   }
+}
+
+// Each op's gradient is inlined as plain ops by default (one graph the Session prunes and
+// optimizes), and gives the same numbers as the SymbolicGradient nodes: the default example
+// passes its numeric check either way, and its backward graph then has no SymbolicGradient.
+TEST(TfExtGrad, GradientsInlinedAsPlainOps) {
+  const std::string dump = TmpFile("example_backward.pbtxt");
+  ToolRun r = RunTool("--check --dump_backward=" + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" ops inlined)"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadAll(dump).find("SymbolicGradient"), std::string::npos);
+  r = RunTool("--check --symbolic_gradients --dump_backward=" + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" ops as SymbolicGradient nodes)"), std::string::npos) << r.output;
+  EXPECT_NE(ReadAll(dump).find("SymbolicGradient"), std::string::npos);
 }
 
 // Import errors carry a hint only where the cause is known: a cycle is called a cycle, and only

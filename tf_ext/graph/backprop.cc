@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/common_runtime/function_body.h"
+#include "tensorflow/core/common_runtime/function_def_utils.h"
+#include "tensorflow/core/common_runtime/inline_function_utils.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
@@ -72,11 +75,33 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
   return grad;
 }
 
+// Replaces the SymbolicGradient node `grad` by the nodes of its op's gradient FunctionDef,
+// specialised to the op's attrs. Its consumers then read the body's outputs directly, so each
+// input's gradient is its own subgraph, pruned when unused.
+absl::Status InlineGradient(Graph* g, Node* grad) {
+  NameAttrList f;
+  TF_RETURN_IF_ERROR(GetNodeAttr(grad->attrs(), "f", &f));
+  gradient::Creator creator;
+  TF_RETURN_IF_ERROR(gradient::GetOpGradientCreator(f.name(), &creator));
+  FunctionDef fdef;
+  TF_RETURN_IF_ERROR(creator(AttrSlice(&f.attr()), &fdef));
+  std::unique_ptr<FunctionBody> body;
+  TF_RETURN_IF_ERROR(
+      FunctionDefToBodyHelper(fdef, AttrSlice(&f.attr()), &g->flib_def(), &body));
+  InlineFunctionBodyOptions options;
+  options.keep_caller_node = InlineFunctionBodyOptions::KeepCallerNode::kDoNotKeep;
+  return InlineFunctionBody(g->flib_def(), g, grad, body.get(), options);
+}
+
 }  // namespace
 
 absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
                           const std::vector<GraphTensor>& dys, const std::vector<GraphTensor>& xs,
-                          std::vector<GraphTensor>* dxs) {
+                          std::vector<GraphTensor>* dxs, const BackpropOptions& options,
+                          BackpropStats* stats) {
+  BackpropStats local_stats;
+  if (stats == nullptr) stats = &local_stats;
+  *stats = BackpropStats();
   if (ys.size() != dys.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(ys.size(), " ys but ", dys.size(), " incoming gradients"));
@@ -84,6 +109,7 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
   TF_RETURN_IF_ERROR(CheckPathHasGradients(*g, path));
   Pending pending;
+  std::vector<Node*> grads;  // the SymbolicGradient nodes added
   for (size_t i = 0; i < ys.size(); ++i) {
     pending[{ys[i].node->id(), ys[i].index}].push_back(dys[i]);
   }
@@ -109,16 +135,32 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
     }
     auto grad = AddSymbolicGradient(g, n, n_dys);
     if (!grad.ok()) return grad.status();
+    grads.push_back(*grad);
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || !path.Carries(e->src(), e->src_output())) continue;
       pending[{e->src()->id(), e->src_output()}].push_back({*grad, e->dst_input()});
     }
   }
+  // Each dx through an Identity: its input edge follows an inlined gradient's output.
   dxs->clear();
   for (const GraphTensor& x : xs) {
     auto dx = Sum(g, &pending, x);
     if (!dx.ok()) return dx.status();
-    dxs->push_back(*dx);
+    Node* out = nullptr;
+    TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/dx"), "Identity")
+                           .Input(dx->node, dx->index)
+                           .Finalize(g, &out));
+    dxs->push_back({out, 0});
+  }
+  stats->gradient_nodes = grads.size();
+  if (!options.inline_gradients) return absl::OkStatus();
+  for (Node* grad : grads) {
+    const std::string name = grad->name();
+    if (absl::Status s = InlineGradient(g, grad); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("cannot inline the gradient node '", name,
+                                                 "': ", s.message()));
+    }
+    ++stats->inlined;
   }
   return absl::OkStatus();
 }

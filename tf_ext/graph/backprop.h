@@ -9,9 +9,13 @@
 // follows only the differentiable path (path_check.h), as Python's tf.gradients does, and
 // computes every x's total derivative in one pass.
 //
-// Each op on the path gets one SymbolicGradient node (resolved at run time through the op's
-// function gradient); outputs of an op on the path that carry no gradient get zeros; an x
-// that y does not depend on gets zeros.
+// Each op on the path gets its function gradient (FDH, or a client gradient converted by
+// tf_ext/grads/unify.h): by default inlined as plain ops (the gradient FunctionDef specialised
+// to the op's attrs), so that the Session prunes what is not fetched (a Conv2D's filter
+// gradient when only d/dx is asked for) and TensorFlow's graph optimizations see one graph;
+// or, with inline_gradients off, as one SymbolicGradient node resolved at run time (it
+// computes the gradients of all the op's inputs). Outputs of an op on the path that carry no
+// gradient get zeros; an x that y does not depend on gets zeros.
 #ifndef TF_EXT_GRAPH_BACKPROP_H_
 #define TF_EXT_GRAPH_BACKPROP_H_
 
@@ -23,12 +27,23 @@
 
 namespace tensorflow::tf_ext {
 
+struct BackpropOptions {
+  bool inline_gradients = true;
+};
+
+struct BackpropStats {
+  int gradient_nodes = 0;  // ops on the path whose gradient was added
+  int inlined = 0;         // of those, inlined as plain ops
+};
+
 // Adds to `g` the nodes computing, for each x, sum_i <dys[i], d ys[i] / d x> (dys: the incoming
-// gradients, one per y, of the y's type and shape); `dxs` receives one tensor per x. Fails,
+// gradients, one per y, of the y's type and shape); `dxs` receives one tensor per x, each
+// the output of an Identity node named tf_ext_grad/dx (uniquified). Fails,
 // naming every op, when an op on the path has no gradient (CheckPathHasGradients).
 absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
                           const std::vector<GraphTensor>& dys, const std::vector<GraphTensor>& xs,
-                          std::vector<GraphTensor>* dxs);
+                          std::vector<GraphTensor>* dxs, const BackpropOptions& options = {},
+                          BackpropStats* stats = nullptr);
 
 }  // namespace tensorflow::tf_ext
 

@@ -32,10 +32,15 @@ struct GradientOptions {
   // Run TensorFlow's graph optimizations (Grappler, constant folding) in the Session. Off by
   // default: on frozen models they copy the weights and slow the run (session_options.h).
   bool optimize_graph = false;
+  // Inline each op's gradient FunctionDef as plain ops (backprop.h); off: one SymbolicGradient
+  // node per op, resolved at run time.
+  bool inline_gradients = true;
 };
 
 struct GradientResult {
   int inlined_calls = 0;       // function call nodes inlined before differentiating
+  int gradient_nodes = 0;      // ops on the path whose gradient was added
+  int inlined_gradients = 0;   // of those, inlined as plain ops
   GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
   double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph

@@ -121,7 +121,12 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   // One pass for all xs: each x's total derivative (backprop.h).
   std::vector<GraphTensor> xs, dxs;
   for (Node* x : x_reads) xs.push_back({x, 0});
-  TF_RETURN_IF_ERROR(AddGradients(&g, {{y_ret, 0}}, {{dy, 0}}, xs, &dxs));
+  BackpropOptions backprop;
+  backprop.inline_gradients = options.inline_gradients;
+  BackpropStats stats;
+  TF_RETURN_IF_ERROR(AddGradients(&g, {{y_ret, 0}}, {{dy, 0}}, xs, &dxs, backprop, &stats));
+  result->gradient_nodes = stats.gradient_nodes;
+  result->inlined_gradients = stats.inlined;
   for (const GraphTensor& dx : dxs) grad_names->push_back(absl::StrCat(dx.node->name(), ":", dx.index));
   g.ToGraphDef(backward);
   return absl::OkStatus();

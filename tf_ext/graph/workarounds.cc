@@ -104,6 +104,62 @@ absl::StatusOr<bool> GroupedConvAsDepthwise(Graph* g, Node* n,
   return true;
 }
 
+// MaxPoolGrad as MaxPoolGradV2, ksize and strides as Const inputs: the same kernel and values
+// (true if rewritten). TensorFlow 2.21's function gradient of MaxPoolGrad (core/ops/nn_grad.cc)
+// has MaxPool's gradient signature (2 arguments where SymbolicGradient passes MaxPoolGrad's 3
+// inputs and 1 incoming gradient), so nothing can differentiate through a MaxPoolGrad node (a
+// second derivative of max pooling); MaxPoolGradV2's gradient (tf_ext/grads/tf/nn_grad.cc) is
+// Python's.
+absl::StatusOr<bool> MaxPoolGradAsV2(Graph* g, Node* n) {
+  std::string padding;
+  std::vector<int32_t> ksize, strides;
+  if (!GetNodeAttr(n->attrs(), "padding", &padding).ok() || padding == "EXPLICIT" ||
+      !GetNodeAttr(n->attrs(), "ksize", &ksize).ok() ||
+      !GetNodeAttr(n->attrs(), "strides", &strides).ok() || n->num_inputs() != 3) {
+    return false;  // MaxPoolGradV2 has no explicit paddings
+  }
+  const std::string name = n->name();
+  std::vector<const Edge*> inputs(3);
+  for (int i = 0; i < 3; ++i) TF_RETURN_IF_ERROR(n->input_edge(i, &inputs[i]));
+  Node* consts[2] = {nullptr, nullptr};
+  const std::vector<int32_t>* lists[2] = {&ksize, &strides};
+  const char* suffix[2] = {"/ksize", "/strides"};
+  for (int k = 0; k < 2; ++k) {
+    Tensor t(DT_INT32, TensorShape({static_cast<int64_t>(lists[k]->size())}));
+    for (size_t i = 0; i < lists[k]->size(); ++i) t.vec<int32_t>()(i) = (*lists[k])[i];
+    TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(name + suffix[k]), "Const")
+                           .Attr("dtype", DT_INT32)
+                           .Attr("value", t)
+                           .Finalize(g, &consts[k]));
+  }
+  // (destination, input; -1 = control). Copied: RemoveNode frees the edges.
+  std::vector<std::pair<Node*, int>> consumers;
+  for (const Edge* e : n->out_edges()) {
+    consumers.push_back({e->dst(), e->IsControlEdge() ? -1 : e->dst_input()});
+  }
+  NodeBuilder builder(name, "MaxPoolGradV2");
+  for (const Edge* e : inputs) builder.Input(e->src(), e->src_output());
+  builder.Input(consts[0]).Input(consts[1]);
+  for (const char* attr : {"T", "padding", "data_format"}) {
+    if (const AttrValue* v = n->attrs().Find(attr)) builder.Attr(attr, *v);
+  }
+  for (const Edge* e : n->in_edges()) {
+    if (e->IsControlEdge()) builder.ControlInput(e->src());
+  }
+  const std::string device = n->requested_device();
+  g->RemoveNode(n);  // frees the name for the replacement
+  Node* v2 = nullptr;
+  TF_RETURN_IF_ERROR(builder.Device(device).Finalize(g, &v2));
+  for (const auto& [dst, input] : consumers) {
+    if (input < 0) {
+      g->AddControlEdge(v2, dst);
+    } else {
+      g->AddEdge(v2, 0, dst, input);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g) {
@@ -127,6 +183,10 @@ absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g) {
       auto rewritten = GroupedConvAsDepthwise(g, n, ctx);  // may delete n
       if (!rewritten.ok()) return rewritten.status();
       done.grouped_convs += *rewritten;
+    } else if (n->type_string() == "MaxPoolGrad") {
+      auto rewritten = MaxPoolGradAsV2(g, n);  // may delete n
+      if (!rewritten.ok()) return rewritten.status();
+      done.max_pool_grads += *rewritten;
     }
   }
   return done;

@@ -9,6 +9,11 @@
 //    ("filter_size does not have enough elements"). A Conv2D with one input channel per group
 //    (Keras ConvNeXt's depthwise layers: filter [kh, kw, 1, C*m] on C channels) becomes
 //    DepthwiseConv2dNative with the filter reshaped to [kh, kw, C, m] (same channel order).
+//  * max_pool_grads: the function gradient of MaxPoolGrad (core/ops/nn_grad.cc) has the wrong
+//    signature (MaxPool's: 2 arguments), so a graph holding MaxPoolGrad (a gradient graph,
+//    differentiated again for a second derivative) cannot be differentiated: MaxPoolGrad
+//    becomes MaxPoolGradV2 (the same kernel; ksize and strides as Const inputs), whose gradient
+//    tf_ext adds (tf_ext/grads/tf/nn_grad.cc).
 #ifndef TF_EXT_GRAPH_WORKAROUNDS_H_
 #define TF_EXT_GRAPH_WORKAROUNDS_H_
 
@@ -21,6 +26,7 @@ namespace tensorflow::tf_ext {
 struct GradientWorkarounds {
   int negative_axes = 0;
   int grouped_convs = 0;
+  int max_pool_grads = 0;
 };
 
 absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g);

@@ -30,7 +30,7 @@ namespace {
 struct Flags {
   std::string graph, y, x, library, save, dump_backward;
   std::vector<std::string> feeds;
-  bool check = false, optimize = false;
+  bool check = false, optimize = false, symbolic_gradients = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
@@ -61,6 +61,9 @@ void DeclareFlags(FlagParser* p, Flags* f) {
           "run TensorFlow's graph optimizations (Grappler, constant folding) on the backward "
           "graph; off by default: on frozen models they copy the weights and cost more time "
           "than they save");
+  p->Bool("symbolic_gradients", &f->symbolic_gradients,
+          "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
+          "gradients of all its inputs) instead of inlining each op's gradient as plain ops");
   p->Int("projections", &f->projections,
          "--check along N random +-1 directions per x (default: elementwise for\n"
          "xs of <= 256 elements, else 16); 0: always elementwise",
@@ -150,11 +153,14 @@ int Main(int argc, char** argv) {
   options.keep_backward_graph = !flags.dump_backward.empty();
   options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
   options.optimize_graph = flags.optimize;
+  options.inline_gradients = !flags.symbolic_gradients;
   if (absl::Status s = ComputeGraphGradients(&request, &result, options); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   std::cout << "built the backward graph in " << absl::StrFormat("%.2f", result.build_seconds)
-            << " s (" << result.backward_nodes << " nodes";
+            << " s (" << result.backward_nodes << " nodes, gradients of "
+            << result.gradient_nodes << " ops"
+            << (result.inlined_gradients > 0 ? " inlined" : " as SymbolicGradient nodes");
   if (result.inlined_calls > 0) std::cout << ", " << result.inlined_calls << " function calls inlined";
   if (result.workarounds.negative_axes > 0) {
     std::cout << ", " << result.workarounds.negative_axes
