@@ -3,6 +3,7 @@
 #define TF_EXT_GRAPH_GRADIENT_REQUEST_H_
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct GradientResult {
   int backward_nodes = 0;      // nodes of the forward + backward graph
   GraphDef backward_graph;     // forward + backward, as run (GradientOptions::keep_backward_graph)
   std::unique_ptr<Session> session;
+  // What the run fetched from `session`, to run it again: y, then d sum(y) / d x per x.
+  std::vector<std::string> fetches;
 };
 
 }  // namespace tensorflow::tf_ext

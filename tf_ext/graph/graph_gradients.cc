@@ -163,6 +163,7 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
     if (fed(ref.ToString()) == nullptr) fetches.push_back(ref.ToString());
   }
   std::vector<Tensor> outs;
+  result->fetches.assign(fetches.begin(), fetches.begin() + 1 + grad_names.size());
   TF_RETURN_IF_ERROR(result->session->Run(feeds, fetches, {}, &outs));
   result->y = outs[0];
   const size_t n = req.xs.size();

@@ -3,22 +3,26 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
-//               [--optimize]
+//               [--optimize] [--symbolic_gradients] [--benchmark=N]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
-#include <sys/resource.h>
-
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/graph/graph_gradients.h"
 #include "tf_ext/tools/default_example.h"
@@ -34,8 +38,25 @@ struct Flags {
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
+  int benchmark = 0;
   uint64_t seed = 0;
 };
+
+// This process's peak resident memory in MB (VmHWM: getrusage's ru_maxrss would include the
+// peak of whatever process exec'ed this one), or -1.
+int64_t PeakResidentMb() {
+  std::ifstream status("/proc/self/status");  // size 0 in stat: read it as a stream
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "VmHWM:")) continue;
+    int64_t kb = 0;
+    if (absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(rest), " kB"), &kb)) {
+      return kb / 1024;
+    }
+  }
+  return -1;
+}
 
 void DeclareFlags(FlagParser* p, Flags* f) {
   p->String("graph", &f->graph, "forward GraphDef (text or binary); default: the built-in example")
@@ -64,6 +85,11 @@ void DeclareFlags(FlagParser* p, Flags* f) {
   p->Bool("symbolic_gradients", &f->symbolic_gradients,
           "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
           "gradients of all its inputs) instead of inlining each op's gradient as plain ops");
+  p->Int("benchmark", &f->benchmark,
+         "after the first run, time N more runs of the built gradient and print\n"
+         "\"steady state over N runs: min X ms, median Y ms\"",
+         0)
+      .ValueName("N");
   p->Int("projections", &f->projections,
          "--check along N random +-1 directions per x (default: elementwise for\n"
          "xs of <= 256 elements, else 16); 0: always elementwise",
@@ -173,10 +199,23 @@ int Main(int argc, char** argv) {
   std::cout << "), ran it in " << absl::StrFormat("%.2f", result.run_seconds) << " s\n";
   // A frozen model's weights are copied by every graph representation that holds them
   // (GradientOptions): the peak says how many copies a run needed.
-  struct rusage usage;
-  if (getrusage(RUSAGE_SELF, &usage) == 0) {
-    std::cout << "peak resident memory: " << usage.ru_maxrss / 1024 << " MB\n";
+  if (flags.benchmark > 0) {
+    const auto feeds = SessionFeeds(request);
+    std::vector<double> ms;
+    for (int i = 0; i < flags.benchmark; ++i) {
+      std::vector<Tensor> outs;
+      const uint64_t start = EnvTime::NowMicros();
+      if (absl::Status s = result.session->Run(feeds, result.fetches, {}, &outs); !s.ok()) {
+        return Fail(absl::StrCat("benchmark run ", i + 1, " failed: ", s.message()));
+      }
+      ms.push_back((EnvTime::NowMicros() - start) / 1000.0);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::cout << "steady state over " << flags.benchmark << " runs: min "
+              << absl::StrFormat("%.1f", ms.front()) << " ms, median "
+              << absl::StrFormat("%.1f", ms[ms.size() / 2]) << " ms\n";
   }
+  std::cout << "peak resident memory: " << PeakResidentMb() << " MB\n";
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {
