@@ -25,7 +25,10 @@ const std::vector<std::string> kFloatAndDouble = {
     "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad", "SoftplusGrad", "TanhGrad", "SigmoidGrad",
     "SqrtGrad", "RsqrtGrad", "ReciprocalGrad", "Round", "Rint", "Ceil", "BiasAddGrad",
     "AvgPoolGrad", "Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropInput",
-    "DepthwiseConv2dNativeBackpropFilter",
+    "DepthwiseConv2dNativeBackpropFilter", "Digamma", "Dawsn", "Expint", "FresnelCos", "FresnelSin",
+    "Spence", "BesselI0", "BesselI0e", "BesselI1", "BesselI1e", "BesselJ0", "BesselJ1", "BesselK0",
+    "BesselK0e", "BesselK1", "BesselK1e", "BesselY0", "BesselY1", "Igamma", "Igammac", "Betainc",
+    "Zeta", "Polygamma",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
@@ -33,7 +36,8 @@ const std::vector<std::string> kFloatOnly = {
 };
 
 // Second configuration of each op (the first: tf_core_gradcheck_spec.txt). Inputs stay away
-// from the kinks (0 and 6 of Relu6, integers and half-integers of Ceil / Round / Rint).
+// from the kinks (0 and 6 of Relu6, integers and half-integers of Ceil / Round / Rint) and from
+// the points where a closed form divides by x.
 constexpr char kSecondConfigs[] =
     "ReluGrad gradients=8@-2:2 features=values:-3,-1.5,-0.6,-0.1,0.1,0.7,1.9,4\n"
     "Relu6Grad gradients=8@-2:2 features=values:-3,-0.1,0.1,1.9,4,5.9,6.1,9\n"
@@ -73,7 +77,32 @@ constexpr char kSecondConfigs[] =
     "nondiff=mean,variance dtypes=float\n"
     "FusedBatchNormV2 x=2x3x2x2@-1:1 scale=3@0.5:1.5 offset=3@-1:1 mean=3@-0.5:0.5 "
     "variance=3@0.5:1.5 attr.is_training=false attr.data_format=NCHW attr.epsilon=0.01 "
-    "attr.U=float nondiff=mean,variance dtypes=float\n";
+    "attr.U=float nondiff=mean,variance dtypes=float\n"
+    // Special functions: other ranges; scalars broadcast against tensors (the gradient of a
+    // broadcast input is summed).
+    "Digamma x=3x4@2:8\n"
+    "Dawsn x=3x4@-5:5\n"
+    "Expint x=3x4@-3:-0.5\n"
+    "FresnelCos x=3x4@-3:3\n"
+    "FresnelSin x=3x4@-3:3\n"
+    "Spence x=3x4@1.5:4\n"
+    "BesselI0 x=3x4@-4:4\n"
+    "BesselI0e x=3x4@-4:4\n"
+    "BesselI1 x=3x4@-4:4\n"
+    "BesselI1e x=3x4@-4:4\n"
+    "BesselJ0 x=3x4@-6:6\n"
+    "BesselJ1 x=3x4@-6:6\n"
+    "BesselK0 x=3x4@1:6\n"
+    "BesselK0e x=3x4@1:6\n"
+    "BesselK1 x=3x4@1:6\n"
+    "BesselK1e x=3x4@1:6\n"
+    "BesselY0 x=3x4@1:6\n"
+    "BesselY1 x=3x4@1:6\n"
+    "Igamma a=scalar:2 x=3x4@0.3:5\n"
+    "Igammac a=3x4@1:4 x=scalar:1.5\n"
+    "Betainc a=scalar:2 b=scalar:3 x=3x4@0.05:0.95 nondiff=a,b\n"
+    "Zeta x=scalar:2.5 q=3x4@0.5:3 nondiff=x\n"
+    "Polygamma a=scalar:1 x=3x4@0.5:3 nondiff=a\n";
 
 std::string OpList() {
   std::string list;

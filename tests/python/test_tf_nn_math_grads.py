@@ -321,3 +321,46 @@ def test_training_batch_norm_grad_grad_matches_finite_differences():
     numeric = numeric.reshape(x.shape)
     assert np.max(np.abs(numeric)) > 0.1
     np.testing.assert_allclose(analytic, numeric, rtol=2e-2, atol=2e-2 * np.max(np.abs(numeric)))
+
+
+# ------------------------------------------------------------------------------------------
+# Special functions, including the points where Python imputes a limit (x = 0 for BesselI1,
+# BesselI1e, BesselJ1; x = 1 for Spence).
+
+UNARY_SPECIAL = [
+    ("Digamma", 0.5, 4.0), ("Dawsn", -3.0, 3.0), ("Expint", 0.3, 3.0),
+    ("FresnelCos", -2.0, 2.0), ("FresnelSin", -2.0, 2.0), ("Spence", 0.2, 3.0),
+    ("BesselI0", -3.0, 3.0), ("BesselI0e", -3.0, 3.0), ("BesselI1", -3.0, 3.0),
+    ("BesselI1e", -3.0, 3.0), ("BesselJ0", -5.0, 5.0), ("BesselJ1", -5.0, 5.0),
+    ("BesselK0", 0.5, 4.0), ("BesselK0e", 0.5, 4.0), ("BesselK1", 0.5, 4.0),
+    ("BesselK1e", 0.5, 4.0), ("BesselY0", 0.5, 4.0), ("BesselY1", 0.5, 4.0),
+]
+# Points where the closed form is 0/0 and Python substitutes the limit.
+IMPUTED = {"BesselI1": 0.0, "BesselI1e": 0.0, "BesselJ1": 0.0, "Spence": 1.0}
+
+
+@pytest.mark.parametrize("op,lo,hi", UNARY_SPECIAL, ids=[u[0] for u in UNARY_SPECIAL])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_special_unary(op, lo, hi, dtype):
+    x = grid((3, 4), dtype, lo, hi, seed=30)
+    if op in IMPUTED:
+        x.flat[5] = IMPUTED[op]
+    fn = getattr(tf.raw_ops, op)
+    compare(lambda: fn(x=x), 1e-5 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_special_binary(dtype):
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    a = grid((3, 4), dtype, 0.5, 3, seed=31)
+    x = grid((3, 4), dtype, 0.3, 4, seed=32)
+    u = grid((3, 4), dtype, 0.05, 0.95, seed=33)
+    for op in ("Igamma", "Igammac"):
+        compare(lambda: getattr(tf.raw_ops, op)(a=a, x=x), tol)
+        compare(lambda: getattr(tf.raw_ops, op)(a=np.array(2.0, dtype), x=x), tol)  # broadcast
+    compare(lambda: tf.raw_ops.Betainc(a=a, b=x, x=u), tol)
+    compare(lambda: tf.raw_ops.Betainc(a=np.array(1.0, dtype), b=np.array(3.0, dtype), x=u), tol)
+    compare(lambda: tf.raw_ops.Zeta(x=a + 1.2, q=x), tol)
+    compare(lambda: tf.raw_ops.Zeta(x=np.array(2.5, dtype), q=x), tol)
+    compare(lambda: tf.raw_ops.Polygamma(a=np.round(a), x=x), tol)
+    compare(lambda: tf.raw_ops.Polygamma(a=np.array(1.0, dtype), x=x), tol)

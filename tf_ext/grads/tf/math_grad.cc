@@ -4,6 +4,7 @@
 //
 // Checked against numeric Jacobians: tf_ext/tools/tf_core_gradcheck_spec.txt (`make gradcheck`).
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,286 @@ absl::Status CeilGrad(const AttrSlice& attrs, FunctionDef* g) {
   return PiecewiseConstantGrad("Ceil", attrs, g);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Special functions (Python's math_grad.py). Real types only, as their kernels.
+
+const std::vector<DataType> kFloatDouble = {DT_FLOAT, DT_DOUBLE};
+
+// Element-wise special function y = f(x): d(x) = d(y) * f'(x), where `derivative` adds the
+// nodes of f'(x) (reading x, and y where the closed form uses it) and returns its name.
+absl::Status SpecialUnaryGrad(
+    const std::string& op, const std::vector<DataType>& types, const AttrSlice& attrs,
+    FunctionDef* g,
+    const std::function<std::string(grad::GradBuilder&, const grad::NodeAttrs&)>& derivative) {
+  grad::GradBuilder b(op, attrs);
+  b.RequireTypes("T", types);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string deriv = derivative(b, t);
+  // d(x) = d(y) * f'(x)
+  b.Return("x", b.Add({{"dx"}, "Mul", {grad::GradName("y"), deriv}, t}));
+  return b.Build(g);
+}
+
+// where(x == 0, at_zero, value): the closed forms below divide by x, whose limit at 0 is known.
+std::string AtZero(grad::GradBuilder& b, const grad::NodeAttrs& t, double at_zero,
+                   const std::string& value) {
+  const std::string zero = b.TypedConst("zero", 0.0);
+  const std::string limit = b.TypedConst("limit_at_zero", at_zero);
+  b.Add({{"is_zero"}, "Equal", {"x", zero}, t});
+  b.Add({{"limit"}, "ZerosLike", {"x"}, t});
+  b.Add({{"limit_b"}, "AddV2", {"limit", limit}, t});                   // at_zero, x's shape
+  return b.Add({{"deriv"}, "Select", {"is_zero", "limit_b", value}, t});
+}
+
+absl::Status DigammaGrad(const AttrSlice& attrs, FunctionDef* g) {
+  // Polygamma has float and double kernels only (Python's gradient fails for half too).
+  return SpecialUnaryGrad("Digamma", kFloatDouble, attrs, g, [](auto& b, const auto& t) {
+    const std::string one = b.TypedConst("one", 1.0);
+    return b.Add({{"trigamma"}, "Polygamma", {one, "x"}, t});  // digamma'(x) = polygamma(1, x)
+  });
+}
+
+absl::Status DawsnGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("Dawsn", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    const std::string one = b.TypedConst("one", 1.0), two = b.TypedConst("two", 2.0);
+    b.Add({{"xy"}, "Mul", {"x", "y"}, t});
+    b.Add({{"two_xy"}, "Mul", {"xy", two}, t});
+    return b.Add({{"deriv"}, "Sub", {one, "two_xy"}, t});  // dawsn'(x) = 1 - 2 x y
+  });
+}
+
+absl::Status ExpintGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("Expint", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"exp_x"}, "Exp", {"x"}, t});
+    return b.Add({{"deriv"}, "RealDiv", {"exp_x", "x"}, t});  // Ei'(x) = exp(x) / x
+  });
+}
+
+// FresnelCos / FresnelSin: C'(x) = cos(pi/2 x^2), S'(x) = sin(pi/2 x^2).
+absl::Status FresnelGrad(const std::string& op, const std::string& trig, const AttrSlice& attrs,
+                         FunctionDef* g) {
+  return SpecialUnaryGrad(op, kRealFloatTypes, attrs, g, [&](auto& b, const auto& t) {
+    const std::string half_pi = b.TypedConst("half_pi", M_PI / 2);
+    b.Add({{"x2"}, "Square", {"x"}, t});
+    b.Add({{"arg"}, "Mul", {"x2", half_pi}, t});               // pi/2 x^2
+    return b.Add({{"deriv"}, trig, {"arg"}, t});
+  });
+}
+absl::Status FresnelCosGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return FresnelGrad("FresnelCos", "Cos", attrs, g);
+}
+absl::Status FresnelSinGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return FresnelGrad("FresnelSin", "Sin", attrs, g);
+}
+
+absl::Status SpenceGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("Spence", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    const std::string one = b.TypedConst("one", 1.0);
+    const std::string minus_one = b.TypedConst("minus_one", -1.0);
+    b.Add({{"log_x"}, "Log", {"x"}, t});
+    b.Add({{"one_minus_x"}, "Sub", {one, "x"}, t});
+    b.Add({{"ratio"}, "RealDiv", {"log_x", "one_minus_x"}, t});  // log(x) / (1 - x)
+    b.Add({{"is_one"}, "Equal", {"x", one}, t});
+    b.Add({{"zeros"}, "ZerosLike", {"x"}, t});
+    b.Add({{"minus_ones"}, "AddV2", {"zeros", minus_one}, t});
+    // spence'(x) = log(x) / (1 - x), -1 at x = 1 (its limit)
+    return b.Add({{"deriv"}, "Select", {"is_one", "minus_ones", "ratio"}, t});
+  });
+}
+
+// I0' = I1.
+absl::Status BesselI0Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselI0", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    return b.Add({{"deriv"}, "BesselI1", {"x"}, t});
+  });
+}
+// i0e = exp(-|x|) I0: i0e' = i1e - sign(x) i0e.
+absl::Status BesselI0eGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselI0e", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"i1e"}, "BesselI1e", {"x"}, t});
+    b.Add({{"sign"}, "Sign", {"x"}, t});
+    b.Add({{"sign_y"}, "Mul", {"sign", "y"}, t});
+    return b.Add({{"deriv"}, "Sub", {"i1e", "sign_y"}, t});
+  });
+}
+// I1' = I0 - I1 / x (1 at x = 0).
+absl::Status BesselI1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselI1", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"i0"}, "BesselI0", {"x"}, t});
+    b.Add({{"y_over_x"}, "RealDiv", {"y", "x"}, t});
+    return AtZero(b, t, 1.0, b.Add({{"value"}, "Sub", {"i0", "y_over_x"}, t}));
+  });
+}
+// i1e = exp(-|x|) I1: i1e' = i0e - i1e (sign(x) + 1/x) (0.5 at x = 0).
+absl::Status BesselI1eGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselI1e", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"i0e"}, "BesselI0e", {"x"}, t});
+    b.Add({{"sign"}, "Sign", {"x"}, t});
+    b.Add({{"inv_x"}, "Reciprocal", {"x"}, t});
+    b.Add({{"factor"}, "AddV2", {"sign", "inv_x"}, t});
+    b.Add({{"y_factor"}, "Mul", {"y", "factor"}, t});
+    return AtZero(b, t, 0.5, b.Add({{"value"}, "Sub", {"i0e", "y_factor"}, t}));
+  });
+}
+// K0' = -K1.
+absl::Status BesselK0Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselK0", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"k1"}, "BesselK1", {"x"}, t});
+    return b.Add({{"deriv"}, "Neg", {"k1"}, t});
+  });
+}
+// k0e = exp(x) K0: k0e' = k0e - k1e.
+absl::Status BesselK0eGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselK0e", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"k1e"}, "BesselK1e", {"x"}, t});
+    return b.Add({{"deriv"}, "Sub", {"y", "k1e"}, t});
+  });
+}
+// K1' = -K0 - K1 / x.
+absl::Status BesselK1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselK1", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"k0"}, "BesselK0", {"x"}, t});
+    b.Add({{"neg_k0"}, "Neg", {"k0"}, t});
+    b.Add({{"y_over_x"}, "RealDiv", {"y", "x"}, t});
+    return b.Add({{"deriv"}, "Sub", {"neg_k0", "y_over_x"}, t});
+  });
+}
+// k1e = exp(x) K1: k1e' = k1e (1 - 1/x) - k0e.
+absl::Status BesselK1eGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselK1e", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    const std::string one = b.TypedConst("one", 1.0);
+    b.Add({{"k0e"}, "BesselK0e", {"x"}, t});
+    b.Add({{"inv_x"}, "Reciprocal", {"x"}, t});
+    b.Add({{"factor"}, "Sub", {one, "inv_x"}, t});
+    b.Add({{"y_factor"}, "Mul", {"y", "factor"}, t});
+    return b.Add({{"deriv"}, "Sub", {"y_factor", "k0e"}, t});
+  });
+}
+// J0' = -J1.
+absl::Status BesselJ0Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselJ0", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"j1"}, "BesselJ1", {"x"}, t});
+    return b.Add({{"deriv"}, "Neg", {"j1"}, t});
+  });
+}
+// J1' = J0 - J1 / x (0.5 at x = 0).
+absl::Status BesselJ1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselJ1", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"j0"}, "BesselJ0", {"x"}, t});
+    b.Add({{"y_over_x"}, "RealDiv", {"y", "x"}, t});
+    return AtZero(b, t, 0.5, b.Add({{"value"}, "Sub", {"j0", "y_over_x"}, t}));
+  });
+}
+// Y0' = -Y1.
+absl::Status BesselY0Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselY0", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"y1"}, "BesselY1", {"x"}, t});
+    return b.Add({{"deriv"}, "Neg", {"y1"}, t});
+  });
+}
+// Y1' = Y0 - Y1 / x.
+absl::Status BesselY1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  return SpecialUnaryGrad("BesselY1", kRealFloatTypes, attrs, g, [](auto& b, const auto& t) {
+    b.Add({{"y0"}, "BesselY0", {"x"}, t});
+    b.Add({{"y_over_x"}, "RealDiv", {"y", "x"}, t});
+    return b.Add({{"deriv"}, "Sub", {"y0", "y_over_x"}, t});
+  });
+}
+
+// Igamma(a, x) = P(a, x) (regularised lower incomplete gamma), Igammac = 1 - P: the same
+// partial derivatives, negated for Igammac (`sign`).
+absl::Status IncompleteGammaGrad(const std::string& op, double sign, const AttrSlice& attrs,
+                                 FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.RequireTypes("T", kFloatDouble);  // IgammaGradA has float and double kernels
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string dz = grad::GradName("z");
+  const std::string one = b.TypedConst("one", 1.0);
+  const std::string s = b.TypedConst("sign", sign);
+  b.Add({{"partial_a"}, "IgammaGradA", {"a", "x"}, t});       // dP/da
+  // dP/dx = x^(a-1) exp(-x) / Gamma(a), in log space: exp(-x + (a-1) log x - lgamma(a))
+  b.Add({{"a_minus_1"}, "Sub", {"a", one}, t});
+  b.Add({{"log_x"}, "Log", {"x"}, t});
+  b.Add({{"a1_log_x"}, "Mul", {"a_minus_1", "log_x"}, t});
+  b.Add({{"a1_log_x_minus_x"}, "Sub", {"a1_log_x", "x"}, t});
+  b.Add({{"lgamma_a"}, "Lgamma", {"a"}, t});
+  b.Add({{"log_partial_x"}, "Sub", {"a1_log_x_minus_x", "lgamma_a"}, t});
+  b.Add({{"partial_x"}, "Exp", {"log_partial_x"}, t});
+  b.Add({{"signed_dz"}, "Mul", {dz, s}, t});                  // d(z), negated for Igammac
+  b.Add({{"grad_a"}, "Mul", {"partial_a", "signed_dz"}, t});
+  b.Add({{"grad_x"}, "Mul", {"partial_x", "signed_dz"}, t});
+  // d(a), d(x): summed over the axes each was broadcast along
+  const auto [da, dx] = b.ReduceForBroadcast("a", "x", "grad_a", "grad_x");
+  b.Return("a", da).Return("x", dx);
+  return b.Build(g);
+}
+absl::Status IgammaGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return IncompleteGammaGrad("Igamma", 1.0, attrs, g);
+}
+absl::Status IgammacGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return IncompleteGammaGrad("Igammac", -1.0, attrs, g);
+}
+
+// Betainc(a, b, x) = I_x(a, b): Python differentiates x only (a and b get zeros).
+absl::Status BetaincGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Betainc", attrs);
+  b.RequireTypes("T", kFloatDouble);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string one = b.TypedConst("one", 1.0);
+  // log B(a, b) = lgamma(a) + lgamma(b) - lgamma(a + b)
+  b.Add({{"lgamma_a"}, "Lgamma", {"a"}, t});
+  b.Add({{"lgamma_b"}, "Lgamma", {"b"}, t});
+  b.Add({{"a_plus_b"}, "AddV2", {"a", "b"}, t});
+  b.Add({{"lgamma_ab"}, "Lgamma", {"a_plus_b"}, t});
+  b.Add({{"lgamma_sum"}, "AddV2", {"lgamma_a", "lgamma_b"}, t});
+  b.Add({{"log_beta"}, "Sub", {"lgamma_sum", "lgamma_ab"}, t});
+  // dI/dx = (1-x)^(b-1) x^(a-1) / B(a, b) = exp(xlog1py(b-1, -x) + xlogy(a-1, x) - log B)
+  b.Add({{"b_minus_1"}, "Sub", {"b", one}, t});
+  b.Add({{"a_minus_1"}, "Sub", {"a", one}, t});
+  b.Add({{"neg_x"}, "Neg", {"x"}, t});
+  b.Add({{"log_1mx"}, "Xlog1py", {"b_minus_1", "neg_x"}, t});  // (b-1) log(1-x), 0 if b = 1
+  b.Add({{"log_x"}, "Xlogy", {"a_minus_1", "x"}, t});          // (a-1) log(x), 0 if a = 1
+  b.Add({{"log_sum"}, "AddV2", {"log_1mx", "log_x"}, t});
+  b.Add({{"log_partial_x"}, "Sub", {"log_sum", "log_beta"}, t});
+  b.Add({{"partial_x"}, "Exp", {"log_partial_x"}, t});
+  b.Add({{"grad_x"}, "Mul", {"partial_x", grad::GradName("z")}, t});
+  // d(x) summed over the axes x was broadcast along (against a's shape, as Python)
+  b.Return("x", b.ReduceForBroadcast("a", "x", "grad_x", "grad_x").second);
+  b.NotDifferentiable("a");  // Python: None
+  b.NotDifferentiable("b");  // Python: None
+  return b.Build(g);
+}
+
+// Zeta(x, q) = sum_k (k + q)^-x (Hurwitz): Python differentiates q only.
+absl::Status ZetaGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Zeta", attrs);
+  b.RequireTypes("T", kFloatDouble);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string one = b.TypedConst("one", 1.0);
+  b.Add({{"x_plus_1"}, "AddV2", {"x", one}, t});
+  b.Add({{"zeta_x1"}, "Zeta", {"x_plus_1", "q"}, t});
+  b.Add({{"x_zeta"}, "Mul", {"x", "zeta_x1"}, t});
+  b.Add({{"partial_q"}, "Neg", {"x_zeta"}, t});                  // dzeta/dq = -x zeta(x+1, q)
+  b.Add({{"grad_q"}, "Mul", {"partial_q", grad::GradName("z")}, t});
+  b.Return("q", b.ReduceForBroadcast("x", "q", "grad_q", "grad_q").second);
+  b.NotDifferentiable("x");  // Python: None
+  return b.Build(g);
+}
+
+// Polygamma(a, x) = psi^(a)(x): Python differentiates x only.
+absl::Status PolygammaGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Polygamma", attrs);
+  b.RequireTypes("T", kFloatDouble);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string one = b.TypedConst("one", 1.0);
+  b.Add({{"a_plus_1"}, "AddV2", {"a", one}, t});
+  b.Add({{"partial_x"}, "Polygamma", {"a_plus_1", "x"}, t});     // d psi^(a)/dx = psi^(a+1)
+  b.Add({{"grad_x"}, "Mul", {"partial_x", grad::GradName("z")}, t});
+  b.Return("x", b.ReduceForBroadcast("a", "x", "grad_x", "grad_x").second);
+  b.NotDifferentiable("a");  // Python: None
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("Erfc", ErfcGrad);
@@ -148,5 +429,29 @@ TF_EXT_REGISTER_TF_GRADIENT("ReciprocalGrad", ReciprocalGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Round", RoundGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Rint", RintGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Ceil", CeilGrad);
+
+TF_EXT_REGISTER_TF_GRADIENT("Digamma", DigammaGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Dawsn", DawsnGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Expint", ExpintGrad);
+TF_EXT_REGISTER_TF_GRADIENT("FresnelCos", FresnelCosGrad);
+TF_EXT_REGISTER_TF_GRADIENT("FresnelSin", FresnelSinGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Spence", SpenceGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselI0", BesselI0Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselI0e", BesselI0eGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselI1", BesselI1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselI1e", BesselI1eGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselK0", BesselK0Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselK0e", BesselK0eGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselK1", BesselK1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselK1e", BesselK1eGrad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselJ0", BesselJ0Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselJ1", BesselJ1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselY0", BesselY0Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BesselY1", BesselY1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("Igamma", IgammaGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Igammac", IgammacGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Betainc", BetaincGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Zeta", ZetaGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Polygamma", PolygammaGrad);
 
 }  // namespace tensorflow::tf_ext
