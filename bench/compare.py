@@ -1,7 +1,7 @@
 """Before/after table of two `make bench` JSON files: per workload and baseline, the tf_ext
 speedup (baseline median / tf_ext median, measured in the same run) in each.
 
-    python bench/compare.py docs/bench_before.json bench_results/bench.json
+    python bench/compare.py docs/bench.json bench_results/bench.json
 """
 
 import json

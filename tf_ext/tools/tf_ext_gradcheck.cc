@@ -254,7 +254,8 @@ int Main(int argc, char** argv) {
   parser.String("registries", &registries,
                 "instead of checking: how many ops have a function gradient, a client\n"
                 "gradient, both or neither, before and after tf_ext unifies TensorFlow's two\n"
-                "C++ gradient registries (after loading --library, if given); =full also\n"
+                "C++ gradient registries (after loading the op library, unless\n"
+                "--library=none); =full also\n"
                 "lists every op still lacking in each registry")
       .ValueName("full")
       .ImplicitValue("summary")
