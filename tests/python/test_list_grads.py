@@ -95,6 +95,9 @@ LIST_CASES = {
     "two_consumers": lambda x: (lambda lst: L.tensor_list_get_item(lst, 0, x.dtype) * 3.0
                                 + stack(lst, x)[2] * L.tensor_list_get_item(lst, 2, x.dtype))(
         from_tensor(x)),
+    # Two partial gradient lists (element 1 uninitialised in both) summed, then stacked.
+    "two_get_items": lambda x: (lambda lst: L.tensor_list_get_item(lst, 0, x.dtype)
+                                * L.tensor_list_get_item(lst, 2, x.dtype))(from_tensor(x)),
     "reserve_set_get": lambda x: L.tensor_list_get_item(
         L.tensor_list_set_item(L.tensor_list_reserve([2], 3, x.dtype), 1, x[0] * x[1]), 1,
         x.dtype),
@@ -175,49 +178,48 @@ def test_list_ops_have_cpp_gradients():
 # ---------------------------------------------------------------------------------------------
 # TensorArrayV3 graphs (x of shape (3, 2)).
 
-def ta(size=3, shape=(2,), **kw):
-    return R.TensorArrayV3(size=size, dtype=tf.float32, element_shape=tf.TensorShape(shape),
-                           **kw)
+def ta(x, size=3, shape=(2,), **kw):
+    return R.TensorArrayV3(size=size, dtype=x.dtype, element_shape=tf.TensorShape(shape), **kw)
 
 
 def ta_write_read(x):
-    h, flow = ta()
+    h, flow = ta(x)
     for i in range(3):
         flow = R.TensorArrayWriteV3(handle=h, index=i, value=x[i] * float(i + 1), flow_in=flow)
-    a = R.TensorArrayReadV3(handle=h, index=0, flow_in=flow, dtype=tf.float32)
-    b = R.TensorArrayReadV3(handle=h, index=2, flow_in=flow, dtype=tf.float32)
+    a = R.TensorArrayReadV3(handle=h, index=0, flow_in=flow, dtype=x.dtype)
+    b = R.TensorArrayReadV3(handle=h, index=2, flow_in=flow, dtype=x.dtype)
     return a * b + a  # element 1 is never read: its write gets zeros
 
 
 def ta_scatter_gather(x):
-    h, flow = ta()
+    h, flow = ta(x)
     flow = R.TensorArrayScatterV3(handle=h, indices=[2, 0, 1], value=x * x, flow_in=flow)
-    return R.TensorArrayGatherV3(handle=h, indices=[1, 2], flow_in=flow, dtype=tf.float32,
+    return R.TensorArrayGatherV3(handle=h, indices=[1, 2], flow_in=flow, dtype=x.dtype,
                                  element_shape=tf.TensorShape([2]))
 
 
 def ta_split_concat(x):
-    h, flow = ta(shape=(1, 2))
+    h, flow = ta(x, shape=(1, 2))
     flow = R.TensorArraySplitV3(handle=h, value=x * 2.0, lengths=tf.constant([1, 1, 1], tf.int64),
                                 flow_in=flow)
-    return R.TensorArrayConcatV3(handle=h, flow_in=flow, dtype=tf.float32)[0] ** 2
+    return R.TensorArrayConcatV3(handle=h, flow_in=flow, dtype=x.dtype)[0] ** 2
 
 
 def ta_split_concat_ragged(x):
-    h, flow = R.TensorArrayV3(size=2, dtype=tf.float32, identical_element_shapes=False)
+    h, flow = R.TensorArrayV3(size=2, dtype=x.dtype, identical_element_shapes=False)
     flow = R.TensorArraySplitV3(handle=h, value=x * 2.0, lengths=tf.constant([1, 2], tf.int64),
                                 flow_in=flow)
-    return R.TensorArrayConcatV3(handle=h, flow_in=flow, dtype=tf.float32)[0] ** 2
+    return R.TensorArrayConcatV3(handle=h, flow_in=flow, dtype=x.dtype)[0] ** 2
 
 
 def ta_unknown_shape_unread_write(x):
     # Degenerate: an element written but never read, in an array of unknown element shape.
     # Its gradient is read from an unwritten element of the gradient array: zeros, of the
     # shape the other gradient wrote (Python gives the same).
-    h, flow = R.TensorArrayV3(size=2, dtype=tf.float32, identical_element_shapes=False)
+    h, flow = R.TensorArrayV3(size=2, dtype=x.dtype, identical_element_shapes=False)
     flow = R.TensorArrayWriteV3(handle=h, index=0, value=x[0] * 2.0, flow_in=flow)
     flow = R.TensorArrayWriteV3(handle=h, index=1, value=x[1] * 3.0, flow_in=flow)
-    return R.TensorArrayReadV3(handle=h, index=1, flow_in=flow, dtype=tf.float32)
+    return R.TensorArrayReadV3(handle=h, index=1, flow_in=flow, dtype=x.dtype)
 
 
 TA_CASES = {
@@ -248,7 +250,7 @@ def test_tensor_array_symbolic_gradients_chained_by_hand():
     dy = np.array([0.5, 4.0], np.float32)
     with tf.Graph().as_default():
         vt = tf.constant(v)
-        h, flow0 = ta(size=2)
+        h, flow0 = ta(vt, size=2)
         flow1 = R.TensorArrayWriteV3(handle=h, index=1, value=vt, flow_in=flow0)
         value = R.TensorArrayReadV3(handle=h, index=1, flow_in=flow1, dtype=tf.float32)
 
@@ -319,16 +321,17 @@ def test_list_graphs_through_tf_ext_grad(tmp_path, dtype):
 
 
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
-def test_tensor_array_graphs_through_tf_ext_grad(tmp_path):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_tensor_array_graphs_through_tf_ext_grad(tmp_path, dtype):
     fns = sorted(TA_CASES.items())
-    graph_def, xs, ws = freeze(fns, np.float32)
+    graph_def, xs, ws = freeze(fns, dtype)
     assert "TensorArrayV3" in {n.op for n in graph_def.node}
-    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, np.float32)
+    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, dtype)
     assert r.returncode == 0, r.stderr[-3000:]
     for i, (name, fn) in enumerate(fns):
         ref = v1_gradient(fn, xs[i], ws[i])
         assert np.abs(ref).max() > 0, name
-        assert_close(got["d_x_%d" % i], ref, np.float32, name)
+        assert_close(got["d_x_%d" % i], ref, dtype, name)
 
 
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
