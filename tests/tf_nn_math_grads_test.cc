@@ -28,7 +28,8 @@ const std::vector<std::string> kFloatAndDouble = {
     "DepthwiseConv2dNativeBackpropFilter", "Digamma", "Dawsn", "Expint", "FresnelCos", "FresnelSin",
     "Spence", "BesselI0", "BesselI0e", "BesselI1", "BesselI1e", "BesselJ0", "BesselJ1", "BesselK0",
     "BesselK0e", "BesselK1", "BesselK1e", "BesselY0", "BesselY1", "Igamma", "Igammac", "Betainc",
-    "Zeta", "Polygamma",
+    "Zeta", "Polygamma", "FloorMod", "Cross", "EuclideanNorm", "NextAfter", "Cumprod",
+    "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
@@ -102,7 +103,15 @@ constexpr char kSecondConfigs[] =
     "Igammac a=3x4@1:4 x=scalar:1.5\n"
     "Betainc a=scalar:2 b=scalar:3 x=3x4@0.05:0.95 nondiff=a,b\n"
     "Zeta x=scalar:2.5 q=3x4@0.5:3 nondiff=x\n"
-    "Polygamma a=scalar:1 x=3x4@0.5:3 nondiff=a\n";
+    "Polygamma a=scalar:1 x=3x4@0.5:3 nondiff=a\n"
+    // Other math ops: broadcast scalars, negative and several axes, exclusive / reverse scans.
+    "FloorMod x=3x4@-5:5 y=scalar:1.3\n"
+    "Cross a=2x2x3@-2:2 b=2x2x3@-2:2\n"
+    "EuclideanNorm input=2x3x4@-1:1 reduction_indices=values:-1,0 attr.keep_dims=true\n"
+    "NextAfter x1=3x4@-2:2 x2=scalar:0.25\n"
+    "Cumprod x=3x4@-2:-0.5 axis=scalar:0 attr.exclusive=true attr.reverse=true\n"
+    "CumulativeLogsumexp x=3x4@-3:3 axis=scalar:0 attr.exclusive=true attr.reverse=true\n"
+    "SparseSoftmaxCrossEntropyWithLogits features=4x5@-3:3 labels=values:4,0,2,1\n";
 
 std::string OpList() {
   std::string list;

@@ -144,8 +144,8 @@ def test_avg_pool_grad(padding, ksize, strides, dtype):
     x = grid((2, 5, 5, 3), dtype, seed=9)
 
     def build():
-        y = tf.raw_ops.AvgPool(value=x, ksize=[1, ksize, ksize, 1], strides=[1, strides, strides, 1],
-                               padding=padding)
+        y = tf.raw_ops.AvgPool(value=x, ksize=[1, ksize, ksize, 1],
+                               strides=[1, strides, strides, 1], padding=padding)
         return tf.raw_ops.AvgPoolGrad(orig_input_shape=tf.shape(x), grad=tf.ones_like(y) * 0.5,
                                       ksize=[1, ksize, ksize, 1],
                                       strides=[1, strides, strides, 1], padding=padding)
@@ -364,3 +364,39 @@ def test_special_binary(dtype):
     compare(lambda: tf.raw_ops.Zeta(x=np.array(2.5, dtype), q=x), tol)
     compare(lambda: tf.raw_ops.Polygamma(a=np.round(a), x=x), tol)
     compare(lambda: tf.raw_ops.Polygamma(a=np.array(1.0, dtype), x=x), tol)
+
+
+# ------------------------------------------------------------------------------------------
+# Other math ops and the sparse softmax cross entropy.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_other_math_ops(dtype):
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    x = grid((3, 4), dtype, -3, 3, seed=40)
+    y = grid((3, 4), dtype, 0.5, 2, seed=41)
+    compare(lambda: tf.raw_ops.FloorMod(x=x, y=y), tol)
+    compare(lambda: tf.raw_ops.FloorMod(x=x, y=np.array(1.3, dtype)), tol)
+    a, b = grid((4, 3), dtype, seed=42), grid((4, 3), dtype, seed=43)
+    compare(lambda: tf.raw_ops.Cross(a=a, b=b), tol)
+    for axes, keep in (([1], False), ([-1, 0], True), (0, False)):
+        compare(lambda: tf.raw_ops.EuclideanNorm(input=x, axis=axes, keep_dims=keep),
+                tol)
+    compare(lambda: tf.raw_ops.NextAfter(x1=x, x2=np.array(0.25, dtype)), tol)
+    # Cumprod with a zero in x: d(x) = cumsum(...) / x, 0 there (div_no_nan) on both sides.
+    xz = grid((3, 4), dtype, 0.5, 2, seed=44)
+    xz[1, 2] = 0
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            compare(lambda: tf.raw_ops.Cumprod(x=xz, axis=1, exclusive=exclusive,
+                                               reverse=reverse), tol)
+            compare(lambda: tf.raw_ops.CumulativeLogsumexp(x=x, axis=0, exclusive=exclusive,
+                                                           reverse=reverse), tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sparse_softmax_cross_entropy(dtype):
+    """Both outputs carry gradients (loss, and backprop for second derivatives)."""
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    features = grid((4, 5), dtype, -3, 3, seed=45)
+    compare(lambda: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+        features=features, labels=np.array([4, 0, 2, 1], np.int32)), tol)

@@ -5,6 +5,7 @@
 // Checked against numeric Jacobians: tf_ext/tools/tf_core_gradcheck_spec.txt (`make gradcheck`).
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -418,6 +419,130 @@ absl::Status PolygammaGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Other math ops.
+
+// FloorMod(x, y) = x - floor(x / y) y.
+absl::Status FloorModGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("FloorMod", attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string dz = grad::GradName("z");
+  b.Add({{"floor_xy"}, "FloorDiv", {"x", "y"}, t});            // floor(x / y)
+  b.Add({{"neg_floor_xy"}, "Neg", {"floor_xy"}, t});
+  b.Add({{"gy"}, "Mul", {dz, "neg_floor_xy"}, t});             // d(z) * -floor(x / y)
+  // d(x) = d(z), d(y) = -d(z) floor(x / y), each summed over its broadcast axes
+  const auto [dx, dy] = b.ReduceForBroadcast("x", "y", dz, "gy");
+  b.Return("x", dx).Return("y", dy);
+  return b.Build(g);
+}
+
+// Cross(a, b) = a x b (last axis of size 3): <g, a x b> = <b x g, a> = <g x a, b>.
+absl::Status CrossGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Cross", attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string dp = grad::GradName("product");
+  b.Return("a", b.Add({{"da"}, "Cross", {"b", dp}, t}));       // d(a) = b x d(product)
+  b.Return("b", b.Add({{"db"}, "Cross", {dp, "a"}, t}));       // d(b) = d(product) x a
+  return b.Build(g);
+}
+
+// EuclideanNorm(input, axes) = sqrt(sum(input^2, axes)): d(input) = input * d(output) / output,
+// with output and d(output) reshaped to the input's rank (the reduced axes kept as 1).
+absl::Status EuclideanNormGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("EuclideanNorm", attrs);
+  b.RequireTypes("T", kRealFloatTypes);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const grad::NodeAttrs i32 = {{"T", DT_INT32}};
+  b.Add({{"shape"}, "Shape", {"input"}, t});
+  b.Add({{"rank"}, "Rank", {"input"}, t});
+  b.Add({{"axes"}, "Cast", {"reduction_indices"},
+         {{"SrcT", grad::Placeholder("Tidx")}, {"DstT", DT_INT32}}});
+  b.Add({{"axes_nonneg"}, "FloorMod", {"axes", "rank"}, i32});  // negative axes counted back
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add({{"all_axes"}, "Range", {"zero", "rank", "one"}, {{"Tidx", DT_INT32}}});
+  b.Add({{"axes_shape"}, "Shape", {"axes_nonneg"}, i32});
+  b.Add({{"ones"}, "Fill", {"axes_shape", "one"}, i32});
+  // kept = shape(input) with every reduced axis set to 1
+  b.Add({{"kept"}, "DynamicStitch", {"all_axes", "axes_nonneg", "shape", "ones"},
+         {{"N", 2}, {"T", DT_INT32}}});
+  b.Add({{"output_kept"}, "Reshape", {"output", "kept"}, t});
+  b.Add({{"grad_kept"}, "Reshape", {grad::GradName("output"), "kept"}, t});
+  b.Add({{"ratio"}, "RealDiv", {"output_kept", "grad_kept"}, t});  // output / d(output)
+  // d(input) = input / (output / d(output)), Python's form
+  b.Return("input", b.Add({{"dinput"}, "RealDiv", {"input", "ratio"}, t}));
+  b.NotDifferentiable("reduction_indices");  // integer axes
+  return b.Build(g);
+}
+
+// NextAfter(x1, x2): the next representable value after x1 towards x2; Python: d(x1) = d(y)
+// (summed over broadcast axes), d(x2) = 0.
+absl::Status NextAfterGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("NextAfter", attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string d = grad::GradName("output");
+  b.Add({{"zeros"}, "ZerosLike", {d}, t});
+  const auto [dx1, dx2] = b.ReduceForBroadcast("x1", "x2", d, "zeros");
+  b.Return("x1", dx1).Return("x2", dx2);  // d(x1) = d(output), d(x2) = 0
+  return b.Build(g);
+}
+
+// Cumprod(x, axis) = p: d(x_i) = sum_{j reached from i} d(p_j) p_j / x_i, i.e.
+// cumsum(p * d(p), reverse = !reverse) / x (0 where x = 0, as Python's div_no_nan).
+absl::Status CumprodGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Cumprod", attrs);
+  const bool reverse = b.GetAttr<bool>("reverse");
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  b.Add({{"prod"}, "Cumprod", {"x", "axis"}, b.PassAttrs({"exclusive", "reverse", "T", "Tidx"})});
+  b.Add({{"prod_grad"}, "Mul", {"prod", grad::GradName("out")}, t});  // p * d(p)
+  b.Add({{"sum"}, "Cumsum", {"prod_grad", "axis"},
+         {{"exclusive", grad::Placeholder("exclusive")}, {"reverse", !reverse},
+          {"T", grad::Placeholder("T")}, {"Tidx", grad::Placeholder("Tidx")}}});
+  b.Return("x", b.Add({{"dx"}, "DivNoNan", {"sum", "x"}, t}));  // d(x) = sum / x
+  b.NotDifferentiable("axis");
+  return b.Build(g);
+}
+
+// CumulativeLogsumexp(x, axis) = c: d(x_i) = sum_{j reached from i} d(c_j) exp(x_i - c_j),
+// computed as Python does, in log space with d(c) split by sign:
+// exp(cumlogsumexp(log(+-d(c)) - c, reverse = !reverse) + x), positive part minus negative.
+absl::Status CumulativeLogsumexpGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("CumulativeLogsumexp", attrs);
+  b.RequireTypes("T", kRealFloatTypes);
+  const bool reverse = b.GetAttr<bool>("reverse");
+  const DataType type = b.GetAttr<DataType>("T");
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const std::string d = grad::GradName("out");
+  // log(0) stands in as the type's lowest finite value (Python: dtype.min)
+  const double lowest = type == DT_DOUBLE  ? -std::numeric_limits<double>::max()
+                        : type == DT_FLOAT ? -std::numeric_limits<float>::max()
+                        : type == DT_HALF  ? -65504.0
+                                           : -3.3895313892515355e38;  // bfloat16
+  const std::string min = b.TypedConst("lowest", lowest);
+  const std::string zero = b.TypedConst("zero", 0.0);
+  b.Add({{"lowest_b"}, "ZerosLike", {d}, t});
+  b.Add({{"lowest_full"}, "AddV2", {"lowest_b", min}, t});
+  const grad::NodeAttrs scan = {{"exclusive", grad::Placeholder("exclusive")},
+                                {"reverse", !reverse},
+                                {"T", grad::Placeholder("T")},
+                                {"Tidx", grad::Placeholder("Tidx")}};
+  b.Add({{"neg_d"}, "Neg", {d}, t});
+  for (const std::string part : {"pos", "neg"}) {
+    const bool pos = part == "pos";
+    const std::string signed_d = pos ? d : "neg_d";
+    b.Add({{part + "_mask"}, "Greater", {signed_d, zero}, t});            // +-d(c) > 0
+    b.Add({{part + "_log"}, "Log", {signed_d}, t});
+    b.Add({{part + "_log_d"}, "Select", {part + "_mask", part + "_log", "lowest_full"}, t});
+    b.Add({{part + "_minus_c"}, "Sub", {part + "_log_d", "out"}, t});      // log(+-d(c)) - c
+    b.Add({{part + "_scan"}, "CumulativeLogsumexp", {part + "_minus_c", "axis"}, scan});
+    b.Add({{part + "_plus_x"}, "AddV2", {part + "_scan", "x"}, t});
+    b.Add({{part + "_out"}, "Exp", {part + "_plus_x"}, t});
+  }
+  b.Return("x", b.Add({{"dx"}, "Sub", {"pos_out", "neg_out"}, t}));     // positive - negative
+  b.NotDifferentiable("axis");
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("Erfc", ErfcGrad);
@@ -453,5 +578,11 @@ TF_EXT_REGISTER_TF_GRADIENT("Igammac", IgammacGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Betainc", BetaincGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Zeta", ZetaGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Polygamma", PolygammaGrad);
+TF_EXT_REGISTER_TF_GRADIENT("FloorMod", FloorModGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Cross", CrossGrad);
+TF_EXT_REGISTER_TF_GRADIENT("EuclideanNorm", EuclideanNormGrad);
+TF_EXT_REGISTER_TF_GRADIENT("NextAfter", NextAfterGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Cumprod", CumprodGrad);
+TF_EXT_REGISTER_TF_GRADIENT("CumulativeLogsumexp", CumulativeLogsumexpGrad);
 
 }  // namespace tensorflow::tf_ext

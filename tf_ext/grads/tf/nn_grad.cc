@@ -416,6 +416,32 @@ absl::Status FusedBatchNormV2Grad(const AttrSlice& attrs, FunctionDef* g) {
   return FusedBatchNormBaseGrad("FusedBatchNormV2", "FusedBatchNormGradV2", attrs, g);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Losses.
+
+// SparseSoftmaxCrossEntropyWithLogits(features, labels) = (loss, backprop), with
+// backprop = softmax(features) - onehot(labels) = d loss / d features. Through loss:
+// d(loss)[:, None] * backprop; through backprop (the softmax's Jacobian, symmetric):
+// (d(backprop) - sum(d(backprop) * softmax, -1)) * softmax. Labels are integers (zeros).
+absl::Status SparseSoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SparseSoftmaxCrossEntropyWithLogits", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  b.Add(grad::FDH::Const<int32>("last_axis", -1));
+  b.Add({{"dloss_col"}, "ExpandDims", {GradName("loss"), "last_axis"},
+         {{"T", grad::Placeholder("T")}, {"Tdim", DT_INT32}}});                  // d(loss)[:, None]
+  b.Add({{"through_loss"}, "Mul", {"dloss_col", "backprop"}, t});
+  b.Add({{"softmax"}, "Softmax", {"features"}, t});                               // softmax
+  b.Add({{"dbp_softmax"}, "Mul", {GradName("backprop"), "softmax"}, t});
+  b.Add({{"dbp_dot"}, "Sum", {"dbp_softmax", "last_axis"},
+         {{"T", grad::Placeholder("T")}, {"Tidx", DT_INT32}, {"keep_dims", true}}});
+  b.Add({{"dbp_centered"}, "Sub", {GradName("backprop"), "dbp_dot"}, t});
+  b.Add({{"through_backprop"}, "Mul", {"dbp_centered", "softmax"}, t});
+  // d(features) = through loss + through backprop
+  b.Return("features", b.Add({{"dfeatures"}, "AddV2", {"through_loss", "through_backprop"}, t}));
+  b.NotDifferentiable("labels");
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("ReluGrad", ReluGradGrad);
@@ -435,5 +461,7 @@ TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV2", FusedBatchNormGradV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV3", FusedBatchNormGradV3Grad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNorm", FusedBatchNormGrad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormV2", FusedBatchNormV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSoftmaxCrossEntropyWithLogits",
+                            SparseSoftmaxCrossEntropyGrad);
 
 }  // namespace tensorflow::tf_ext
