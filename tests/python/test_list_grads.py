@@ -243,9 +243,11 @@ def v1_gradient(fn, x, w):
         tf.compat.v1.enable_control_flow_v2()
 
 
-def test_tensor_array_symbolic_gradients_chained_by_hand():
-    # y = read(write(array, 1, v), 1) * c; each op's gradient by its own SymbolicGradient node:
-    # the read's gradient writes d(value) into the gradient array, the write's reads it back.
+@pytest.mark.parametrize("write_source", [None, "another_gradient"])
+def test_tensor_array_symbolic_gradients_chained_by_hand(write_source):
+    # y = read(write(array, 1, v), 1); each op's gradient by its own SymbolicGradient node: the
+    # read's gradient writes d(value) into the gradient array, the write's reads it back. A
+    # write whose node carries another _tf_ext_grad_source reads another (empty) gradient array.
     v = np.array([1.5, -2.0], np.float32)
     dy = np.array([0.5, 4.0], np.float32)
     with tf.Graph().as_default():
@@ -254,19 +256,23 @@ def test_tensor_array_symbolic_gradients_chained_by_hand():
         flow1 = R.TensorArrayWriteV3(handle=h, index=1, value=vt, flow_in=flow0)
         value = R.TensorArrayReadV3(handle=h, index=1, flow_in=flow1, dtype=tf.float32)
 
-        def attrs(t):
-            return tf.compat.v1.NameAttrList(name=t.op.type, attr=dict(t.op.node_def.attr))
+        def func(t, source=None):
+            attrs = dict(t.op.node_def.attr)
+            if source:
+                attrs["_tf_ext_grad_source"] = tf.compat.v1.AttrValue(s=source.encode())
+            return tf.compat.v1.NameAttrList(name=t.op.type, attr=attrs)
 
         _, _, d_flow1 = R.SymbolicGradient(
             input=[h, 1, flow1, tf.constant(dy)], Tout=[tf.float32, tf.int32, tf.float32],
-            f=attrs(value))
+            f=func(value))
         _, _, d_v, _ = R.SymbolicGradient(
             input=[h, 1, vt, flow0, d_flow1], Tout=[tf.float32, tf.int32, tf.float32, tf.float32],
-            f=attrs(flow1))
+            f=func(flow1, write_source))
         with tf.compat.v1.Session() as sess:
             got_value, got = sess.run([value, d_v])
     np.testing.assert_array_equal(got_value, v)
-    np.testing.assert_array_equal(got, dy)  # d(v) = d(value): the array is the identity
+    # d(v) = d(value): the array is the identity; zeros from an array nobody wrote to.
+    np.testing.assert_array_equal(got, np.zeros_like(dy) if write_source else dy)
 
 
 # ---------------------------------------------------------------------------------------------
