@@ -1,6 +1,7 @@
 #include "tf_ext/graph/graph_gradients.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
+#include "tensorflow/core/graph/optimizer_cse.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/inline_calls.h"
@@ -128,6 +131,20 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   result->gradient_nodes = stats.gradient_nodes;
   result->inlined_gradients = stats.inlined;
   for (const GraphTensor& dx : dxs) grad_names->push_back(absl::StrCat(dx.node->name(), ":", dx.index));
+  if (options.inline_gradients) {
+    // An inlined gradient body that recomputes its op's forward (a client gradient converted
+    // by unify.h reads the op's outputs so) holds a copy of a forward node: merge equal nodes.
+    // Not constants (hashing frozen weights costs time and saves nothing), and not the nodes
+    // the run feeds or fetches by name.
+    std::set<std::string> keep = {request.y.node};
+    for (const TensorRef& x : request.xs) keep.insert(x.node);
+    for (const auto& [ref, value] : request.feeds) keep.insert(ref.node);
+    FixupSourceAndSinkEdges(&g);  // CSE walks the graph from its source node
+    OptimizeCSE(&g, [&keep](const Node* n) {
+      return !n->IsConstant() && !absl::StartsWith(n->name(), "tf_ext_grad/") &&
+             keep.count(n->name()) == 0;
+    });
+  }
   g.ToGraphDef(backward);
   return absl::OkStatus();
 }

@@ -42,14 +42,14 @@ struct Flags {
   uint64_t seed = 0;
 };
 
-// This process's peak resident memory in MB (VmHWM: getrusage's ru_maxrss would include the
-// peak of whatever process exec'ed this one), or -1.
-int64_t PeakResidentMb() {
+// This process's resident memory in MB, now (VmRSS) or at its peak (VmHWM: getrusage's
+// ru_maxrss would include the peak of whatever process exec'ed this one), or -1.
+int64_t ResidentMb(absl::string_view field) {
   std::ifstream status("/proc/self/status");  // size 0 in stat: read it as a stream
   std::string line;
   while (std::getline(status, line)) {
     absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "VmHWM:")) continue;
+    if (!absl::ConsumePrefix(&rest, field) || !absl::ConsumePrefix(&rest, ":")) continue;
     int64_t kb = 0;
     if (absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(rest), " kB"), &kb)) {
       return kb / 1024;
@@ -173,6 +173,7 @@ int Main(int argc, char** argv) {
     std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
               << "; reproduce with --feed=" << name << "=random:" << flags.seed << ")\n";
   }
+  const int64_t loaded_mb = ResidentMb("VmRSS");
 
   GradientResult result;
   GradientOptions options;
@@ -215,7 +216,8 @@ int Main(int argc, char** argv) {
               << absl::StrFormat("%.1f", ms.front()) << " ms, median "
               << absl::StrFormat("%.1f", ms[ms.size() / 2]) << " ms\n";
   }
-  std::cout << "peak resident memory: " << PeakResidentMb() << " MB\n";
+  std::cout << "peak resident memory: " << ResidentMb("VmHWM") << " MB (" << loaded_mb
+            << " MB once the graph and feeds were loaded)\n";
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {
