@@ -29,7 +29,8 @@ const std::vector<std::string> kFloatAndDouble = {
     "Spence", "BesselI0", "BesselI0e", "BesselI1", "BesselI1e", "BesselJ0", "BesselJ1", "BesselK0",
     "BesselK0e", "BesselK1", "BesselK1e", "BesselY0", "BesselY1", "Igamma", "Igammac", "Betainc",
     "Zeta", "Polygamma", "FloorMod", "Cross", "EuclideanNorm", "NextAfter", "Cumprod",
-    "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits",
+    "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits", "InvGrad", "BiasAddV1", "Conv3D",
+    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
@@ -111,7 +112,15 @@ constexpr char kSecondConfigs[] =
     "NextAfter x1=3x4@-2:2 x2=scalar:0.25\n"
     "Cumprod x=3x4@-2:-0.5 axis=scalar:0 attr.exclusive=true attr.reverse=true\n"
     "CumulativeLogsumexp x=3x4@-3:3 axis=scalar:0 attr.exclusive=true attr.reverse=true\n"
-    "SparseSoftmaxCrossEntropyWithLogits features=4x5@-3:3 labels=values:4,0,2,1\n";
+    "SparseSoftmaxCrossEntropyWithLogits features=4x5@-3:3 labels=values:4,0,2,1\n"
+    // 3-D convolutions: SAME padding, strides 2.
+    "InvGrad y=3x4@-3:-0.3 dy=3x4@-2:2\n"
+    "BiasAddV1 value=2x3x4@-1:1 bias=4@-1:1\n"
+    "Conv3D input=1x4x4x4x2@-1:1 filter=3x3x3x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME\n"
+    "Conv3DBackpropInputV2 input_sizes=values:1,4,4,4,2 filter=3x3x3x2x1@-1:1 "
+    "out_backprop=1x2x2x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME nondiff=input_sizes\n"
+    "Conv3DBackpropFilterV2 input=1x4x4x4x2@-1:1 filter_sizes=values:3,3,3,2,1 "
+    "out_backprop=1x2x2x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME nondiff=filter_sizes\n";
 
 std::string OpList() {
   std::string list;

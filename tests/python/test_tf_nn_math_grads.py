@@ -400,3 +400,72 @@ def test_sparse_softmax_cross_entropy(dtype):
     features = grid((4, 5), dtype, -3, 3, seed=45)
     compare(lambda: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
         features=features, labels=np.array([4, 0, 2, 1], np.int32)), tol)
+
+
+# ------------------------------------------------------------------------------------------
+# 3-D convolution and pooling, BiasAddV1, ArgMax / ArgMin, InvGrad.
+
+@pytest.mark.parametrize("padding,strides", [("VALID", 1), ("SAME", 2)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_conv3d_family(padding, strides, dtype):
+    x = grid((1, 4, 4, 4, 2), dtype, seed=50)
+    w = grid((3, 3, 3, 2, 2), dtype, seed=51)
+    st = [1, strides, strides, strides, 1]
+
+    def conv():
+        return tf.raw_ops.Conv3D(input=x, filter=w, strides=st, padding=padding)
+
+    def backprop_input():
+        y = conv()
+        return tf.raw_ops.Conv3DBackpropInputV2(input_sizes=tf.shape(x), filter=w,
+                                                out_backprop=y, strides=st, padding=padding)
+
+    def backprop_filter():
+        y = conv()
+        return tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=tf.shape(w),
+                                                 out_backprop=y, strides=st, padding=padding)
+    for build in (conv, backprop_input, backprop_filter):
+        compare(build, 1e-5 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("padding,ksize,strides", [("VALID", 2, 2), ("SAME", 3, 2)])
+def test_pool3d_grads(padding, ksize, strides):
+    """AvgPool3DGrad (float kernels only), MaxPool3DGrad and MaxPool3DGradGrad on consistent
+    inputs (orig_output = MaxPool3D(orig_input)), with ties in the first channel."""
+    dtype = np.float32
+    x = grid((1, 4, 4, 4, 2), dtype, seed=52)
+    x[..., 0] = np.round(x[..., 0] * 2)  # few distinct values: tied maxima
+    k, s = [1, ksize, ksize, ksize, 1], [1, strides, strides, strides, 1]
+
+    def avg_grad():
+        y = tf.raw_ops.AvgPool3D(input=x, ksize=k, strides=s, padding=padding)
+        return tf.raw_ops.AvgPool3DGrad(orig_input_shape=tf.shape(x), grad=y, ksize=k,
+                                        strides=s, padding=padding)
+
+    def max_grad():
+        y = tf.raw_ops.MaxPool3D(input=x, ksize=k, strides=s, padding=padding)
+        return tf.raw_ops.MaxPool3DGrad(orig_input=x, orig_output=y,
+                                        grad=grid(y.shape, dtype, seed=53), ksize=k, strides=s,
+                                        padding=padding)
+
+    def max_grad_grad():
+        y = tf.raw_ops.MaxPool3D(input=x, ksize=k, strides=s, padding=padding)
+        return tf.raw_ops.MaxPool3DGradGrad(orig_input=x, orig_output=y,
+                                            grad=grid(x.shape, dtype, seed=54), ksize=k,
+                                            strides=s, padding=padding)
+    # AvgPool3DGrad: Python returns the shape itself for orig_input_shape (see AvgPoolGrad).
+    compare(avg_grad, 1e-5, zeros_not_python=(0,))
+    compare(max_grad, 1e-5)
+    compare(max_grad_grad, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_bias_add_v1_inv_grad_and_arg_reductions(dtype):
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    compare(lambda: tf.raw_ops.BiasAddV1(value=grid((2, 3, 4), dtype, seed=55),
+                                         bias=grid((4,), dtype, seed=56)), tol)
+    compare(lambda: tf.raw_ops.InvGrad(y=grid((3, 4), dtype, -3, -0.3, seed=57),
+                                       dy=grid((3, 4), dtype, seed=58)), tol)
+    for op in ("ArgMax", "ArgMin"):  # integer outputs: zeros for both inputs, as Python's None
+        compare(lambda: getattr(tf.raw_ops, op)(input=grid((3, 4), dtype, seed=59), dimension=1),
+                tol, min_nonzero=0)

@@ -95,11 +95,24 @@ std::string LibrarySpecs(const std::string& library) {
   return text;
 }
 
-// The dtypes to check: the spec's, else float and double where the op's type attr allows.
+// Whether type attr `name` of `def` may be float or double (not, e.g., an integer Tshape).
+bool AllowsFloating(const OpDef& def, const std::string& name) {
+  for (const auto& a : def.attr()) {
+    if (a.name() != name) continue;
+    if (!a.has_allowed_values()) return true;
+    for (int t : a.allowed_values().list().type()) {
+      if (t == DT_FLOAT || t == DT_DOUBLE) return true;
+    }
+  }
+  return false;
+}
+
+// The dtypes to check: the spec's, else float and double where the op's type attr (that of
+// its first input whose type may be floating: Conv3DBackpropInputV2's T, not Tshape) allows.
 std::vector<DataType> Dtypes(const OpDef& def, const OpSpec* spec, std::string* type_attr) {
   std::vector<DataType> out;
   for (const auto& in : def.input_arg()) {
-    if (!in.type_attr().empty()) {
+    if (!in.type_attr().empty() && AllowsFloating(def, in.type_attr())) {
       *type_attr = in.type_attr();
       break;
     }

@@ -105,9 +105,9 @@ absl::Status RsqrtGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
-// ReciprocalGrad(y, dy) = -dy * y^2.
-absl::Status ReciprocalGradGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("ReciprocalGrad", attrs);
+// ReciprocalGrad(y, dy) = InvGrad(y, dy) = -dy * y^2.
+absl::Status ReciprocalGradGradOf(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
   b.RequireTypes("T", kRealFloatTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
@@ -117,8 +117,14 @@ absl::Status ReciprocalGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   // d(y) = -2 d(z) dy y
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"dz_dy_y", minus_two}, t}));
   // d(dy) = -d(z) y^2 = ReciprocalGrad(y, d(z))
-  b.Return("dy", b.Add({{"dy_grad"}, "ReciprocalGrad", {"y", dz}, t}));
+  b.Return("dy", b.Add({{"dy_grad"}, op, {"y", dz}, t}));
   return b.Build(g);
+}
+absl::Status ReciprocalGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ReciprocalGradGradOf("ReciprocalGrad", attrs, g);
+}
+absl::Status InvGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ReciprocalGradGradOf("InvGrad", attrs, g);
 }
 
 // Round, Rint and Ceil are piecewise constant: Python returns None, so d(x) = 0 (a gradient
@@ -137,6 +143,20 @@ absl::Status RintGrad(const AttrSlice& attrs, FunctionDef* g) {
 }
 absl::Status CeilGrad(const AttrSlice& attrs, FunctionDef* g) {
   return PiecewiseConstantGrad("Ceil", attrs, g);
+}
+
+// ArgMax / ArgMin: integer outputs; Python returns None for both inputs (zeros here).
+absl::Status ArgReductionGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.NotDifferentiable("input");      // d(input) = 0: the output is an index
+  b.NotDifferentiable("dimension");  // integer axis
+  return b.Build(g);
+}
+absl::Status ArgMaxGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ArgReductionGrad("ArgMax", attrs, g);
+}
+absl::Status ArgMinGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return ArgReductionGrad("ArgMin", attrs, g);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -551,6 +571,9 @@ TF_EXT_REGISTER_TF_GRADIENT("SigmoidGrad", SigmoidGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SqrtGrad", SqrtGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RsqrtGrad", RsqrtGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("ReciprocalGrad", ReciprocalGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("InvGrad", InvGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("ArgMax", ArgMaxGrad);
+TF_EXT_REGISTER_TF_GRADIENT("ArgMin", ArgMinGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Round", RoundGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Rint", RintGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Ceil", CeilGrad);

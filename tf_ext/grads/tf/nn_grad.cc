@@ -8,6 +8,7 @@
 // Checked against numeric Jacobians (tf_ext/tools/tf_core_gradcheck_spec.txt and
 // tests/tf_nn_math_grads_test.cc) and against Python's gradients on the same inputs
 // (tests/python/test_tf_nn_math_grads.py).
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,106 @@ absl::Status DepthwiseBackpropFilterGrad(const AttrSlice& attrs, FunctionDef* g)
   // d(out_backprop) = DepthwiseConv2dNative(input, d(output))
   b.Return("out_backprop", b.Add({{"dout"}, "DepthwiseConv2dNative",
                                   {"input", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// BiasAddV1(value, bias) = value + bias (bias along the last axis).
+absl::Status BiasAddV1Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("BiasAddV1", attrs);
+  const NodeAttrs t = b.PassAttrs({"T"});
+  b.Return("value", b.Add({{"dvalue"}, "Identity", {GradName("output")}, t}));  // d(value) = d(out)
+  // d(bias) = sum of d(output) over every axis but the last
+  b.Add({{"rank"}, "Rank", {GradName("output")}, t});
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add({{"rank_minus_1"}, "Sub", {"rank", "one"}, {{"T", DT_INT32}}});
+  b.Add({{"axes"}, "Range", {"zero", "rank_minus_1", "one"}, {{"Tidx", DT_INT32}}});
+  b.Return("bias", b.Add({{"dbias"}, "Sum", {GradName("output"), "axes"},
+                          {{"T", grad::Placeholder("T")}, {"Tidx", DT_INT32}}}));
+  return b.Build(g);
+}
+
+// 3-D convolution and pooling: the same adjoint pairs as in 2-D.
+const std::initializer_list<std::string> kConv3DAttrs = {"T", "strides", "padding",
+                                                         "data_format", "dilations"};
+
+// Conv3D(input, filter).
+absl::Status Conv3DGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Conv3D", attrs);
+  const NodeAttrs conv = b.PassAttrs(kConv3DAttrs);
+  b.Add({{"input_shape"}, "Shape", {"input"}, b.PassAttrs({"T"})});
+  b.Add({{"filter_shape"}, "Shape", {"filter"}, b.PassAttrs({"T"})});
+  // d(input) = Conv3DBackpropInputV2(shape(input), filter, d(output))
+  b.Return("input", b.Add({{"dinput"}, "Conv3DBackpropInputV2",
+                           {"input_shape", "filter", GradName("output")}, conv}));
+  // d(filter) = Conv3DBackpropFilterV2(input, shape(filter), d(output))
+  b.Return("filter", b.Add({{"dfilter"}, "Conv3DBackpropFilterV2",
+                            {"input", "filter_shape", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// Conv3DBackpropInputV2(input_sizes, filter, out_backprop): bilinear in (filter, out_backprop).
+absl::Status Conv3DBackpropInputV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Conv3DBackpropInputV2", attrs);
+  const NodeAttrs conv = b.PassAttrs(kConv3DAttrs);
+  b.NotDifferentiable("input_sizes");  // integer shape
+  b.Add({{"filter_shape"}, "Shape", {"filter"}, b.PassAttrs({"T"})});
+  // d(filter) = Conv3DBackpropFilterV2(d(output), shape(filter), out_backprop)
+  b.Return("filter", b.Add({{"dfilter"}, "Conv3DBackpropFilterV2",
+                            {GradName("output"), "filter_shape", "out_backprop"}, conv}));
+  // d(out_backprop) = Conv3D(d(output), filter)
+  b.Return("out_backprop", b.Add({{"dout"}, "Conv3D", {GradName("output"), "filter"}, conv}));
+  return b.Build(g);
+}
+
+// Conv3DBackpropFilterV2(input, filter_sizes, out_backprop): bilinear in (input, out_backprop).
+absl::Status Conv3DBackpropFilterV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Conv3DBackpropFilterV2", attrs);
+  const NodeAttrs conv = b.PassAttrs(kConv3DAttrs);
+  b.Add({{"input_shape"}, "Shape", {"input"}, b.PassAttrs({"T"})});
+  // d(input) = Conv3DBackpropInputV2(shape(input), d(output), out_backprop)
+  b.Return("input", b.Add({{"dinput"}, "Conv3DBackpropInputV2",
+                           {"input_shape", GradName("output"), "out_backprop"}, conv}));
+  b.NotDifferentiable("filter_sizes");  // integer shape
+  // d(out_backprop) = Conv3D(input, d(output))
+  b.Return("out_backprop", b.Add({{"dout"}, "Conv3D", {"input", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// AvgPool3DGrad(orig_input_shape, grad): AvgPool3D's adjoint.
+absl::Status AvgPool3DGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("AvgPool3DGrad", attrs);
+  b.NotDifferentiable("orig_input_shape");  // integer shape
+  // d(grad) = AvgPool3D(d(output))
+  b.Return("grad", b.Add({{"dgrad"}, "AvgPool3D", {GradName("output")},
+                          b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// MaxPool3DGrad(orig_input, orig_output, grad) scatters grad to each window's argmax; its
+// adjoint gathers (MaxPool3DGradGrad). orig_input / orig_output: argmax positions only.
+absl::Status MaxPool3DGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPool3DGrad", attrs);
+  b.NotDifferentiable("orig_input");
+  b.NotDifferentiable("orig_output");
+  // d(grad) = MaxPool3DGradGrad(orig_input, orig_output, d(output)) (TInput = T, as Python)
+  b.Return("grad", b.Add({{"dgrad"}, "MaxPool3DGradGrad",
+                          {"orig_input", "orig_output", GradName("output")},
+                          b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// MaxPool3DGradGrad(orig_input, orig_output, grad) gathers grad at each window's argmax; its
+// adjoint scatters (MaxPool3DGrad).
+absl::Status MaxPool3DGradGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPool3DGradGrad", attrs);
+  b.NotDifferentiable("orig_input");
+  b.NotDifferentiable("orig_output");
+  NodeAttrs pool = b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"});
+  pool.push_back({"TInput", grad::Placeholder("T")});
+  // d(grad) = MaxPool3DGrad(orig_input, orig_output, d(output))
+  b.Return("grad", b.Add({{"dgrad"}, "MaxPool3DGrad",
+                          {"orig_input", "orig_output", GradName("output")}, pool}));
   return b.Build(g);
 }
 
@@ -461,6 +562,13 @@ TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV2", FusedBatchNormGradV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormGradV3", FusedBatchNormGradV3Grad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNorm", FusedBatchNormGrad);
 TF_EXT_REGISTER_TF_GRADIENT("FusedBatchNormV2", FusedBatchNormV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("BiasAddV1", BiasAddV1Grad);
+TF_EXT_REGISTER_TF_GRADIENT("Conv3D", Conv3DGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Conv3DBackpropInputV2", Conv3DBackpropInputV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("Conv3DBackpropFilterV2", Conv3DBackpropFilterV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("AvgPool3DGrad", AvgPool3DGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGrad", MaxPool3DGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGradGrad", MaxPool3DGradGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseSoftmaxCrossEntropyWithLogits",
                             SparseSoftmaxCrossEntropyGrad);
 
