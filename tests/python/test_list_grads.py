@@ -108,6 +108,12 @@ LIST_CASES = {
         x),
     "unknown_shape_gather": lambda x: L.tensor_list_gather(
         L.tensor_list_push_back(from_tensor(x, None), x[0] * 4.0), [3, 1], x.dtype),
+    "unknown_shape_concat": lambda x: L.tensor_list_concat(
+        from_tensor(tf.reshape(x, [3, 1, 2]), None), x.dtype) * x,
+    "unknown_shape_split_stack": lambda x: stack(L.tensor_list_split(x * x, None, [1, 1, 1]), x),
+    "unknown_shape_reserve_gather": lambda x: L.tensor_list_gather(
+        L.tensor_list_set_item(L.tensor_list_reserve(None, 3, x.dtype), 1, x[0] * x[2]), [1],
+        x.dtype),
     "empty_from_tensor_stack": lambda x: stack(from_tensor(x[:0]), x) * 2.0 + x[:0],
     "empty_reserve_push_back": lambda x: stack(L.tensor_list_push_back(
         L.tensor_list_reserve([2], 0, x.dtype), x[1] * 3.0), x),
