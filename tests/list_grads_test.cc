@@ -101,5 +101,33 @@ TEST(ListGradients, SetItemPushBackGatherScatter) {
       1e-12);
 }
 
+TEST(ListGradients, SplitConcatWithForwardLengths) {
+  // concat(split(x^2, lengths [1, 2])) = x^2: d loss / dx = 2 x w. The client registry passes
+  // the forward lengths to ConcatV2's gradient (it declares that it reads them).
+  Scope root = Scope::NewRootScope();
+  auto x = ops::Const(root, X());
+  auto l = ops::TensorListSplit(root, ops::Square(root, x), ops::Const(root, {-1, 2}),
+                                ops::Const(root, {int64_t{1}, int64_t{2}}));
+  auto concat = ops::TensorListConcatV2(root, l, ops::Const(root, {-1, 2}),
+                                        ops::Const(root, std::initializer_list<int64_t>{}),
+                                        DT_DOUBLE);
+  auto w = ops::Const(root, test::AsTensor<double>({1, 2, 3, 4, 5, 6}, TensorShape({3, 2})));
+  auto loss = ops::Sum(root, ops::Mul(root, concat.tensor, w), {0, 1});
+  std::vector<Output> grads;
+  ASSERT_TRUE(AddSymbolicGradients(root, {loss}, {x}, &grads).ok());
+  ASSERT_TRUE(root.status().ok()) << root.status();
+  int calls_with_outputs = 0;
+  for (const Node* n : root.graph()->op_nodes()) {
+    calls_with_outputs += n->type_string() == "PartitionedCall" &&
+                          n->def().attr().at("f").func().name().find("with_outputs") !=
+                              std::string::npos;
+  }
+  EXPECT_EQ(calls_with_outputs, 1);
+  std::vector<Tensor> out = RunGraph(root, {grads[0]});
+  ASSERT_EQ(out.size(), 1u);
+  test::ExpectTensorNear<double>(
+      out[0], test::AsTensor<double>({2, -8, 18, 4, -10, 48}, TensorShape({3, 2})), 1e-12);
+}
+
 }  // namespace
 }  // namespace tensorflow::tf_ext

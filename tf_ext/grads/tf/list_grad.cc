@@ -14,8 +14,9 @@
 // Where Python uses a static shape (dtensor.shape[1:]) the C++ gradient uses the same shape
 // at run time, which is never less defined.
 //
-// Tested in tests/python/test_list_grads.py (SymbolicGradient per op and per frozen graph,
-// tf_ext_grad, against eager GradientTape).
+// Tested in tests/python/test_list_grads.py (SymbolicGradient of functions and tf_ext_grad on
+// frozen graphs, against eager GradientTape) and tests/list_grads_test.cc (the C++ client
+// registry, closed forms).
 #include <string>
 #include <vector>
 
@@ -300,6 +301,11 @@ TF_EXT_REGISTER_TF_GRADIENT("TensorListScatterV2", ScatterV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("TensorListScatterIntoExistingList", ScatterIntoExistingListGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TensorListConcat", ConcatGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TensorListConcatV2", ConcatV2Grad);
+// Front ends that have the forward node pass Concat's outputs (its lengths) instead of
+// recomputing the concatenation.
+static const bool concat_reads_outputs [[maybe_unused]] =
+    (DeclareReadsForwardOutputs("TensorListConcat"),
+     DeclareReadsForwardOutputs("TensorListConcatV2"), true);
 TF_EXT_REGISTER_TF_GRADIENT("TensorListSplit", SplitGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TensorListResize", ResizeGrad);
 // Not differentiable, as in Python (list_ops.py): integer results, or (ConcatLists,
