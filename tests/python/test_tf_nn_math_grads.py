@@ -33,6 +33,12 @@ def grid(shape, dtype, lo=-1.0, hi=1.0, seed=0) -> np.ndarray:
     return v.reshape(shape).astype(dtype)
 
 
+def cgrid(shape, dtype, lo=-1.0, hi=1.0, seed=0) -> np.ndarray:
+    """Complex values: distinct real and imaginary parts in [lo, hi]."""
+    return (grid(shape, np.float64, lo, hi, seed) +
+            1j * grid(shape, np.float64, lo, hi, seed + 1000)).astype(dtype)
+
+
 def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
             zeros_not_python: tuple[int, ...] = ()) -> None:
     """`build` makes (in a fresh graph) the op under test from constants and returns one of its
@@ -44,7 +50,9 @@ def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
         out = build()
         op = out[0].op if isinstance(out, (list, tuple)) else out.op
         ys = [o for o in op.outputs]
-        dys = [tf.constant(grid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
+        dys = [tf.constant(cgrid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
+               if y.dtype.is_complex else
+               tf.constant(grid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
                if y.dtype.is_floating else tf.zeros_like(y) for i, y in enumerate(ys)]
         f = attr_value_pb2.NameAttrList(name=op.type)
         for k, v in op.node_def.attr.items():
@@ -109,6 +117,16 @@ def test_math_backward_ops(op, lo, hi, dtype):
     y = grid((3, 4), dtype, lo, hi, seed=6)
     dy = grid((3, 4), dtype, seed=7)
     compare(lambda: getattr(tf.raw_ops, op)(y=y, dy=dy), TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["TanhGrad", "SigmoidGrad", "SqrtGrad", "RsqrtGrad",
+                                "ReciprocalGrad", "InvGrad"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_math_backward_ops_complex(op, dtype):
+    """Complex types: Python conjugates some arguments (per op); C++ must do the same."""
+    y = cgrid((3, 4), dtype, 0.3, 1.5, seed=8)
+    dy = cgrid((3, 4), dtype, seed=9)
+    compare(lambda: getattr(tf.raw_ops, op)(y=y, dy=dy), 1e-5 if dtype == np.complex64 else 1e-12)
 
 
 @pytest.mark.parametrize("op", ["Round", "Rint", "Ceil"])

@@ -36,88 +36,101 @@ absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g) {
 
 // The backward ops of Tanh, Sigmoid, Sqrt, Rsqrt and Reciprocal: f(y, dy) with y the forward
 // output and dy its incoming gradient. Their gradients are second-derivative building blocks
-// (Hessian-vector products through tanh, sigmoid, ...). Real types only: Python conjugates y
-// for complex types, which these bodies do not.
+// (Hessian-vector products through tanh, sigmoid, ...). For complex types Python conjugates
+// some arguments (which ones differs per op); the bodies do the same.
 const std::vector<DataType> kRealFloatTypes = {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE};
+const std::vector<DataType> kBackwardOpTypes = {DT_HALF,   DT_BFLOAT16,  DT_FLOAT,
+                                                DT_DOUBLE, DT_COMPLEX64, DT_COMPLEX128};
+
+// conj(v) for a complex T, v itself for a real one.
+std::string Conj(grad::GradBuilder& b, const std::string& v) {
+  if (!DataTypeIsComplex(b.GetAttr<DataType>("T"))) return v;
+  return b.Add({{"conj_" + v}, "Conj", {v}, b.PassAttrs({"T"})});
+}
 
 // TanhGrad(y, dy) = dy * (1 - y^2).
 absl::Status TanhGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TanhGrad", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
+  const std::string a = Conj(b, "y"), c = Conj(b, "dy");
   const std::string minus_two = b.TypedConst("minus_two", -2.0);
-  b.Add({{"dz_dy"}, "Mul", {dz, "dy"}, t});                        // d(z) * dy
-  b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", "y"}, t});                  // d(z) * dy * y
-  // d(y) = d(z) * dy * (-2 y)
+  b.Add({{"dz_dy"}, "Mul", {dz, c}, t});                           // d(z) * conj(dy)
+  b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", a}, t});                    // ... * conj(y)
+  // d(y) = -2 d(z) conj(dy) conj(y)
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"dz_dy_y", minus_two}, t}));
-  // d(dy) = d(z) * (1 - y^2) = TanhGrad(y, d(z))
-  b.Return("dy", b.Add({{"dy_grad"}, "TanhGrad", {"y", dz}, t}));
+  // d(dy) = d(z) (1 - conj(y)^2) = TanhGrad(conj(y), d(z))
+  b.Return("dy", b.Add({{"dy_grad"}, "TanhGrad", {a, dz}, t}));
   return b.Build(g);
 }
 
 // SigmoidGrad(y, dy) = dy * y * (1 - y).
 absl::Status SigmoidGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("SigmoidGrad", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
+  const std::string a = Conj(b, "y"), c = Conj(b, "dy");
   const std::string two = b.TypedConst("two", 2.0);
-  b.Add({{"gb"}, "Mul", {dz, "dy"}, t});                           // d(z) * dy
-  b.Add({{"gb_y"}, "Mul", {"gb", "y"}, t});
-  b.Add({{"two_gb_y"}, "Mul", {"gb_y", two}, t});                  // 2 d(z) dy y
-  // d(y) = d(z) * dy * (1 - 2 y)
+  b.Add({{"gb"}, "Mul", {dz, c}, t});                              // d(z) * conj(dy)
+  b.Add({{"gb_y"}, "Mul", {"gb", a}, t});
+  b.Add({{"two_gb_y"}, "Mul", {"gb_y", two}, t});                  // 2 d(z) conj(dy y)
+  // d(y) = d(z) conj(dy) (1 - 2 conj(y))
   b.Return("y", b.Add({{"y_grad"}, "Sub", {"gb", "two_gb_y"}, t}));
-  // d(dy) = d(z) * y * (1 - y) = SigmoidGrad(y, d(z))
-  b.Return("dy", b.Add({{"dy_grad"}, "SigmoidGrad", {"y", dz}, t}));
+  // d(dy) = d(z) conj(y) (1 - conj(y)) = SigmoidGrad(conj(y), d(z))
+  b.Return("dy", b.Add({{"dy_grad"}, "SigmoidGrad", {a, dz}, t}));
   return b.Build(g);
 }
 
-// SqrtGrad(y, dy) = 0.5 * dy / y.
+// SqrtGrad(y, dy) = z = 0.5 * dy / conj(y).
 absl::Status SqrtGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("SqrtGrad", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string half = b.TypedConst("half", 0.5);
-  b.Add({{"ga"}, "RealDiv", {grad::GradName("z"), "y"}, t});        // d(z) / y
-  b.Add({{"neg_ga"}, "Neg", {"ga"}, t});
-  // d(y) = -d(z) / y * z  (z = 0.5 dy / y, the forward output)
+  b.Add({{"ga"}, "Div", {grad::GradName("z"), "y"}, t});            // d(z) / y
+  const std::string ga = Conj(b, "ga");
+  b.Add({{"neg_ga"}, "Neg", {ga}, t});
+  // d(y) = -conj(d(z) / y) * z  (z: the forward output)
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"neg_ga", "z"}, t}));
   // d(dy) = 0.5 d(z) / y
   b.Return("dy", b.Add({{"dy_grad"}, "Mul", {"ga", half}, t}));
   return b.Build(g);
 }
 
-// RsqrtGrad(y, dy) = -0.5 * dy * y^3.
+// RsqrtGrad(y, dy) = -0.5 * dy * conj(y)^3.
 absl::Status RsqrtGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("RsqrtGrad", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
+  const std::string a = Conj(b, "y"), cg = Conj(b, dz);
   const std::string minus_1_5 = b.TypedConst("minus_one_and_half", -1.5);
-  b.Add({{"y2"}, "Square", {"y"}, t});                             // y^2
-  b.Add({{"dz_dy"}, "Mul", {dz, "dy"}, t});                        // d(z) * dy
+  b.Add({{"y2"}, "Square", {a}, t});                               // conj(y)^2
+  b.Add({{"dz_dy"}, "Mul", {cg, "dy"}, t});                        // conj(d(z)) * dy
   b.Add({{"dz_dy_y2"}, "Mul", {"dz_dy", "y2"}, t});
-  // d(y) = -1.5 * d(z) * dy * y^2
+  // d(y) = -1.5 conj(d(z)) dy conj(y)^2
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"dz_dy_y2", minus_1_5}, t}));
-  // d(dy) = -0.5 d(z) y^3 = RsqrtGrad(y, d(z))
-  b.Return("dy", b.Add({{"dy_grad"}, "RsqrtGrad", {"y", dz}, t}));
+  // d(dy) = -0.5 d(z) conj(y)^3 = RsqrtGrad(conj(y), d(z))
+  b.Return("dy", b.Add({{"dy_grad"}, "RsqrtGrad", {a, dz}, t}));
   return b.Build(g);
 }
 
-// ReciprocalGrad(y, dy) = InvGrad(y, dy) = -dy * y^2.
+// ReciprocalGrad(y, dy) = InvGrad(y, dy) = -dy * conj(y)^2.
 absl::Status ReciprocalGradGradOf(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(op, attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
+  const std::string a = Conj(b, "y"), cg = Conj(b, dz);
   const std::string minus_two = b.TypedConst("minus_two", -2.0);
-  b.Add({{"dz_dy"}, "Mul", {dz, "dy"}, t});                        // d(z) * dy
-  b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", "y"}, t});
-  // d(y) = -2 d(z) dy y
+  b.Add({{"dz_dy"}, "Mul", {cg, "dy"}, t});                        // conj(d(z)) * dy
+  b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", a}, t});
+  // d(y) = -2 conj(d(z)) dy conj(y)
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"dz_dy_y", minus_two}, t}));
-  // d(dy) = -d(z) y^2 = ReciprocalGrad(y, d(z))
-  b.Return("dy", b.Add({{"dy_grad"}, op, {"y", dz}, t}));
+  // d(dy) = -d(z) conj(y)^2 = ReciprocalGrad(conj(y), d(z))
+  b.Return("dy", b.Add({{"dy_grad"}, op, {a, dz}, t}));
   return b.Build(g);
 }
 absl::Status ReciprocalGradGrad(const AttrSlice& attrs, FunctionDef* g) {
