@@ -303,7 +303,7 @@ def freeze(fns, dtype):
     return frozen.graph.as_graph_def(), xs, ws
 
 
-def run_tf_ext_grad(tmp_path, graph_def, xs, dtype):
+def run_tf_ext_grad(tmp_path, graph_def, xs, dtype, *flags):
     graph = tmp_path / "g.pb"
     graph.write_bytes(graph_def.SerializeToString())
     feeds = []
@@ -314,18 +314,24 @@ def run_tf_ext_grad(tmp_path, graph_def, xs, dtype):
     y = [n.name for n in graph_def.node if n.op == "Identity"][-1]
     r = subprocess.run([TOOL, "--library=" + LIBRARY, "--graph=%s" % graph, "--y=" + y,
                         "--x=" + ",".join("x_%d" % i for i in range(len(xs))), "--save=%s" % out]
-                       + feeds, capture_output=True, text=True)
+                       + feeds + list(flags), capture_output=True, text=True)
     return r, (np.load(out) if r.returncode == 0 else None)
 
 
+# tf_ext_grad inlines each op's gradient as plain ops by default; --symbolic_gradients keeps one
+# SymbolicGradient node (a function call) per op.
+MODES = {"inlined": [], "symbolic": ["--symbolic_gradients"]}
+
+
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-def test_list_graphs_through_tf_ext_grad(tmp_path, dtype):
+def test_list_graphs_through_tf_ext_grad(tmp_path, dtype, mode):
     fns = sorted(LIST_CASES.items())
     graph_def, xs, ws = freeze(fns, dtype)
     ops = {n.op for n in graph_def.node}
     assert {"TensorListFromTensor", "TensorListSplit", "TensorListConcatV2"} <= ops, ops
-    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, dtype)
+    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, dtype, *MODES[mode])
     assert r.returncode == 0, r.stderr[-3000:]
     for i, (name, fn) in enumerate(fns):
         ref = tape_gradient(fn, xs[i], ws[i])
@@ -333,12 +339,13 @@ def test_list_graphs_through_tf_ext_grad(tmp_path, dtype):
 
 
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-def test_tensor_array_graphs_through_tf_ext_grad(tmp_path, dtype):
+def test_tensor_array_graphs_through_tf_ext_grad(tmp_path, dtype, mode):
     fns = sorted(TA_CASES.items())
     graph_def, xs, ws = freeze(fns, dtype)
     assert "TensorArrayV3" in {n.op for n in graph_def.node}
-    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, dtype)
+    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, dtype, *MODES[mode])
     assert r.returncode == 0, r.stderr[-3000:]
     for i, (name, fn) in enumerate(fns):
         ref = v1_gradient(fn, xs[i], ws[i])
