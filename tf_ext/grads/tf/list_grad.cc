@@ -11,6 +11,9 @@
 // builders add where a list has no or several consumers, are TensorFlow's own variant kernels.
 //
 // Where Python's gradient returns None (indices, shapes, sizes) the C++ gradient is zeros.
+// Where Python receives None for an output nobody differentiated (PopBack's list) and builds
+// an empty list instead, the C++ gradient receives the builder's zeros of that list: the same
+// values after the next Stack.
 // Where Python uses a static shape (dtensor.shape[1:]) the C++ gradient uses the same shape
 // at run time, which is never less defined.
 //
@@ -230,8 +233,8 @@ absl::Status ScatterIntoExistingListGrad(const AttrSlice& attrs, FunctionDef* g)
 absl::Status ConcatGradFor(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
   GradBuilder b(op, attrs);
   // d(list)[i] = d(tensor)[offset_i : offset_i + lengths[i]]. `lengths` is the forward
-  // output (recomputed from the list when the front end does not pass it; the op is
-  // stateless); d(lengths) is ignored (integers).
+  // output: passed by front ends that have it (the client registry), recomputed from the list
+  // by SymbolicGradient (the op is stateless); d(lengths) is ignored (integers).
   b.Return("input_handle",
            b.Add({{"dlist"},
                   "TensorListSplit",
