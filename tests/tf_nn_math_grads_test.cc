@@ -30,7 +30,7 @@ const std::vector<std::string> kFloatAndDouble = {
     "BesselK0e", "BesselK1", "BesselK1e", "BesselY0", "BesselY1", "Igamma", "Igammac", "Betainc",
     "Zeta", "Polygamma", "FloorMod", "Cross", "EuclideanNorm", "NextAfter", "Cumprod",
     "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits", "InvGrad", "BiasAddV1", "Conv3D",
-    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2", "TopKV2", "MaxPoolWithArgmax",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
@@ -120,7 +120,11 @@ constexpr char kSecondConfigs[] =
     "Conv3DBackpropInputV2 input_sizes=values:1,4,4,4,2 filter=3x3x3x2x1@-1:1 "
     "out_backprop=1x2x2x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME nondiff=input_sizes\n"
     "Conv3DBackpropFilterV2 input=1x4x4x4x2@-1:1 filter_sizes=values:3,3,3,2,1 "
-    "out_backprop=1x2x2x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME nondiff=filter_sizes\n";
+    "out_backprop=1x2x2x2x1@-1:1 attr.strides=[1,2,2,2,1] attr.padding=SAME nondiff=filter_sizes\n"
+    // Selection and argmax pooling: k = all of the last axis, SAME, the batch in the index.
+    "TopKV2 input=2x3x4@-2:2 k=scalar:4\n"
+    "MaxPoolWithArgmax input=2x5x5x3@-1:1 attr.ksize=[1,3,3,1] attr.strides=[1,2,2,1] "
+    "attr.padding=SAME attr.include_batch_in_index=true\n";
 
 std::string OpList() {
   std::string list;

@@ -487,3 +487,57 @@ def test_bias_add_v1_inv_grad_and_arg_reductions(dtype):
     for op in ("ArgMax", "ArgMin"):  # integer outputs: zeros for both inputs, as Python's None
         compare(lambda: getattr(tf.raw_ops, op)(input=grid((3, 4), dtype, seed=59), dimension=1),
                 tol, min_nonzero=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Selection: TopKV2 and MaxPoolWithArgmax with ties; ComplexAbs (0 at x = 0).
+
+TIED = np.array([[[1, 3, 3, 0], [2, 2, 2, 2], [5, -1, 5, 4]],
+                 [[0, 0, 1, 1], [7, 6, 7, 6], [-3, -3, -2, -1]]])
+
+
+@pytest.mark.parametrize("k", [0, 2, 4])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_top_k_v2_with_ties(k, dtype):
+    x = TIED.astype(dtype)
+    compare(lambda: tf.raw_ops.TopKV2(input=x, k=k), TOL[dtype], min_nonzero=0 if k == 0 else 1)
+
+
+def test_top_k_v2_int64_indices():
+    """index_type=int64: Python's own gradient fails there (it adds int32 offsets to int64
+    indices); C++ gives what both give for int32 indices."""
+    x = TIED.astype(np.float64)
+    dy = grid((2, 3, 2), np.float64, seed=61)
+    got = {}
+    for index_type in (tf.int32, tf.int64):
+        with tf.Graph().as_default():
+            tf_ext.library()
+            out = tf.raw_ops.TopKV2(input=x, k=2, index_type=index_type)
+            f = attr_value_pb2.NameAttrList(name="TopKV2")
+            for key, v in out[0].op.node_def.attr.items():
+                f.attr[key].CopyFrom(v)
+            dx, _ = tf.raw_ops.SymbolicGradient(
+                input=[tf.constant(x), tf.constant(2), tf.constant(dy),
+                       tf.zeros([2, 3, 2], index_type)], Tout=[tf.float64, tf.int32], f=f)
+            with tf.compat.v1.Session() as sess:
+                got[index_type] = sess.run(dx)
+    np.testing.assert_array_equal(got[tf.int64], got[tf.int32])
+    assert np.count_nonzero(got[tf.int32]) == dy.size
+
+
+@pytest.mark.parametrize("include_batch_in_index", [False, True])
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_max_pool_with_argmax_ties(include_batch_in_index, padding, dtype):
+    x = np.concatenate([pool_input_with_ties(dtype), pool_input_with_ties(dtype)[..., ::-1]])
+    compare(lambda: tf.raw_ops.MaxPoolWithArgmax(
+        input=x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding=padding,
+        include_batch_in_index=include_batch_in_index), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_abs(dtype):
+    x = cgrid((3, 4), dtype, seed=60)
+    x[1, 1] = 0  # the gradient is 0 there (div_no_nan)
+    compare(lambda: tf.raw_ops.ComplexAbs(x=x, Tout=tf.as_dtype(dtype).real_dtype),
+            1e-5 if dtype == np.complex64 else 1e-12)

@@ -469,6 +469,22 @@ absl::Status FloorModGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// ComplexAbs(x) = |x| (real): d(x) = d(y) x / |x| as a complex number (0 at x = 0,
+// Python's div_no_nan).
+absl::Status ComplexAbsGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("ComplexAbs", attrs);
+  const grad::NodeAttrs real = {{"T", grad::Placeholder("Tout")}};
+  const grad::NodeAttrs to_complex = {{"T", grad::Placeholder("Tout")},
+                                      {"Tout", grad::Placeholder("T")}};
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  b.Add({{"zeros"}, "ZerosLike", {grad::GradName("y")}, real});
+  b.Add({{"grad_c"}, "Complex", {grad::GradName("y"), "zeros"}, to_complex});  // d(y) + 0i
+  b.Add({{"y_c"}, "Complex", {"y", "zeros"}, to_complex});                     // |x| + 0i
+  b.Add({{"grad_x"}, "Mul", {"grad_c", "x"}, t});
+  b.Return("x", b.Add({{"dx"}, "DivNoNan", {"grad_x", "y_c"}, t}));            // d(y) x / |x|
+  return b.Build(g);
+}
+
 // Cross(a, b) = a x b (last axis of size 3): <g, a x b> = <b x g, a> = <g x a, b>.
 absl::Status CrossGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("Cross", attrs);
@@ -616,6 +632,7 @@ TF_EXT_REGISTER_TF_GRADIENT("Zeta", ZetaGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Polygamma", PolygammaGrad);
 TF_EXT_REGISTER_TF_GRADIENT("FloorMod", FloorModGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Cross", CrossGrad);
+TF_EXT_REGISTER_TF_GRADIENT("ComplexAbs", ComplexAbsGrad);
 TF_EXT_REGISTER_TF_GRADIENT("EuclideanNorm", EuclideanNormGrad);
 TF_EXT_REGISTER_TF_GRADIENT("NextAfter", NextAfterGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Cumprod", CumprodGrad);

@@ -432,7 +432,8 @@ absl::Status FusedBatchNormGradGrad(const std::string& op, const AttrSlice& attr
     const std::string e6 = mul("e6", r3, sub("e4_e5", e4, e5));
     d_x = add("dx_v", e6, mul("gs_r_gyc", mul("gs_r2", gs, r), gyc));
     // d(scale) = r P - r^3 A Q
-    d_s = flat("ds_flat", sub("ds_c", mul("r_p", r, p_sum), mul("r3_a_q", mul("r3_a", r3, a), q_sum)));
+    d_s = flat("ds_flat",
+               sub("ds_c", mul("r_p", r, p_sum), mul("r3_a_q", mul("r3_a", r3, a), q_sum)));
   } else {
     const std::string pm = per_channel("pm", "reserve_space_1");      // population mean
     const std::string pv = per_channel("pv", "reserve_space_2");      // population variance
@@ -517,6 +518,65 @@ absl::Status FusedBatchNormV2Grad(const AttrSlice& attrs, FunctionDef* g) {
   return FusedBatchNormBaseGrad("FusedBatchNormV2", "FusedBatchNormGradV2", attrs, g);
 }
 
+// MaxPoolWithArgmax(input) = (output, argmax): d(input) = d(output) scattered to the argmax
+// positions the forward recorded (its argmax output; recomputed: MaxPoolWithArgmax is
+// deterministic). The argmax output's gradient is ignored (integers).
+absl::Status MaxPoolWithArgmaxGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPoolWithArgmax", attrs);
+  b.Return("input", b.Add({{"dinput"}, "MaxPoolGradWithArgmax",
+                           {"input", GradName("output"), "argmax"},
+                           b.PassAttrs({"ksize", "strides", "padding", "include_batch_in_index",
+                                        "Targmax", "T"})}));
+  return b.Build(g);
+}
+
+// TopKV2(input, k) = (values, indices) along the last axis: d(input) = d(values) scattered
+// to the positions in indices (row r, column indices[r, j] of input viewed as [rows, n]); k is
+// an integer; the indices output's gradient is ignored. (TopK, v1, has no gradient here:
+// TensorFlow 2.21 runs no TopK node, its kernel requires an index_type attr TopK lacks.)
+absl::Status TopKV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TopKV2", attrs);
+  const grad::FDH::AttrValueWrapper index_type = grad::Placeholder("index_type");
+  const NodeAttrs i64 = {{"T", DT_INT64}};
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add(grad::FDH::Const<int32>("minus_one", -1));
+  b.Add(grad::FDH::Const<int32>("flat", std::vector<int32>{-1}));
+  b.Add(grad::FDH::Const<int64_t>("zero64", 0));
+  b.Add(grad::FDH::Const<int64_t>("one64", 1));
+  // n = input's last dimension, k = indices' last dimension (int64)
+  b.Add({{"in_shape"}, "Shape", {"input"},
+         {{"T", grad::Placeholder("T")}, {"out_type", DT_INT64}}});
+  b.Add({{"idx_shape"}, "Shape", {"indices"}, {{"T", index_type}, {"out_type", DT_INT64}}});
+  const NodeAttrs last = {{"Tparams", DT_INT64}, {"Tindices", DT_INT32}, {"Taxis", DT_INT32}};
+  b.Add({{"in_rank"}, "Size", {"in_shape"}, {{"T", DT_INT64}}});
+  b.Add({{"in_last"}, "Sub", {"in_rank", "one"}, {{"T", DT_INT32}}});
+  b.Add({{"idx_rank"}, "Size", {"idx_shape"}, {{"T", DT_INT64}}});
+  b.Add({{"idx_last"}, "Sub", {"idx_rank", "one"}, {{"T", DT_INT32}}});
+  b.Add({{"n"}, "GatherV2", {"in_shape", "in_last", "zero"}, last});
+  b.Add({{"k_dim"}, "GatherV2", {"idx_shape", "idx_last", "zero"}, last});
+  // linear index of each selected element: (position / k) * n + indices
+  b.Add({{"count"}, "Size", {"indices"}, {{"T", index_type}, {"out_type", DT_INT64}}});
+  b.Add({{"positions"}, "Range", {"zero64", "count", "one64"}, {{"Tidx", DT_INT64}}});
+  b.Add({{"row"}, "FloorDiv", {"positions", "k_dim"}, i64});
+  b.Add({{"row_start"}, "Mul", {"row", "n"}, i64});
+  b.Add({{"idx64"}, "Cast", {"indices"}, {{"SrcT", index_type}, {"DstT", DT_INT64}}});
+  b.Add({{"idx_flat"}, "Reshape", {"idx64", "flat"}, i64});
+  b.Add({{"linear"}, "AddV2", {"row_start", "idx_flat"}, i64});
+  b.Add({{"linear_col"}, "ExpandDims", {"linear", "minus_one"},
+         {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{"grad_flat"}, "Reshape", {GradName("values"), "flat"}, b.PassAttrs({"T"})});
+  b.Add({{"size"}, "Size", {"input"}, {{"T", grad::Placeholder("T")}, {"out_type", DT_INT64}}});
+  b.Add({{"size_1d"}, "ExpandDims", {"size", "zero"}, {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{"scattered"}, "ScatterNd", {"linear_col", "grad_flat", "size_1d"},
+         {{"T", grad::Placeholder("T")}, {"Tindices", DT_INT64}}});
+  // d(input) = d(values) at the selected positions, zeros elsewhere
+  b.Return("input", b.Add({{"dinput"}, "Reshape", {"scattered", "in_shape"},
+                           {{"T", grad::Placeholder("T")}, {"Tshape", DT_INT64}}}));
+  b.NotDifferentiable("k");
+  return b.Build(g);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Losses.
 
@@ -569,6 +629,8 @@ TF_EXT_REGISTER_TF_GRADIENT("Conv3DBackpropFilterV2", Conv3DBackpropFilterV2Grad
 TF_EXT_REGISTER_TF_GRADIENT("AvgPool3DGrad", AvgPool3DGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGrad", MaxPool3DGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGradGrad", MaxPool3DGradGradGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MaxPoolWithArgmax", MaxPoolWithArgmaxGrad);
+TF_EXT_REGISTER_TF_GRADIENT("TopKV2", TopKV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseSoftmaxCrossEntropyWithLogits",
                             SparseSoftmaxCrossEntropyGrad);
 
