@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench
+.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -178,6 +178,17 @@ bench: setup
 	$(BAZEL) build //tf_ext:_tf_ext_ops.so
 	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
 	  $(PYTHON_BIN_PATH) $(ROOT)/bench/tf_ext_bench.py --out $(ROOT)/bench_results $(BENCH_ARGS)
+
+# The C++ gradient (tf_ext_grad --benchmark) against Python's tf.function gradient of the same
+# frozen models, interleaved, time and memory (bench/bench_models.py): a table on stdout,
+# bench_results/models.{json,md,png}. Not part of `make test` (minutes per model).
+# BENCH_MODELS_ARGS="--models MobileNetV2:1 --rounds 2".
+BENCH_MODELS_ARGS ?=
+bench-models: setup
+	$(BAZEL) build //tf_ext:tf_ext_grad //tf_ext:_tf_ext_ops.so
+	$(PYTHON_BIN_PATH) $(ROOT)/bench/bench_models.py --tf_ext_grad=$(ROOT)/bazel-bin/tf_ext/tf_ext_grad \
+	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --work=$(ROOT)/.models/bench \
+	  --out=$(ROOT)/bench_results $(BENCH_MODELS_ARGS)
 
 clean:
 	$(BAZEL) clean

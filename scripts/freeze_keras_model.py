@@ -5,7 +5,7 @@
 
 MODEL is a tf.keras.applications name (e.g. MobileNetV2, ResNet50, ConvNeXtTiny) built with
 weights=None (nothing is downloaded), `TransformerEncoder` (a Keras MultiHeadAttention
-encoder block) or `LSTM` (a recurrent model: its frozen graph keeps a while loop). The frozen function is
+encoder block), `BertBaseEncoder` (12 such blocks at BERT-base size) or `LSTM` (a recurrent model: its frozen graph keeps a while loop). The frozen function is
 
     y = sum(model(x, training) * r)          r: a fixed random [batch, classes] projection
 
@@ -48,6 +48,19 @@ def build_model(name, size, classes):
         mlp = keras.layers.Dense(64, activation="gelu")(h)
         mlp = keras.layers.Dense(dim)(mlp)
         h = keras.layers.LayerNormalization()(h + mlp)
+        out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
+        return keras.Model(inp, out), (seq, dim)
+    if name == "BertBaseEncoder":
+        # BERT-base-sized (12 layers, hidden 768, 12 heads, feed-forward 3072) on float
+        # embeddings of `size` tokens: make bench-models' transformer row.
+        seq, dim = size, 768
+        inp = keras.Input((seq, dim))
+        h = inp
+        for _ in range(12):
+            att = keras.layers.MultiHeadAttention(num_heads=12, key_dim=64)(h, h)
+            h = keras.layers.LayerNormalization()(h + att)
+            mlp = keras.layers.Dense(3072, activation="gelu")(h)
+            h = keras.layers.LayerNormalization()(h + keras.layers.Dense(dim)(mlp))
         out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
         return keras.Model(inp, out), (seq, dim)
     if name == "LSTM":

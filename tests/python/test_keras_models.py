@@ -82,10 +82,10 @@ def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
     assert "feeding 'x' random values (--seed=3" in r.stdout
     assert "16 random projections per x over 256 elements" in r.stdout
     assert ": PASS" in r.stdout
-    # With TensorFlow's graph optimizations (--optimize; off by default) the gradient is the
-    # same function's, and the tool reports its peak memory either way.
+    # Without TensorFlow's graph optimizations (--optimize=false; on by default) the gradient is
+    # the same function's, and the tool reports its peak memory either way.
     ref = np.load(os.path.join(out, "expected.npz"))["dy_dx"]
-    for flags in ([], ["--optimize"]):
+    for flags in ([], ["--optimize=false"]):
         grad = os.path.join(out, "grad_%d.npz" % len(flags))
         r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
                         "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad, *flags)

@@ -207,9 +207,13 @@ std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed)
   return fed;
 }
 
-std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request) {
+std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request,
+                                                         const GradientResult* result) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (const auto& [ref, t] : request.feeds) feeds.push_back({ref.ToString(), t});
+  if (result != nullptr) {
+    feeds.insert(feeds.end(), result->constant_feeds.begin(), result->constant_feeds.end());
+  }
   return feeds;
 }
 

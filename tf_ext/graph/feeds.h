@@ -31,8 +31,10 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
 // and a fully known shape; returns the names fed. Placeholders of unknown shape are left.
 std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed);
 
-// The request's feeds as Session::Run takes them ("node:index", value).
-std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request);
+// The request's feeds as Session::Run takes them ("node:index", value), and, for a run of
+// result->session, the constants it takes as feeds (GradientResult::constant_feeds).
+std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request,
+                                                         const GradientResult* result = nullptr);
 
 }  // namespace tensorflow::tf_ext
 

@@ -30,9 +30,11 @@ struct GradientOptions {
   bool keep_backward_graph = false;
   // Clear request->graph once it has been imported (NumericCheck needs it: keep it then).
   bool release_forward_graph = false;
-  // Run TensorFlow's graph optimizations (Grappler, constant folding) in the Session. Off by
-  // default: on frozen models they copy the weights and slow the run (session_options.h).
-  bool optimize_graph = false;
+  // Run TensorFlow's graph optimizations (Grappler) in the Session, as a Python tf.function
+  // does: on the plain-op backward graphs they save time (session_options.h). The frozen
+  // weights (floating-point constants of 4096 elements or more) are then fed rather than held
+  // in Const nodes, so that no optimization pass copies them.
+  bool optimize_graph = true;
   // Inline each op's gradient FunctionDef as plain ops (backprop.h); off: one SymbolicGradient
   // node per op, resolved at run time.
   bool inline_gradients = true;
@@ -53,6 +55,9 @@ struct GradientResult {
   std::unique_ptr<Session> session;
   // What the run fetched from `session`, to run it again: y, then d sum(y) / d x per x.
   std::vector<std::string> fetches;
+  // Large constants the Session gets as feeds instead of Const nodes (with optimize_graph:
+  // graph_gradients.cc). Every run of `session` feeds them (SessionFeeds(request, &result)).
+  std::vector<std::pair<std::string, Tensor>> constant_feeds;
 };
 
 }  // namespace tensorflow::tf_ext

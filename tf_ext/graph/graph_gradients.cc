@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/graph/optimizer_cse.h"
@@ -149,6 +151,36 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   return absl::OkStatus();
 }
 
+// Floating-point Const nodes of at least 4096 elements become Placeholders, their values
+// returned as feeds: Grappler (optimize_graph) copies the GraphDef it optimizes, constants
+// included, and folds and reorders constants into new ones; a fed tensor it never sees. The
+// nodes the request names keep their Consts.
+std::vector<std::pair<std::string, Tensor>> HoistConstants(const GradientRequest& request,
+                                                           GraphDef* graph) {
+  std::set<std::string> named = {request.y.node};
+  for (const TensorRef& x : request.xs) named.insert(x.node);
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (NodeDef& n : *graph->mutable_node()) {
+    if (n.op() != "Const" || named.count(n.name()) || !n.attr().contains("value")) continue;
+    const TensorProto& proto = n.attr().at("value").tensor();
+    if (!DataTypeIsFloating(proto.dtype())) continue;
+    int64_t elements = 1;
+    for (const auto& d : proto.tensor_shape().dim()) elements *= d.size();
+    if (elements < 4096) continue;
+    Tensor value;
+    if (!value.FromProto(proto)) continue;
+    n.set_op("Placeholder");
+    n.clear_attr();
+    AttrValue dtype, shape;
+    dtype.set_type(value.dtype());
+    value.shape().AsProto(shape.mutable_shape());
+    (*n.mutable_attr())["dtype"] = dtype;
+    (*n.mutable_attr())["shape"] = shape;
+    feeds.push_back({n.name() + ":0", std::move(value)});
+  }
+  return feeds;
+}
+
 }  // namespace
 
 absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* result,
@@ -163,11 +195,12 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   result->build_seconds = Seconds() - start;
 
   const double run_start = Seconds();
+  if (options.optimize_graph) result->constant_feeds = HoistConstants(req, &backward);
   result->session.reset(NewSession(GradientSessionOptions(options.optimize_graph)));
   if (result->session == nullptr) return absl::InternalError("could not create a Session");
   TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
   // x values: a fed x is taken from its feed (TensorFlow refuses to fetch a fed tensor).
-  const auto feeds = SessionFeeds(req);
+  const auto feeds = SessionFeeds(req, result);
   auto fed = [&](const std::string& name) -> const Tensor* {
     for (const auto& f : feeds) {
       if (f.first == name) return &f.second;

@@ -68,7 +68,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
     const double h = options.delta > 0 ? options.delta : (base.dtype() == DT_DOUBLE ? 1e-6 : 1e-3);
     const std::string name = request.xs[i].ToString();
     // Feeding x overrides whatever computed it (placeholder or intermediate tensor).
-    auto feeds = SessionFeeds(request);
+    auto feeds = SessionFeeds(request, session == result.session.get() ? &result : nullptr);
     feeds.erase(std::remove_if(feeds.begin(), feeds.end(),
                                [&](const auto& f) { return f.first == name; }),
                 feeds.end());

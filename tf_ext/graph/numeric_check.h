@@ -19,7 +19,7 @@ struct NumericCheckOptions {
   // most 256 elements, else 16 projections; 0: always elementwise.
   int projections = -1;
   uint64_t seed = 0;
-  bool optimize_graph = false;  // as GradientOptions::optimize_graph
+  bool optimize_graph = true;  // as GradientOptions::optimize_graph
 };
 
 struct NumericCheckResult {

@@ -3,7 +3,7 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
-//               [--optimize] [--symbolic_gradients] [--benchmark=N]
+//               [--optimize=false] [--symbolic_gradients] [--benchmark=N]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -34,7 +34,7 @@ namespace {
 struct Flags {
   std::string graph, y, x, library, save, dump_backward;
   std::vector<std::string> feeds;
-  bool check = false, optimize = false, symbolic_gradients = false;
+  bool check = false, optimize = true, symbolic_gradients = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
@@ -79,9 +79,9 @@ void DeclareFlags(FlagParser* p, Flags* f) {
       .ValueName("PATH");
   p->Bool("check", &f->check, "also compare with central differences and print PASS/FAIL");
   p->Bool("optimize", &f->optimize,
-          "run TensorFlow's graph optimizations (Grappler, constant folding) on the backward "
-          "graph; off by default: on frozen models they copy the weights and cost more time "
-          "than they save");
+          "run TensorFlow's graph optimizations (Grappler: oneDNN and remapper fusions,\n"
+          "arithmetic simplification) on the backward graph, as a Python tf.function does;\n"
+          "--optimize=false runs the graph as built, with less memory on large models");
   p->Bool("symbolic_gradients", &f->symbolic_gradients,
           "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
           "gradients of all its inputs) instead of inlining each op's gradient as plain ops");
@@ -201,7 +201,7 @@ int Main(int argc, char** argv) {
   // A frozen model's weights are copied by every graph representation that holds them
   // (GradientOptions): the peak says how many copies a run needed.
   if (flags.benchmark > 0) {
-    const auto feeds = SessionFeeds(request);
+    const auto feeds = SessionFeeds(request, &result);
     std::vector<double> ms;
     for (int i = 0; i < flags.benchmark; ++i) {
       std::vector<Tensor> outs;
