@@ -20,7 +20,8 @@ namespace {
 using test::CommandResult;
 using test::RunCommand;
 
-// Ops checked in float and double / in float only (the fused batch-norm kernels).
+// Ops checked in float and double / in float only (the fused batch-norm kernels; isotonic
+// regression's default output_dtype; its double kernels: tests/python/test_tf_nn_math_grads.py).
 const std::vector<std::string> kFloatAndDouble = {
     "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad", "SoftplusGrad", "TanhGrad", "SigmoidGrad",
     "SqrtGrad", "RsqrtGrad", "ReciprocalGrad", "Round", "Rint", "Ceil", "BiasAddGrad",
@@ -30,11 +31,12 @@ const std::vector<std::string> kFloatAndDouble = {
     "BesselK0e", "BesselK1", "BesselK1e", "BesselY0", "BesselY1", "Igamma", "Igammac", "Betainc",
     "Zeta", "Polygamma", "FloorMod", "Cross", "EuclideanNorm", "NextAfter", "Cumprod",
     "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits", "InvGrad", "BiasAddV1", "Conv3D",
-    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2", "TopKV2", "MaxPoolWithArgmax",
+    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2", "TopKV2", "MaxPoolWithArgmax", "Dilation2D",
+    "NthElement",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
-    "FusedBatchNormV2",
+    "FusedBatchNormV2", "IsotonicRegression",
 };
 
 // Second configuration of each op (the first: tf_core_gradcheck_spec.txt). Inputs stay away
@@ -124,7 +126,11 @@ constexpr char kSecondConfigs[] =
     // Selection and argmax pooling: k = all of the last axis, SAME, the batch in the index.
     "TopKV2 input=2x3x4@-2:2 k=scalar:4\n"
     "MaxPoolWithArgmax input=2x5x5x3@-1:1 attr.ksize=[1,3,3,1] attr.strides=[1,2,2,1] "
-    "attr.padding=SAME attr.include_batch_in_index=true\n";
+    "attr.padding=SAME attr.include_batch_in_index=true\n"
+    "Dilation2D input=2x5x5x3@-1:1 filter=3x3x3@-1:1 attr.strides=[1,2,2,1] attr.rates=[1,1,1,1] "
+    "attr.padding=SAME\n"
+    "NthElement input=3x4@-2:2 n=scalar:0 attr.reverse=true\n"
+    "IsotonicRegression input=3x8@-3:3 dtypes=float\n";
 
 std::string OpList() {
   std::string list;

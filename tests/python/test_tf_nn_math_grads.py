@@ -541,3 +541,28 @@ def test_complex_abs(dtype):
     x[1, 1] = 0  # the gradient is 0 there (div_no_nan)
     compare(lambda: tf.raw_ops.ComplexAbs(x=x, Tout=tf.as_dtype(dtype).real_dtype),
             1e-5 if dtype == np.complex64 else 1e-12)
+
+
+@pytest.mark.parametrize("padding,strides", [("VALID", 1), ("SAME", 2)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dilation2d(padding, strides, dtype):
+    x = grid((2, 5, 5, 3), dtype, seed=62)
+    w = grid((3, 3, 3), dtype, -0.313, 0.457, seed=63)
+    compare(lambda: tf.raw_ops.Dilation2D(input=x, filter=w, strides=[1, strides, strides, 1],
+                                          rates=[1, 1, 1, 1], padding=padding), TOL[dtype])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nth_element_with_ties(reverse, dtype):
+    """Tied values share the gradient equally, as in Python."""
+    x = TIED.reshape(6, 4).astype(dtype)
+    for n in (0, 1, 3):
+        compare(lambda: tf.raw_ops.NthElement(input=x, n=n, reverse=reverse), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_isotonic_regression(dtype):
+    x = np.array([[3, 1, 2, 5, 4, 0, 6, 6], [0, 1, 2, 3, 4, 5, 6, 7], [9, 8, 7, 6, 5, 4, 3, 2]],
+                 dtype)
+    compare(lambda: tf.raw_ops.IsotonicRegression(input=x, output_dtype=dtype), TOL[dtype])

@@ -577,6 +577,81 @@ absl::Status TopKV2Grad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// Dilation2D(input, filter) (grayscale morphological dilation): its two backprop ops.
+absl::Status Dilation2DGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Dilation2D", attrs);
+  const NodeAttrs a = b.PassAttrs({"T", "strides", "rates", "padding"});
+  // d(input) = d(output) routed to each window's argmax input position
+  b.Return("input", b.Add({{"dinput"}, "Dilation2DBackpropInput",
+                           {"input", "filter", GradName("output")}, a}));
+  // d(filter) = d(output) routed to each window's argmax filter position
+  b.Return("filter", b.Add({{"dfilter"}, "Dilation2DBackpropFilter",
+                            {"input", "filter", GradName("output")}, a}));
+  return b.Build(g);
+}
+
+// NthElement(input, n) = the n-th smallest (largest with reverse) of the last axis: d(input)
+// = d(values) shared equally among the elements equal to the value (ties), as Python.
+absl::Status NthElementGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("NthElement", attrs);
+  b.RequireTypes("T", {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE});
+  const NodeAttrs t = b.PassAttrs({"T"});
+  b.Add(grad::FDH::Const<int32>("last_axis", -1));
+  const NodeAttrs expand = {{"T", grad::Placeholder("T")}, {"Tdim", DT_INT32}};
+  b.Add({{"values_col"}, "ExpandDims", {"values", "last_axis"}, expand});
+  b.Add({{"equal"}, "Equal", {"values_col", "input"}, t});              // input == value
+  b.Add({{"indicators"}, "Cast", {"equal"}, {{"SrcT", DT_BOOL}, {"DstT", grad::Placeholder("T")}}});
+  b.Add({{"count"}, "Sum", {"indicators", "last_axis"},
+         {{"T", grad::Placeholder("T")}, {"Tidx", DT_INT32}, {"keep_dims", true}}});
+  b.Add({{"share"}, "RealDiv", {"indicators", "count"}, t});            // 1 / (number of ties)
+  b.Add({{"grad_col"}, "ExpandDims", {GradName("values"), "last_axis"}, expand});
+  // d(input) = d(value) / ties at every element equal to the value
+  b.Return("input", b.Add({{"dinput"}, "Mul", {"share", "grad_col"}, t}));
+  b.NotDifferentiable("n");
+  return b.Build(g);
+}
+
+// IsotonicRegression(input [rows, n]) = (output, segments): each output is the mean of the
+// inputs of its segment (pooled adjacent violators), so d(input) = the mean of d(output) over
+// its segment (Python's _MeanAggregator); segments are integers.
+absl::Status IsotonicRegressionGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("IsotonicRegression", attrs);
+  b.RequireTypes("T", {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE});
+  const NodeAttrs i32 = {{"T", DT_INT32}};
+  const NodeAttrs out = {{"T", grad::Placeholder("output_dtype")}};
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add(grad::FDH::Const<int32>("flat", std::vector<int32>{-1}));
+  // one segment id per (row, segment): row * n + segment
+  b.Add({{"shape"}, "Shape", {"segments"}, i32});
+  b.Add({{"n"}, "GatherV2", {"shape", "one", "zero"},
+         {{"Tparams", DT_INT32}, {"Tindices", DT_INT32}, {"Taxis", DT_INT32}}});
+  b.Add({{"total"}, "Size", {"segments"}, i32});
+  b.Add({{"positions"}, "Range", {"zero", "total", "one"}, {{"Tidx", DT_INT32}}});
+  b.Add({{"row"}, "FloorDiv", {"positions", "n"}, i32});
+  b.Add({{"row_start"}, "Mul", {"row", "n"}, i32});
+  b.Add({{"seg_flat"}, "Reshape", {"segments", "flat"}, i32});
+  b.Add({{"ids"}, "AddV2", {"row_start", "seg_flat"}, i32});
+  const NodeAttrs seg = {{"T", grad::Placeholder("output_dtype")},
+                         {"Tindices", DT_INT32},
+                         {"Tnumsegments", DT_INT32}};
+  b.Add({{"grad_flat"}, "Reshape", {GradName("output"), "flat"}, out});
+  b.Add({{"sums"}, "UnsortedSegmentSum", {"grad_flat", "ids", "total"}, seg});  // per segment
+  b.Add({{"ones"}, "OnesLike", {"grad_flat"}, out});
+  b.Add({{"counts"}, "UnsortedSegmentSum", {"ones", "ids", "total"}, seg});
+  b.Add({{"means"}, "DivNoNan", {"sums", "counts"}, out});                   // segment means
+  b.Add({{"spread"}, "GatherV2", {"means", "ids", "zero"},
+         {{"Tparams", grad::Placeholder("output_dtype")},
+          {"Tindices", DT_INT32},
+          {"Taxis", DT_INT32}}});
+  b.Add({{"spread_2d"}, "Reshape", {"spread", "shape"}, out});
+  // d(input) = mean of d(output) over the element's segment (in the input's type)
+  b.Return("input", b.Add({{"dinput"}, "Cast", {"spread_2d"},
+                           {{"SrcT", grad::Placeholder("output_dtype")},
+                            {"DstT", grad::Placeholder("T")}}}));
+  return b.Build(g);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Losses.
 
@@ -631,6 +706,9 @@ TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGrad", MaxPool3DGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGradGrad", MaxPool3DGradGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPoolWithArgmax", MaxPoolWithArgmaxGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TopKV2", TopKV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("Dilation2D", Dilation2DGrad);
+TF_EXT_REGISTER_TF_GRADIENT("NthElement", NthElementGrad);
+TF_EXT_REGISTER_TF_GRADIENT("IsotonicRegression", IsotonicRegressionGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseSoftmaxCrossEntropyWithLogits",
                             SparseSoftmaxCrossEntropyGrad);
 
