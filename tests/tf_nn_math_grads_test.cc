@@ -32,7 +32,10 @@ const std::vector<std::string> kFloatAndDouble = {
     "Zeta", "Polygamma", "FloorMod", "Cross", "EuclideanNorm", "NextAfter", "Cumprod",
     "CumulativeLogsumexp", "SparseSoftmaxCrossEntropyWithLogits", "InvGrad", "BiasAddV1", "Conv3D",
     "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2", "TopKV2", "MaxPoolWithArgmax", "Dilation2D",
-    "NthElement",
+    "NthElement", "SegmentMean", "SegmentMax", "SegmentMin", "SegmentProd", "UnsortedSegmentProd",
+    "SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN",
+    "SparseSegmentSumWithNumSegments", "SparseSegmentMeanWithNumSegments",
+    "SparseSegmentSqrtNWithNumSegments",
 };
 const std::vector<std::string> kFloatOnly = {
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
@@ -130,7 +133,23 @@ constexpr char kSecondConfigs[] =
     "Dilation2D input=2x5x5x3@-1:1 filter=3x3x3@-1:1 attr.strides=[1,2,2,1] attr.rates=[1,1,1,1] "
     "attr.padding=SAME\n"
     "NthElement input=3x4@-2:2 n=scalar:0 attr.reverse=true\n"
-    "IsotonicRegression input=3x8@-3:3 dtypes=float\n";
+    "IsotonicRegression input=3x8@-3:3 dtypes=float\n"
+    // Segments: 3-D data, int64 ids, an empty segment, repeated indices, negative products.
+    "SegmentMean data=5x2x2@-1:1 segment_ids=values:0,1,1,1,3 attr.Tindices=int64\n"
+    "SegmentMax data=5x2x2@-1:1 segment_ids=values:0,1,1,1,3 attr.Tindices=int64\n"
+    "SegmentMin data=5x2x2@-1:1 segment_ids=values:0,1,1,1,3 attr.Tindices=int64\n"
+    "SegmentProd data=5x2x2@-1.5:-0.5 segment_ids=values:0,1,1,1,3 attr.Tindices=int64\n"
+    "UnsortedSegmentProd data=6x2x2@-1.5:-0.5 segment_ids=values:3,-1,0,3,3,1 "
+    "num_segments=scalar:5 attr.Tindices=int64 attr.Tnumsegments=int64\n"
+    "SparseSegmentSum data=5x2x2@-1:1 indices=values:4,4,0 segment_ids=values:0,2,2\n"
+    "SparseSegmentMean data=5x2x2@-1:1 indices=values:4,4,0 segment_ids=values:0,2,2\n"
+    "SparseSegmentSqrtN data=5x2x2@-1:1 indices=values:4,4,0 segment_ids=values:0,2,2\n"
+    "SparseSegmentSumWithNumSegments data=5x2x2@-1:1 indices=values:4,4,0 "
+    "segment_ids=values:0,2,2 num_segments=scalar:6\n"
+    "SparseSegmentMeanWithNumSegments data=5x2x2@-1:1 indices=values:4,4,0 "
+    "segment_ids=values:0,2,2 num_segments=scalar:6\n"
+    "SparseSegmentSqrtNWithNumSegments data=5x2x2@-1:1 indices=values:4,4,0 "
+    "segment_ids=values:0,2,2 num_segments=scalar:6\n";
 
 std::string OpList() {
   std::string list;

@@ -39,6 +39,20 @@ def cgrid(shape, dtype, lo=-1.0, hi=1.0, seed=0) -> np.ndarray:
             1j * grid(shape, np.float64, lo, hi, seed + 1000)).astype(dtype)
 
 
+def incoming(y: tf.Tensor, seed: int) -> tf.Tensor:
+    """A distinct-valued incoming gradient for y (computed in the graph where y's shape is
+    only known at run time, e.g. a segment reduction's); zeros for integer outputs."""
+    if not (y.dtype.is_floating or y.dtype.is_complex):
+        return tf.zeros_like(y)
+    if y.shape.is_fully_defined():
+        make = cgrid if y.dtype.is_complex else grid
+        return tf.constant(make(y.shape, y.dtype.as_numpy_dtype, seed=seed))
+    real = y.dtype.real_dtype
+    k = tf.cast(tf.range(tf.size(y)), real)
+    g = tf.reshape(tf.sin(k * 1.7 + seed), tf.shape(y))
+    return tf.complex(g, tf.cos(g * 2.3)) if y.dtype.is_complex else g
+
+
 def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
             zeros_not_python: tuple[int, ...] = ()) -> None:
     """`build` makes (in a fresh graph) the op under test from constants and returns one of its
@@ -50,17 +64,15 @@ def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
         out = build()
         op = out[0].op if isinstance(out, (list, tuple)) else out.op
         ys = [o for o in op.outputs]
-        dys = [tf.constant(cgrid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
-               if y.dtype.is_complex else
-               tf.constant(grid(y.shape, y.dtype.as_numpy_dtype, seed=10 + i))
-               if y.dtype.is_floating else tf.zeros_like(y) for i, y in enumerate(ys)]
+        dys = [incoming(y, 10 + i) for i, y in enumerate(ys)]
         f = attr_value_pb2.NameAttrList(name=op.type)
         for k, v in op.node_def.attr.items():
             f.attr[k].CopyFrom(v)
         cpp = tf.raw_ops.SymbolicGradient(
             input=list(op.inputs) + dys, Tout=[t.dtype for t in op.inputs], f=f)
         py = tf.gradients(ys, list(op.inputs), grad_ys=dys)
-        py = [tf.zeros_like(t) if g is None else g for g, t in zip(py, op.inputs)]
+        py = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g)  # IndexedSlices
+              for g, t in zip(py, op.inputs)]
         with tf.compat.v1.Session() as sess:
             got, want = sess.run([cpp, py])
     nonzero = 0
@@ -566,3 +578,34 @@ def test_isotonic_regression(dtype):
     x = np.array([[3, 1, 2, 5, 4, 0, 6, 6], [0, 1, 2, 3, 4, 5, 6, 7], [9, 8, 7, 6, 5, 4, 3, 2]],
                  dtype)
     compare(lambda: tf.raw_ops.IsotonicRegression(input=x, output_dtype=dtype), TOL[dtype])
+
+
+# ------------------------------------------------------------------------------------------
+# Segment reductions: ties, zeros in products, negative ids, sparse_gradient.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_segment_reductions(dtype):
+    tol = TOL[dtype]
+    data = np.array([[1, 2], [1, 0], [3, 0], [0, 0], [2, 5], [-1, 4]], dtype)  # ties, zeros
+    ids = np.array([0, 0, 1, 1, 1, 3], np.int32)
+    for op in ("SegmentMean", "SegmentMax", "SegmentMin", "SegmentProd"):
+        compare(lambda: getattr(tf.raw_ops, op)(data=data, segment_ids=ids), tol)
+    unsorted_ids = np.array([2, -1, 0, 2, 0, 2], np.int64)
+    compare(lambda: tf.raw_ops.UnsortedSegmentProd(data=data, segment_ids=unsorted_ids,
+                                                   num_segments=4), tol)
+
+
+@pytest.mark.parametrize("sparse_gradient", [False, True])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sparse_segment_reductions(sparse_gradient, dtype):
+    """sparse_gradient: Python returns IndexedSlices, C++ the same values densely."""
+    data = grid((5, 3), dtype, seed=70)
+    indices = np.array([4, 4, 0, 2], np.int32)
+    ids = np.array([0, 2, 2, 3], np.int32)
+    for norm in ("Sum", "Mean", "SqrtN"):
+        op = getattr(tf.raw_ops, "SparseSegment" + norm)
+        compare(lambda: op(data=data, indices=indices, segment_ids=ids,
+                           sparse_gradient=sparse_gradient), TOL[dtype])
+        op = getattr(tf.raw_ops, "SparseSegment" + norm + "WithNumSegments")
+        compare(lambda: op(data=data, indices=indices, segment_ids=ids, num_segments=6,
+                           sparse_gradient=sparse_gradient), TOL[dtype])

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
@@ -592,6 +593,183 @@ absl::Status CumulativeLogsumexpGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Segment reductions (segment_ids sorted; Unsorted*: any order, negative ids dropped). The ids
+// and sizes are integers (zeros). Real types: the bodies compare and divide.
+
+// Gather(params, ids) along axis 0.
+std::string GatherRows(grad::GradBuilder& b, const std::string& name, const std::string& params,
+                       const std::string& ids, const grad::FDH::AttrValueWrapper& type) {
+  return b.Add({{name}, "GatherV2", {params, ids, "axis0"},
+                {{"Tparams", type}, {"Tindices", grad::Placeholder("Tindices")},
+                 {"Taxis", DT_INT32}, {"batch_dims", 0}}});
+}
+
+// SparseSegment{Sum,Mean,SqrtN}[WithNumSegments](data, indices, segment_ids[, num_segments]):
+// d(data) = the dedicated backward op (rows of d(output) scattered back to `indices`, scaled
+// by 1 / count or 1 / sqrt(count)); dense even where Python builds IndexedSlices
+// (sparse_gradient), with the same values.
+absl::Status SparseSegmentGrad(const std::string& op, const std::string& grad_op,
+                               const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add({{"data_shape"}, "Shape", {"data"}, b.PassAttrs({"T"})});
+  b.Add({{"dim0"}, "GatherV2", {"data_shape", "zero", "zero"},
+         {{"Tparams", DT_INT32}, {"Tindices", DT_INT32}, {"Taxis", DT_INT32}}});  // rows of data
+  b.Return("data", b.Add({{"ddata"}, grad_op,
+                          {grad::GradName("output"), "indices", "segment_ids", "dim0"},
+                          b.PassAttrs({"T", "Tidx", "Tsegmentids"})}));
+  b.NotDifferentiable("indices");
+  b.NotDifferentiable("segment_ids");
+  if (absl::EndsWith(op, "WithNumSegments")) b.NotDifferentiable("num_segments");
+  return b.Build(g);
+}
+#define TF_EXT_SPARSE_SEGMENT_GRAD(OP, GRAD_OP)                     \
+  absl::Status OP##Grad(const AttrSlice& attrs, FunctionDef* g) {    \
+    return SparseSegmentGrad(#OP, GRAD_OP, attrs, g);                \
+  }
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentSum, "SparseSegmentSumGrad")
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentSumWithNumSegments, "SparseSegmentSumGrad")
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentMean, "SparseSegmentMeanGrad")
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentMeanWithNumSegments, "SparseSegmentMeanGrad")
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentSqrtN, "SparseSegmentSqrtNGrad")
+TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentSqrtNWithNumSegments, "SparseSegmentSqrtNGrad")
+#undef TF_EXT_SPARSE_SEGMENT_GRAD
+
+// SegmentMean(data, ids): d(data)[i] = d(output)[ids[i]] / count(ids[i]).
+absl::Status SegmentMeanGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SegmentMean", attrs);
+  b.RequireTypes("T", kRealFloatTypes);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const grad::NodeAttrs i32 = {{"T", DT_INT32}};
+  const grad::NodeAttrs seg = b.PassAttrs({"T", "Tindices"});
+  b.Add(grad::FDH::Const<int32>("axis0", 0));
+  b.Add(grad::FDH::Const<int32>("one_i", 1));
+  const std::string one = b.TypedConst("one", 1.0);
+  // ones of shape [len(ids), 1, ..., 1] (the rank of data): per-segment counts broadcast
+  b.Add({{"rank"}, "Rank", {"data"}, t});
+  b.Add({{"rank_minus_1"}, "Sub", {"rank", "one_i"}, i32});
+  b.Add({{"rest_len"}, "ExpandDims", {"rank_minus_1", "axis0"},
+         {{"T", DT_INT32}, {"Tdim", DT_INT32}}});
+  b.Add({{"rest"}, "Fill", {"rest_len", "one_i"}, {{"T", DT_INT32}, {"index_type", DT_INT32}}});
+  b.Add({{"ids_shape"}, "Shape", {"segment_ids"}, {{"T", grad::Placeholder("Tindices")}}});
+  b.Add({{"ones_shape"}, "ConcatV2", {"ids_shape", "rest", "axis0"},
+         {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
+  b.Add({{"ones"}, "Fill", {"ones_shape", one}, {{"T", grad::Placeholder("T")},
+                                                  {"index_type", DT_INT32}}});
+  b.Add({{"counts"}, "SegmentSum", {"ones", "segment_ids"}, seg});      // rows per segment
+  b.Add({{"scaled"}, "RealDiv", {grad::GradName("output"), "counts"}, t});
+  // d(data) = (d(output) / count)[ids]
+  b.Return("data", GatherRows(b, "ddata", "scaled", "segment_ids", grad::Placeholder("T")));
+  b.NotDifferentiable("segment_ids");
+  return b.Build(g);
+}
+
+// SegmentMax / SegmentMin(data, ids): d(output) of a segment shared equally among the rows
+// equal to its extremum (ties), zeros elsewhere.
+absl::Status SegmentMinOrMaxGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.RequireTypes("T", kRealFloatTypes);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  b.Add(grad::FDH::Const<int32>("axis0", 0));
+  GatherRows(b, "gathered_out", "output", "segment_ids", grad::Placeholder("T"));
+  b.Add({{"selected"}, "Equal", {"data", "gathered_out"}, t});            // row attains it
+  b.Add({{"selected_t"}, "Cast", {"selected"},
+         {{"SrcT", DT_BOOL}, {"DstT", grad::Placeholder("T")}}});
+  b.Add({{"num_selected"}, "SegmentSum", {"selected_t", "segment_ids"},
+         b.PassAttrs({"T", "Tindices"})});
+  b.Add({{"weighted"}, "RealDiv", {grad::GradName("output"), "num_selected"}, t});
+  GatherRows(b, "gathered_grad", "weighted", "segment_ids", grad::Placeholder("T"));
+  b.Add({{"zeros"}, "ZerosLike", {"data"}, t});
+  // d(data) = d(output) / ties where selected, 0 elsewhere
+  b.Return("data", b.Add({{"ddata"}, "Select", {"selected", "gathered_grad", "zeros"}, t}));
+  b.NotDifferentiable("segment_ids");
+  return b.Build(g);
+}
+absl::Status SegmentMaxGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SegmentMinOrMaxGrad("SegmentMax", attrs, g);
+}
+absl::Status SegmentMinGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SegmentMinOrMaxGrad("SegmentMin", attrs, g);
+}
+
+// SegmentProd / UnsortedSegmentProd(data, ids[, num_segments]): d(data)[i] = d(output)[s] *
+// prod of the other rows of segment s, computed as Python does: prod / data[i] where the
+// segment has no zero, the product of the non-zero rows at a segment's only zero, 0 in a
+// segment with two zeros or more (and, unsorted, for negative ids).
+absl::Status SegmentProdGradOf(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.RequireTypes("T", kRealFloatTypes);
+  const bool unsorted = op == "UnsortedSegmentProd";
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const grad::FDH::AttrValueWrapper tt = grad::Placeholder("T");
+  b.Add(grad::FDH::Const<int32>("axis0", 0));
+  const std::string zero = b.TypedConst("zero", 0.0);
+  b.Add(grad::FDH::Const<int32>("one_i", 1));
+  // segment sums / products (unsorted: with num_segments)
+  auto segment = [&](const std::string& name, const std::string& reduction,
+                     const std::string& data, const grad::FDH::AttrValueWrapper& type) {
+    if (unsorted) {
+      return b.Add({{name}, "Unsorted" + reduction, {data, "segment_ids", "num_segments"},
+                    {{"T", type}, {"Tindices", grad::Placeholder("Tindices")},
+                     {"Tnumsegments", grad::Placeholder("Tnumsegments")}}});
+    }
+    return b.Add({{name}, reduction, {data, "segment_ids"},
+                  {{"T", type}, {"Tindices", grad::Placeholder("Tindices")}}});
+  };
+  std::string ids = "segment_ids";
+  if (unsorted) {  // negative ids are dropped: gather at max(id, 0), then zero those rows
+    b.Add({{"zero_ids"}, "ZerosLike", {"segment_ids"}, {{"T", grad::Placeholder("Tindices")}}});
+    ids = b.Add({{"clipped_ids"}, "Maximum", {"segment_ids", "zero_ids"},
+                 {{"T", grad::Placeholder("Tindices")}}});
+  }
+  b.Add({{"is_zero"}, "Equal", {"data", zero}, t});
+  b.Add({{"is_zero_i"}, "Cast", {"is_zero"}, {{"SrcT", DT_BOOL}, {"DstT", DT_INT32}}});
+  segment("num_zeros", "SegmentSum", "is_zero_i", DT_INT32);            // zeros per segment
+  b.Add({{"several_zeros"}, "Greater", {"num_zeros", "one_i"}, {{"T", DT_INT32}}});
+  b.Add({{"zero_grad"}, "ZerosLike", {grad::GradName("output")}, t});
+  b.Add({{"grad"}, "SelectV2", {"several_zeros", "zero_grad", grad::GradName("output")}, t});
+  b.Add({{"ones"}, "OnesLike", {"data"}, t});
+  b.Add({{"non_zero_data"}, "SelectV2", {"is_zero", "ones", "data"}, t});  // zeros -> 1
+  segment("non_zero_prod", "SegmentProd", "non_zero_data", tt);
+  GatherRows(b, "gathered_prod", "output", ids, tt);
+  GatherRows(b, "gathered_non_zero_prod", "non_zero_prod", ids, tt);
+  // prod / data (Python divides by data itself for unsorted, by the non-zero data for sorted;
+  // the two differ only where data = 0, which the select below replaces)
+  b.Add({{"prod_over_el"}, "RealDiv", {"gathered_prod", unsorted ? "data" : "non_zero_data"}, t});
+  b.Add({{"partial"}, "SelectV2", {"is_zero", "gathered_non_zero_prod", "prod_over_el"}, t});
+  std::string gathered_grad = GatherRows(b, "gathered_grad", "grad", ids, tt);
+  if (unsorted) {
+    // rows with a negative id get 0: the condition [ids shape, 1, ...] broadcast over data
+    b.Add({{"ids_valid"}, "GreaterEqual", {"segment_ids", "zero_ids"},
+           {{"T", grad::Placeholder("Tindices")}}});
+    b.Add({{"ids_shape"}, "Shape", {"segment_ids"}, {{"T", grad::Placeholder("Tindices")}}});
+    b.Add({{"data_rank"}, "Rank", {"data"}, t});
+    b.Add({{"ids_rank"}, "Rank", {"segment_ids"}, {{"T", grad::Placeholder("Tindices")}}});
+    b.Add({{"extra"}, "Sub", {"data_rank", "ids_rank"}, {{"T", DT_INT32}}});
+    b.Add({{"extra_len"}, "ExpandDims", {"extra", "axis0"}, {{"T", DT_INT32}, {"Tdim", DT_INT32}}});
+    b.Add({{"extra_ones"}, "Fill", {"extra_len", "one_i"},
+           {{"T", DT_INT32}, {"index_type", DT_INT32}}});
+    b.Add({{"valid_shape"}, "ConcatV2", {"ids_shape", "extra_ones", "axis0"},
+           {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
+    b.Add({{"valid"}, "Reshape", {"ids_valid", "valid_shape"},
+           {{"T", DT_BOOL}, {"Tshape", DT_INT32}}});
+    b.Add({{"zero_rows"}, "ZerosLike", {gathered_grad}, t});
+    gathered_grad = b.Add({{"kept_grad"}, "SelectV2", {"valid", gathered_grad, "zero_rows"}, t});
+    b.NotDifferentiable("num_segments");
+  }
+  // d(data) = d(output)[ids] * partial derivative
+  b.Return("data", b.Add({{"ddata"}, "Mul", {gathered_grad, "partial"}, t}));
+  b.NotDifferentiable("segment_ids");
+  return b.Build(g);
+}
+absl::Status SegmentProdGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SegmentProdGradOf("SegmentProd", attrs, g);
+}
+absl::Status UnsortedSegmentProdGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SegmentProdGradOf("UnsortedSegmentProd", attrs, g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("Erfc", ErfcGrad);
@@ -637,5 +815,19 @@ TF_EXT_REGISTER_TF_GRADIENT("EuclideanNorm", EuclideanNormGrad);
 TF_EXT_REGISTER_TF_GRADIENT("NextAfter", NextAfterGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Cumprod", CumprodGrad);
 TF_EXT_REGISTER_TF_GRADIENT("CumulativeLogsumexp", CumulativeLogsumexpGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentSum", SparseSegmentSumGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentSumWithNumSegments",
+                            SparseSegmentSumWithNumSegmentsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentMean", SparseSegmentMeanGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentMeanWithNumSegments",
+                            SparseSegmentMeanWithNumSegmentsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentSqrtN", SparseSegmentSqrtNGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseSegmentSqrtNWithNumSegments",
+                            SparseSegmentSqrtNWithNumSegmentsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SegmentMean", SegmentMeanGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SegmentMax", SegmentMaxGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SegmentMin", SegmentMinGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SegmentProd", SegmentProdGrad);
+TF_EXT_REGISTER_TF_GRADIENT("UnsortedSegmentProd", UnsortedSegmentProdGrad);
 
 }  // namespace tensorflow::tf_ext
