@@ -609,3 +609,18 @@ def test_sparse_segment_reductions(sparse_gradient, dtype):
         op = getattr(tf.raw_ops, "SparseSegment" + norm + "WithNumSegments")
         compare(lambda: op(data=data, indices=indices, segment_ids=ids, num_segments=6,
                            sparse_gradient=sparse_gradient), TOL[dtype])
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("a_is_sparse,b_is_sparse", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_sparse_mat_mul(transpose_a, transpose_b, a_is_sparse, b_is_sparse, dtype):
+    """SparseMatMul (no double kernel to difference): float and bfloat16 inputs."""
+    a = grid((4, 3) if transpose_a else (3, 4), np.float32, seed=71)
+    b = grid((5, 4) if transpose_b else (4, 5), np.float32, seed=72)
+    a[a > 0.5] = 0  # sparse-ish, as the hints say
+    compare(lambda: tf.raw_ops.SparseMatMul(
+        a=tf.cast(a, dtype), b=tf.cast(b, dtype), transpose_a=transpose_a,
+        transpose_b=transpose_b, a_is_sparse=a_is_sparse, b_is_sparse=b_is_sparse),
+        1e-5 if dtype == tf.float32 else 1e-2)

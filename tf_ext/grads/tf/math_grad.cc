@@ -470,6 +470,45 @@ absl::Status FloorModGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// SparseMatMul(a, b) = op(a) op(b) (op: transpose or not; a_is_sparse / b_is_sparse are speed
+// hints; the product is float, a and b float or bfloat16): the MatMul gradients, products by
+// SparseMatMul (the sparsity hints kept for a and b), cast back to each input's type.
+absl::Status SparseMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SparseMatMul", attrs);
+  const bool ta = b.GetAttr<bool>("transpose_a"), tb = b.GetAttr<bool>("transpose_b");
+  const bool a_sparse = b.GetAttr<bool>("a_is_sparse"), b_sparse = b.GetAttr<bool>("b_is_sparse");
+  const std::string dp = grad::GradName("product");
+  // name = op(x) op(y), cast to the type of input `to`
+  auto mm = [&](const std::string& name, const std::string& x, bool tx, const std::string& y,
+                bool ty, const std::string& to) {
+    auto type_of = [&](const std::string& v) {
+      return v == "a" ? grad::Placeholder("Ta") : v == "b" ? grad::Placeholder("Tb")
+                                                           : grad::FDH::AttrValueWrapper(DT_FLOAT);
+    };
+    b.Add({{name + "_f"}, "SparseMatMul", {x, y},
+           {{"transpose_a", tx}, {"transpose_b", ty},
+            {"a_is_sparse", x == "a" ? a_sparse : x == "b" && b_sparse},
+            {"b_is_sparse", y == "a" ? a_sparse : y == "b" && b_sparse},
+            {"Ta", type_of(x)}, {"Tb", type_of(y)}}});
+    return b.Add({{name}, "Cast", {name + "_f"},
+                  {{"SrcT", DT_FLOAT}, {"DstT", grad::Placeholder(to == "a" ? "Ta" : "Tb")}}});
+  };
+  if (!ta && !tb) {         // p = a b:        d(a) = d(p) b^T,     d(b) = a^T d(p)
+    b.Return("a", mm("da", dp, false, "b", true, "a"));
+    b.Return("b", mm("db", "a", true, dp, false, "b"));
+  } else if (!ta && tb) {   // p = a b^T:      d(a) = d(p) b,       d(b) = d(p)^T a
+    b.Return("a", mm("da", dp, false, "b", false, "a"));
+    b.Return("b", mm("db", dp, true, "a", false, "b"));
+  } else if (ta && !tb) {   // p = a^T b:      d(a) = b d(p)^T,     d(b) = a d(p)
+    b.Return("a", mm("da", "b", false, dp, true, "a"));
+    b.Return("b", mm("db", "a", false, dp, false, "b"));
+  } else {                  // p = a^T b^T:    d(a) = b^T d(p)^T,   d(b) = d(p)^T a^T
+    b.Return("a", mm("da", "b", true, dp, true, "a"));
+    b.Return("b", mm("db", dp, true, "a", true, "b"));
+  }
+  return b.Build(g);
+}
+
 // ComplexAbs(x) = |x| (real): d(x) = d(y) x / |x| as a complex number (0 at x = 0,
 // Python's div_no_nan).
 absl::Status ComplexAbsGrad(const AttrSlice& attrs, FunctionDef* g) {
@@ -811,6 +850,7 @@ TF_EXT_REGISTER_TF_GRADIENT("Polygamma", PolygammaGrad);
 TF_EXT_REGISTER_TF_GRADIENT("FloorMod", FloorModGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Cross", CrossGrad);
 TF_EXT_REGISTER_TF_GRADIENT("ComplexAbs", ComplexAbsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseMatMul", SparseMatMulGrad);
 TF_EXT_REGISTER_TF_GRADIENT("EuclideanNorm", EuclideanNormGrad);
 TF_EXT_REGISTER_TF_GRADIENT("NextAfter", NextAfterGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Cumprod", CumprodGrad);
