@@ -624,3 +624,31 @@ def test_sparse_mat_mul(transpose_a, transpose_b, a_is_sparse, b_is_sparse, dtyp
         a=tf.cast(a, dtype), b=tf.cast(b, dtype), transpose_a=transpose_a,
         transpose_b=transpose_b, a_is_sparse=a_is_sparse, b_is_sparse=b_is_sparse),
         1e-5 if dtype == tf.float32 else 1e-2)
+
+
+@pytest.mark.parametrize("version", ["FusedBatchNormGradV2", "FusedBatchNormGradV3"])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_fused_batch_norm_grad_grad_half(version, is_training):
+    """T = half (U = float): computed in float and cast back, as Python does."""
+    x, scale, offset = bn_inputs("NHWC")
+    forward = (tf.raw_ops.FusedBatchNormV3 if version == "FusedBatchNormGradV3"
+               else tf.raw_ops.FusedBatchNormV2)
+
+    def build():
+        xh = tf.cast(x, tf.float16)
+        pop_mean, pop_var = tf.constant([0.05, -0.1, 0.2]), tf.constant([0.8, 1.2, 1.5])
+        empty = tf.constant([], tf.float32)
+        fwd = forward(x=xh, scale=scale, offset=offset,
+                      mean=empty if is_training else pop_mean,
+                      variance=empty if is_training else pop_var, epsilon=0.01,
+                      is_training=is_training)
+        reserve = list(fwd[3:])
+        if not is_training:  # the backward op of inference mode takes the population stats
+            reserve[0], reserve[1] = pop_mean, pop_var
+        args = dict(y_backprop=tf.cast(grid(x.shape, np.float32, seed=21), tf.float16), x=xh,
+                    scale=scale, reserve_space_1=reserve[0], reserve_space_2=reserve[1],
+                    epsilon=0.01, is_training=is_training)
+        if version == "FusedBatchNormGradV3":
+            args["reserve_space_3"] = reserve[2]
+        return getattr(tf.raw_ops, version)(**args)
+    compare(build, 2e-2)
