@@ -652,3 +652,23 @@ def test_fused_batch_norm_grad_grad_half(version, is_training):
             args["reserve_space_3"] = reserve[2]
         return getattr(tf.raw_ops, version)(**args)
     compare(build, 2e-2)
+
+
+@pytest.mark.parametrize("op,dtype,message", [
+    ("Digamma", tf.float16, "Digamma is not differentiable for T=half"),
+    ("Igamma", tf.float16, "Igamma is not differentiable for T=half"),
+])
+def test_unsupported_types_fail_naming_the_op(op, dtype, message):
+    """Where the gradient's kernels lack a type (Polygamma, IgammaGradA: float and double), the
+    C++ gradient fails with InvalidArgument naming the op, instead of a kernel lookup error."""
+    with tf.Graph().as_default():
+        tf_ext.library()
+        x = tf.constant([0.5, 1.5], dtype)
+        inputs = [x] if op == "Digamma" else [x, x]
+        f = attr_value_pb2.NameAttrList(name=op)
+        f.attr["T"].type = dtype.as_datatype_enum
+        grads = tf.raw_ops.SymbolicGradient(input=inputs + [tf.ones_like(x)],
+                                            Tout=[dtype] * len(inputs), f=f)
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                sess.run(grads)
