@@ -407,6 +407,28 @@ TEST(TfExtGrad, GradientsInlinedAsPlainOps) {
   EXPECT_NE(ReadAll(dump).find("SymbolicGradient"), std::string::npos);
 }
 
+// A gradient that reads its op's forward outputs (RoiPool's reads argmax) gets them from the
+// forward node instead of recomputing the op: one RoiPool in the inlined backward graph (two
+// before, the gradient body's copy never merged with the forward). With --symbolic_gradients
+// each op's gradient is a SymbolicGradient node, which recomputes inside its function.
+TEST(TfExtGrad, GradientsReadForwardOutputsInsteadOfRecomputing) {
+  const std::string dump = TmpFile("roi_backward.pbtxt");
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  ToolRun r = RunTool("--check --dump_backward=" + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+  EXPECT_EQ(count(ReadAll(dump), "op: \"TfExt>RoiPool\""), 1);
+  EXPECT_EQ(count(ReadAll(dump), "op: \"PartitionedCall\""), 0);
+  r = RunTool("--check --symbolic_gradients --dump_backward=" + dump);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+  EXPECT_EQ(count(ReadAll(dump), "op: \"PartitionedCall\""), 0);
+}
+
 // --benchmark=N times N runs of the built gradient after the first; the peak memory is this
 // process's own (VmHWM), not that of the process that started it: this test touches 800 MB
 // first, which getrusage's ru_maxrss in the tool would have reported (it survives exec).

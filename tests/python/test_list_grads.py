@@ -354,11 +354,17 @@ def test_tensor_array_graphs_through_tf_ext_grad(tmp_path, dtype, mode):
 
 
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
-def test_tensor_array_ragged_concat_fails_naming_the_op(tmp_path):
-    # Without ConcatV3's forward `lengths` (SymbolicGradient passes only inputs), the gradient
-    # splits evenly and says so when the rows do not divide (never a silently wrong split).
-    graph_def, xs, _ = freeze([("ragged", ta_split_concat_ragged)], np.float32)
-    r, _ = run_tf_ext_grad(tmp_path, graph_def, xs, np.float32)
+def test_tensor_array_ragged_concat_through_tf_ext_grad(tmp_path):
+    # Inlined (the default), ConcatV3's gradient gets the forward `lengths` from the forward
+    # node: exact for elements of different shapes. With --symbolic_gradients (SymbolicGradient
+    # passes only inputs) it splits evenly and says so when the rows do not divide (never a
+    # silently wrong split).
+    graph_def, xs, ws = freeze([("ragged", ta_split_concat_ragged)], np.float32)
+    r, got = run_tf_ext_grad(tmp_path, graph_def, xs, np.float32)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_close(got["d_x_0"], v1_gradient(ta_split_concat_ragged, xs[0], ws[0]), np.float32,
+                 "ragged")
+    r, _ = run_tf_ext_grad(tmp_path, graph_def, xs, np.float32, "--symbolic_gradients")
     assert r.returncode != 0
     assert "TensorArrayConcatV3: without the forward output lengths, its gradient assumes" \
         in r.stderr, r.stderr[-3000:]

@@ -30,14 +30,7 @@ void RegisterOpFacts(const OpFacts& facts) {
   switch (facts.differentiability) {
     case Differentiability::kGradient: {
       RegisterGradient(facts.op, facts.gradient);
-      const OpDef* def = nullptr;
-      if (OpRegistry::Global()->LookUpOpDef(facts.op, &def).ok()) {
-        for (const OpDef::ArgDef& out : def->output_arg()) {
-          if (std::find(facts.reads.begin(), facts.reads.end(), out.name()) != facts.reads.end()) {
-            DeclareReadsForwardOutputs(facts.op);
-          }
-        }
-      }
+      if (!facts.reads.empty()) DeclareGradientReads(facts.op, facts.reads);
       break;
     }
     case Differentiability::kNotDifferentiable:

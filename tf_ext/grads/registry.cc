@@ -1,8 +1,5 @@
 #include "tf_ext/grads/registry.h"
 
-#include <mutex>
-#include <set>
-
 #include "absl/strings/str_cat.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/cc/framework/ops.h"
@@ -56,15 +53,6 @@ bool AlreadyRegistered(const std::string& op_type) {
   return false;
 }
 
-struct ForwardOutputReaders {
-  std::mutex mu;
-  std::set<std::string> ops;
-};
-ForwardOutputReaders& TheForwardOutputReaders() {
-  static ForwardOutputReaders* r = new ForwardOutputReaders;
-  return *r;
-}
-
 }  // namespace
 
 // The C++ client registry's gradient for every tf_ext-registered op: one SymbolicGradient node
@@ -80,6 +68,12 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
     if (!kv.first.empty() && kv.first[0] == '_') continue;  // placement/internal attrs
     (*f.mutable_attr())[kv.first] = kv.second;
   }
+  // One gradient per input, of the input's type; a resource handle's is its value's (float), as
+  // TensorFlow's graph-level builder declares it (TensorArray handles).
+  DataTypeVector grad_types = node->input_types();
+  for (DataType& t : grad_types) {
+    if (t == DT_RESOURCE) t = DT_FLOAT;
+  }
   std::vector<Output> inputs;
   for (int i = 0; i < op.num_inputs(); ++i) inputs.push_back(op.input(i));
   for (int i = 0; i < op.num_outputs(); ++i) {
@@ -91,7 +85,7 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
     }
   }
   if (!ReadsForwardOutputs(node->type_string())) {
-    ops::SymbolicGradient grad(scope, InputList(inputs), node->input_types(), f);
+    ops::SymbolicGradient grad(scope, InputList(inputs), grad_types, f);
     TF_RETURN_IF_ERROR(scope.status());
     grad_outputs->assign(grad.output.begin(), grad.output.end());
     return absl::OkStatus();
@@ -113,22 +107,44 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
   args.insert(args.end(), inputs.begin() + op.num_inputs(), inputs.end());
   NameAttrList call_f;
   call_f.set_name(fdef.signature().name());
-  ops::PartitionedCall grad(scope, InputList(args), node->input_types(), call_f);
+  ops::PartitionedCall grad(scope, InputList(args), grad_types, call_f);
   TF_RETURN_IF_ERROR(scope.status());
   grad_outputs->assign(grad.output.begin(), grad.output.end());
   return absl::OkStatus();
 }
 
+// In a side table, not a static set: a tool that links the gradient library and loads the op
+// library holds two copies of this file's statics, and must see the op library's declarations.
 void DeclareReadsForwardOutputs(const std::string& op_type) {
-  ForwardOutputReaders& r = TheForwardOutputReaders();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.ops.insert(op_type);
+  ForwardOutputReaders().Insert(op_type, [](const AttrSlice&, FunctionDef*) {
+    return absl::OkStatus();
+  });
+}
+
+void DeclareGradientReads(const std::string& op_type, const std::vector<std::string>& names) {
+  // Kept as a creator whose FunctionDef's input args carry the names (side tables hold
+  // creators).
+  GradientReads().Insert(op_type, [names](const AttrSlice&, FunctionDef* f) {
+    for (const std::string& name : names) f->mutable_signature()->add_input_arg()->set_name(name);
+    return absl::OkStatus();
+  });
 }
 
 bool ReadsForwardOutputs(const std::string& op_type) {
-  ForwardOutputReaders& r = TheForwardOutputReaders();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.ops.count(op_type) > 0;
+  gradient::Creator found;
+  if (ForwardOutputReaders().Find(op_type, &found)) return true;
+  const OpDef* def = nullptr;
+  FunctionDef names;
+  if (!GradientReads().Find(op_type, &found) || !found(AttrSlice(), &names).ok() ||
+      !OpRegistry::Global()->LookUpOpDef(op_type, &def).ok()) {
+    return false;
+  }
+  for (const OpDef::ArgDef& read : names.signature().input_arg()) {
+    for (const OpDef::ArgDef& out : def->output_arg()) {
+      if (out.name() == read.name()) return true;
+    }
+  }
+  return false;
 }
 
 bool RegisterGradient(const std::string& op_type, gradient::Creator creator) {

@@ -41,6 +41,11 @@ bool RegisterGradient(const std::string& op_type, gradient::Creator creator);
 // function taking them instead of a SymbolicGradient that recomputes them. RegisterOpFacts
 // calls it from the declaration's Reads(...).
 void DeclareReadsForwardOutputs(const std::string& op_type);
+// The names of the forward inputs and outputs op_type's gradient reads (a declaration's
+// Reads(...)). Whether any is an output can only be told once the op is registered: an op
+// library's REGISTER_OPs are deferred until its load completes, after its static
+// initialisers ran, so ReadsForwardOutputs compares them with the OpDef when asked.
+void DeclareGradientReads(const std::string& op_type, const std::vector<std::string>& names);
 bool ReadsForwardOutputs(const std::string& op_type);
 // Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);

@@ -25,4 +25,14 @@ const SideTable& UnimplementedGradients() {
   return *table;
 }
 
+const SideTable& ForwardOutputReaders() {
+  static const SideTable* table = new SideTable("reads_forward_outputs");
+  return *table;
+}
+
+const SideTable& GradientReads() {
+  static const SideTable* table = new SideTable("gradient_reads");
+  return *table;
+}
+
 }  // namespace tensorflow::tf_ext

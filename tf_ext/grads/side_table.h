@@ -31,6 +31,11 @@ class SideTable {
 const SideTable& SurrogateForwards();
 // Ops registered with RegisterUnimplementedGradient; each entry returns the op's message.
 const SideTable& UnimplementedGradients();
+// Ops whose gradient reads forward outputs (DeclareReadsForwardOutputs in registry.h); each
+// entry is a creator that does nothing (only its presence counts).
+const SideTable& ForwardOutputReaders();
+// The forward inputs and outputs each op's gradient reads (DeclareGradientReads).
+const SideTable& GradientReads();
 
 }  // namespace tensorflow::tf_ext
 

@@ -12,6 +12,9 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
+#include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -49,6 +52,16 @@ absl::StatusOr<GraphTensor> Sum(Graph* g, Pending* pending, const GraphTensor& t
   return GraphTensor{add, 0};
 }
 
+// The types of n's input gradients: its inputs', a resource handle's being its value's
+// (float), as TensorFlow's builder and the client registry (registry.cc) declare it.
+DataTypeVector GradientTypes(const Node* n) {
+  DataTypeVector types = n->input_types();
+  for (DataType& t : types) {
+    if (t == DT_RESOURCE) t = DT_FLOAT;
+  }
+  return types;
+}
+
 // One SymbolicGradient node for `n`: inputs n's inputs and one incoming gradient per output,
 // outputs one gradient per input.
 absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
@@ -58,10 +71,6 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
     if (!e->IsControlEdge()) inputs[e->dst_input()] = {e->src(), e->src_output()};
   }
   for (const GraphTensor& dy : dys) inputs.push_back({dy.node, dy.index});
-  DataTypeVector out_types = n->input_types();
-  for (DataType& t : out_types) {
-    if (t == DT_RESOURCE) t = DT_FLOAT;  // as TensorFlow's builder: a variable's value
-  }
   NameAttrList f;
   f.set_name(n->type_string());
   for (const auto& [name, value] : n->attrs()) (*f.mutable_attr())[name] = value;
@@ -69,22 +78,67 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
   TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/tf_ext_grad")),
                                  "SymbolicGradient")
                          .Input(inputs)
-                         .Attr("Tout", out_types)
+                         .Attr("Tout", GradientTypes(n))
                          .Attr("f", f)
                          .Finalize(g, &grad));
   return grad;
 }
 
-// Replaces the SymbolicGradient node `grad` by the nodes of its op's gradient FunctionDef,
-// specialised to the op's attrs. Its consumers then read the body's outputs directly, so each
-// input's gradient is its own subgraph, pruned when unused.
+// For an op whose gradient reads its forward outputs (registry.h, DeclareReadsForwardOutputs):
+// a call of the gradient function that takes them, instead of a SymbolicGradient that would
+// recompute them (another draw of a random op; TensorArrayConcatV3's lengths).
+absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const Node* n,
+                                                const std::vector<GraphTensor>& dys) {
+  NodeDef forward;
+  forward.set_op(n->type_string());
+  for (const auto& [name, value] : n->attrs()) {
+    if (!name.empty() && name[0] != '_') (*forward.mutable_attr())[name] = value;
+  }
+  (*forward.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
+  FunctionDef fdef;
+  TF_RETURN_IF_ERROR(SpecializedGradient(forward, &fdef));
+  if (g->flib_def().Find(fdef.signature().name()) == nullptr) {
+    FunctionDefLibrary library;
+    *library.add_function() = fdef;
+    TF_RETURN_IF_ERROR(g->AddFunctionLibrary(library));
+  }
+  std::vector<NodeBuilder::NodeOut> inputs(n->num_inputs());
+  for (const Edge* e : n->in_edges()) {
+    if (!e->IsControlEdge()) inputs[e->dst_input()] = {e->src(), e->src_output()};
+  }
+  for (int k = 0; k < n->num_outputs(); ++k) {
+    inputs.push_back({const_cast<Node*>(n), k});
+  }
+  for (const GraphTensor& dy : dys) inputs.push_back({dy.node, dy.index});
+  NameAttrList f;
+  f.set_name(fdef.signature().name());
+  Node* grad = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/tf_ext_grad")),
+                                 "PartitionedCall")
+                         .Input(inputs)
+                         .Attr("Tout", GradientTypes(n))
+                         .Attr("f", f)
+                         .Finalize(g, &grad));
+  return grad;
+}
+
+// Replaces the gradient node `grad` (a SymbolicGradient of an op, or a call of a specialised
+// gradient function) by the nodes of the gradient FunctionDef, specialised to the op's attrs.
+// Its consumers then read the body's outputs directly, so each input's gradient is its own
+// subgraph, pruned when unused.
 absl::Status InlineGradient(Graph* g, Node* grad) {
   NameAttrList f;
   TF_RETURN_IF_ERROR(GetNodeAttr(grad->attrs(), "f", &f));
-  gradient::Creator creator;
-  TF_RETURN_IF_ERROR(gradient::GetOpGradientCreator(f.name(), &creator));
   FunctionDef fdef;
-  TF_RETURN_IF_ERROR(creator(AttrSlice(&f.attr()), &fdef));
+  if (grad->IsPartitionedCall()) {
+    const FunctionDef* found = g->flib_def().Find(f.name());
+    if (found == nullptr) return absl::NotFoundError(absl::StrCat("no function ", f.name()));
+    fdef = *found;
+  } else {
+    gradient::Creator creator;
+    TF_RETURN_IF_ERROR(gradient::GetOpGradientCreator(f.name(), &creator));
+    TF_RETURN_IF_ERROR(creator(AttrSlice(&f.attr()), &fdef));
+  }
   std::unique_ptr<FunctionBody> body;
   TF_RETURN_IF_ERROR(
       FunctionDefToBodyHelper(fdef, AttrSlice(&f.attr()), &g->flib_def(), &body));
@@ -133,7 +187,11 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
       if (!dy.ok()) return dy.status();
       n_dys.push_back(*dy);
     }
-    auto grad = AddSymbolicGradient(g, n, n_dys);
+    // The call that takes forward outputs only where it is inlined: run as a function, a
+    // stateful body (TensorArray ops) would not find the step's resources.
+    auto grad = options.inline_gradients && ReadsForwardOutputs(n->type_string())
+                    ? AddForwardOutputsGradient(g, n, n_dys)
+                    : AddSymbolicGradient(g, n, n_dys);
     if (!grad.ok()) return grad.status();
     grads.push_back(*grad);
     for (const Edge* e : n->in_edges()) {

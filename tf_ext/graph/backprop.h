@@ -14,7 +14,9 @@
 // to the op's attrs), so that the Session prunes what is not fetched (a Conv2D's filter
 // gradient when only d/dx is asked for) and TensorFlow's graph optimizations see one graph;
 // or, with inline_gradients off, as one SymbolicGradient node resolved at run time (it
-// computes the gradients of all the op's inputs). Outputs of an op on the path that carry no
+// computes the gradients of all the op's inputs). Inlined, a gradient that reads its op's
+// forward outputs (registry.h, ReadsForwardOutputs) takes them from the forward node instead of
+// recomputing the op (another draw of a random op; TensorArrayConcatV3's lengths). Outputs of an op on the path that carry no
 // gradient get zeros; an x that y does not depend on gets zeros.
 #ifndef TF_EXT_GRAPH_BACKPROP_H_
 #define TF_EXT_GRAPH_BACKPROP_H_
