@@ -61,7 +61,7 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       "float32\ntensor to each signature and prints every output.");
   parser.String("library", &flags->library,
                 "op library to load (default: $TF_EXT_LIBRARY, then runfiles, then next to\n"
-                "this binary: README.md, \"Where the op library is found\")")
+                "this binary: docs/cpp.md, \"Where the op library is found\")")
       .ValueName("PATH");
   parser.String("saved_model", &flags->saved_model, "SavedModel directory (tag \"serve\")")
       .ValueName("DIR")

@@ -429,6 +429,56 @@ TEST(TfExtGrad, GradientsReadForwardOutputsInsteadOfRecomputing) {
   EXPECT_EQ(count(ReadAll(dump), "op: \"PartitionedCall\""), 0);
 }
 
+// Hostile shapes are errors naming the placeholder, never std::bad_alloc or a CHECK: a
+// placeholder of 10^15 elements (random feed: drawn as doubles, 12 bytes each; raw-file feed) and one whose size overflows int64.
+TEST(TfExtGrad, HostileShapesAreErrors) {
+  auto graph = [](const std::string& name, const std::string& dims) {
+    const std::string path = TmpFile(name);
+    std::ofstream(path) << "node { name: 'x' op: 'Placeholder' attr { key: 'dtype' value { type: "
+                           "DT_FLOAT } } attr { key: 'shape' value { shape { "
+                        << dims
+                        << " } } } }\nnode { name: 'y' op: 'Square' input: 'x' attr { key: 'T' "
+                           "value { type: DT_FLOAT } } }\n";
+    return path;
+  };
+  const std::string huge = graph("huge.pbtxt", "dim { size: 100000 } dim { size: 100000 } "
+                                               "dim { size: 100000 }");
+  ToolRun r = RunTool("--graph=" + huge + " --y=y --x=x");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("random values for placeholder 'x': float [100000,100000,100000] "
+                          "needs 1.2e+16 bytes, more than half of this machine's memory"),
+            std::string::npos)
+      << r.output;
+  const std::string raw = TmpFile("four_floats.bin");
+  std::ofstream(raw) << std::string(16, '\0');
+  r = RunTool("--graph=" + huge + " --y=y --x=x --feed=x=@" + raw);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("has 16 bytes; float [100000,100000,100000] needs 4e+15"),
+            std::string::npos)
+      << r.output;
+  const std::string overflow = graph("overflow.pbtxt", "dim { size: 10000000000 } "
+                                                       "dim { size: 10000000000 }");
+  r = RunTool("--graph=" + overflow + " --y=y --x=x");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("placeholder 'x' has an invalid shape"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Check failed"), std::string::npos) << r.output;
+}
+
+// A backward graph can be differentiated again (second order): the second pass names its nodes
+// tf_ext_grad_2/..., never colliding with the first pass's tf_ext_grad/... nodes.
+TEST(TfExtGrad, DumpedBackwardGraphDifferentiatesAgain) {
+  const std::string first = TmpFile("first_backward.pbtxt"), second = TmpFile("second.pbtxt");
+  ToolRun r = RunTool(std::string(kGraph) + " --y=sq --x=x --dump_backward=" + first);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = RunTool("--graph=" + first + " --feed=x=3:1.5,-2,4 --y=sq --x=x --check --dump_backward=" +
+              second);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("d sum(y) / d x:0: double [3] = [0 -36 0]"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(": PASS"), std::string::npos) << r.output;
+  EXPECT_NE(ReadAll(second).find("name: \"tf_ext_grad_2/"), std::string::npos);
+}
+
 // --benchmark=N times N runs of the built gradient after the first; the peak memory is this
 // process's own (VmHWM), not that of the process that started it: this test touches 800 MB
 // first, which getrusage's ru_maxrss in the tool would have reported (it survives exec).
@@ -484,7 +534,7 @@ TEST(TfExtGrad, HelpListsEveryFlag) {
       << r.output;
 }
 
-// README.md "Where the op library is found": --library, then $TF_EXT_LIBRARY (alone), then
+// docs/cpp.md "Where the op library is found": --library, then $TF_EXT_LIBRARY (alone), then
 // runfiles / next to the binary.
 TEST(TfExtGrad, LibraryLookupOrder) {
   const std::string graph = std::string(" ") + kGraph + " --y=sq --x=x";

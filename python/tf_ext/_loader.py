@@ -4,7 +4,7 @@ Loading registers the library's ops and C++ gradients with TensorFlow's C++ regi
 Python's gradient registry is filled by tf_ext._bridge, which calls this module (never the
 other way round: this module imports no other tf_ext module but _tf_compat).
 
-The library is looked up in the order README.md documents ("Where the op library is found"),
+The library is looked up in the order docs/cpp.md documents ("Where the op library is found"),
 the one the C++ tools share (tf_ext/tools/library_lookup.h), first existing file wins:
   1. $TF_EXT_LIBRARY (a path to the .so), if set - then the only candidate;
   2. `_tf_ext_ops.so` inside this package (an installed wheel);

@@ -49,7 +49,7 @@ def test_missing_library_error_names_path_and_versions():
 
 
 def test_lookup_order_is_the_documented_one(monkeypatch):
-    """README.md "Where the op library is found", shared with tf_ext/tools/library_lookup.h:
+    """docs/cpp.md "Where the op library is found", shared with tf_ext/tools/library_lookup.h:
     $TF_EXT_LIBRARY alone when set, else the package's .so, runfiles, then the build tree."""
     from tf_ext import _loader  # pylint: disable=g-import-not-at-top
     monkeypatch.setenv("TF_EXT_LIBRARY", "/explicit/_tf_ext_ops.so")

@@ -76,7 +76,7 @@ def test_cpp_serving_reports_missing_signature(exported):
 
 @pytest.mark.parametrize("env_library", [True, False], ids=["env", "runfiles"])
 def test_cpp_serving_finds_library_without_flag(exported, env_library):
-    """No --library: $TF_EXT_LIBRARY when set, else the binary's runfiles (README.md, "Where
+    """No --library: $TF_EXT_LIBRARY when set, else the binary's runfiles (docs/cpp.md, "Where
     the op library is found")."""
     model_dir, expected = exported
     env = dict(os.environ)

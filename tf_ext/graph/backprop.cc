@@ -22,7 +22,7 @@ namespace {
 // The gradients sent to one tensor so far.
 using Pending = std::map<std::pair<int, int>, std::vector<GraphTensor>>;  // (id, output)
 
-absl::StatusOr<GraphTensor> Zeros(Graph* g, const GraphTensor& t) {
+absl::StatusOr<GraphTensor> Zeros(Graph* g, const std::string& prefix, const GraphTensor& t) {
   if (t.node->output_type(t.index) == DT_RESOURCE) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node '", t.node->name(), "' (", t.node->type_string(), "): output ", t.index,
@@ -30,23 +30,24 @@ absl::StatusOr<GraphTensor> Zeros(Graph* g, const GraphTensor& t) {
         "formed here"));
   }
   Node* zeros = nullptr;
-  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/zeros"), "ZerosLike")
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/zeros"), "ZerosLike")
                          .Input(t.node, t.index)
                          .Finalize(g, &zeros));
   return GraphTensor{zeros, 0};
 }
 
 // The sum of the gradients sent to `t` (zeros if none).
-absl::StatusOr<GraphTensor> Sum(Graph* g, Pending* pending, const GraphTensor& t) {
+absl::StatusOr<GraphTensor> Sum(Graph* g, const std::string& prefix, Pending* pending,
+                                const GraphTensor& t) {
   auto it = pending->find({t.node->id(), t.index});
-  if (it == pending->end() || it->second.empty()) return Zeros(g, t);
+  if (it == pending->end() || it->second.empty()) return Zeros(g, prefix, t);
   const std::vector<GraphTensor>& grads = it->second;
   if (grads.size() == 1) return grads[0];
   std::vector<NodeBuilder::NodeOut> inputs;
   for (const GraphTensor& gr : grads) inputs.push_back({gr.node, gr.index});
   Node* add = nullptr;
   // d t = sum of the gradients of t's consumers (AddN also sums TensorList variants).
-  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/sum"), "AddN")
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/sum"), "AddN")
                          .Input(inputs)
                          .Finalize(g, &add));
   return GraphTensor{add, 0};
@@ -64,7 +65,7 @@ DataTypeVector GradientTypes(const Node* n) {
 
 // One SymbolicGradient node for `n`: inputs n's inputs and one incoming gradient per output,
 // outputs one gradient per input.
-absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
+absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const std::string& prefix, const Node* n,
                                           const std::vector<GraphTensor>& dys) {
   std::vector<NodeBuilder::NodeOut> inputs(n->num_inputs());
   for (const Edge* e : n->in_edges()) {
@@ -75,7 +76,7 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
   f.set_name(n->type_string());
   for (const auto& [name, value] : n->attrs()) (*f.mutable_attr())[name] = value;
   Node* grad = nullptr;
-  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/tf_ext_grad")),
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(prefix, "/", n->name())),
                                  "SymbolicGradient")
                          .Input(inputs)
                          .Attr("Tout", GradientTypes(n))
@@ -87,7 +88,7 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const Node* n,
 // For an op whose gradient reads its forward outputs (registry.h, DeclareReadsForwardOutputs):
 // a call of the gradient function that takes them, instead of a SymbolicGradient that would
 // recompute them (another draw of a random op; TensorArrayConcatV3's lengths).
-absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const Node* n,
+absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const std::string& prefix, const Node* n,
                                                 const std::vector<GraphTensor>& dys) {
   NodeDef forward;
   forward.set_op(n->type_string());
@@ -113,7 +114,7 @@ absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const Node* n,
   NameAttrList f;
   f.set_name(fdef.signature().name());
   Node* grad = nullptr;
-  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(n->name(), "/tf_ext_grad")),
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(prefix, "/", n->name())),
                                  "PartitionedCall")
                          .Input(inputs)
                          .Attr("Tout", GradientTypes(n))
@@ -183,15 +184,15 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
     if (!any) continue;
     std::vector<GraphTensor> n_dys;
     for (int k = 0; k < n->num_outputs(); ++k) {
-      auto dy = Sum(g, &pending, {n, k});
+      auto dy = Sum(g, options.name_prefix, &pending, {n, k});
       if (!dy.ok()) return dy.status();
       n_dys.push_back(*dy);
     }
     // The call that takes forward outputs only where it is inlined: run as a function, a
     // stateful body (TensorArray ops) would not find the step's resources.
     auto grad = options.inline_gradients && ReadsForwardOutputs(n->type_string())
-                    ? AddForwardOutputsGradient(g, n, n_dys)
-                    : AddSymbolicGradient(g, n, n_dys);
+                    ? AddForwardOutputsGradient(g, options.name_prefix, n, n_dys)
+                    : AddSymbolicGradient(g, options.name_prefix, n, n_dys);
     if (!grad.ok()) return grad.status();
     grads.push_back(*grad);
     for (const Edge* e : n->in_edges()) {
@@ -202,10 +203,10 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   // Each dx through an Identity: its input edge follows an inlined gradient's output.
   dxs->clear();
   for (const GraphTensor& x : xs) {
-    auto dx = Sum(g, &pending, x);
+    auto dx = Sum(g, options.name_prefix, &pending, x);
     if (!dx.ok()) return dx.status();
     Node* out = nullptr;
-    TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/dx"), "Identity")
+    TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(options.name_prefix + "/dx"), "Identity")
                            .Input(dx->node, dx->index)
                            .Finalize(g, &out));
     dxs->push_back({out, 0});

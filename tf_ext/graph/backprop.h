@@ -21,6 +21,7 @@
 #ifndef TF_EXT_GRAPH_BACKPROP_H_
 #define TF_EXT_GRAPH_BACKPROP_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,9 @@ namespace tensorflow::tf_ext {
 
 struct BackpropOptions {
   bool inline_gradients = true;
+  // Every node added is named "<name_prefix>/...": pick one no node of the graph uses (a graph
+  // differentiated once already holds the first pass's "tf_ext_grad/..." nodes).
+  std::string name_prefix = "tf_ext_grad";
 };
 
 struct BackpropStats {
@@ -40,7 +44,7 @@ struct BackpropStats {
 
 // Adds to `g` the nodes computing, for each x, sum_i <dys[i], d ys[i] / d x> (dys: the incoming
 // gradients, one per y, of the y's type and shape); `dxs` receives one tensor per x, each
-// the output of an Identity node named tf_ext_grad/dx (uniquified). Fails,
+// the output of an Identity node named <name_prefix>/dx (uniquified). Fails,
 // naming every op, when an op on the path has no gradient (CheckPathHasGradients).
 absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
                           const std::vector<GraphTensor>& dys, const std::vector<GraphTensor>& xs,

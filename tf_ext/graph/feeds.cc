@@ -1,5 +1,7 @@
 #include "tf_ext/graph/feeds.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <optional>
 #include <random>
@@ -7,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
@@ -25,16 +28,42 @@ const NodeDef* FindNodeDef(const GraphDef& graph, const std::string& name) {
   return nullptr;
 }
 
-// The placeholder's shape attr, when fully known.
-std::optional<TensorShape> KnownShape(const NodeDef* n) {
-  if (n == nullptr || !n->attr().contains("shape")) return std::nullopt;
-  const PartialTensorShape shape(n->attr().at("shape").shape());
+// The placeholder's shape attr, when fully known; an error naming the node when the attr is
+// not a valid shape (its size overflows).
+absl::StatusOr<std::optional<TensorShape>> KnownShape(const NodeDef* n) {
+  if (n == nullptr || !n->attr().contains("shape")) return std::optional<TensorShape>();
+  PartialTensorShape shape;
+  if (absl::Status s = PartialTensorShape::BuildPartialTensorShape(n->attr().at("shape").shape(),
+                                                                   &shape);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placeholder '", n->name(), "' has an invalid shape: ", s.message()));
+  }
   TensorShape full;
-  if (!shape.AsTensorShape(&full)) return std::nullopt;
-  return full;
+  if (!shape.AsTensorShape(&full)) return std::optional<TensorShape>();
+  return std::optional<TensorShape>(full);
 }
 
-absl::StatusOr<Tensor> RandomTensor(DataType dtype, const TensorShape& shape, uint64_t seed) {
+// Whether `bytes_per_element` bytes for each element of `shape` fit in half of this machine's
+// memory; else an error naming `what` (a hostile or mistaken shape must not abort the process
+// with std::bad_alloc).
+absl::Status CheckFitsInMemory(const std::string& what, DataType dtype, const TensorShape& shape,
+                               int64_t bytes_per_element) {
+  const int64_t elements = shape.num_elements();
+  const double bytes = static_cast<double>(elements) * bytes_per_element;
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (memory > 0 && bytes > memory / 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s %s needs %.3g bytes, more than half of this machine's memory (%.3g bytes)", what,
+        DataTypeString(dtype), shape.DebugString(), bytes, memory));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> RandomTensor(const std::string& what, DataType dtype,
+                                    const TensorShape& shape, uint64_t seed) {
+  // The values are drawn as doubles, then converted.
+  TF_RETURN_IF_ERROR(CheckFitsInMemory(what, dtype, shape, DataTypeSize(dtype) + 8));
   std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
   std::mt19937_64 gen(seq);
   std::normal_distribution<double> normal;
@@ -96,8 +125,10 @@ absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& 
     auto parsed = ParseDims(spec, dims);
     if (!parsed.ok()) return parsed.status();
     shape = *parsed;
-  } else if (auto known = KnownShape(placeholder)) {
-    shape = *known;
+  } else if (auto known = KnownShape(placeholder); !known.ok()) {
+    return known.status();
+  } else if (known->has_value()) {
+    shape = **known;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "feed '", spec, "': raw file needs a shape (e.g. ", node, "=2x3:@", file,
@@ -109,12 +140,13 @@ absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& 
     return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': raw ", DataTypeString(dtype),
                                                    " files are not supported"));
   }
-  Tensor t(dtype, shape);
-  if (bytes.size() != t.TotalBytes()) {
+  const double needed = static_cast<double>(shape.num_elements()) * DataTypeSize(dtype);
+  if (static_cast<double>(bytes.size()) != needed) {
     return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", path, " has ", bytes.size(),
                                                    " bytes; ", DataTypeString(dtype), " ",
-                                                   shape.DebugString(), " needs ", t.TotalBytes()));
+                                                   shape.DebugString(), " needs ", needed));
   }
+  Tensor t(dtype, shape);
   if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
   return t;
 }
@@ -142,11 +174,12 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
       return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': bad seed"));
     }
     auto shape = KnownShape(placeholder);
-    if (!shape) {
+    if (!shape.ok()) return shape.status();
+    if (!shape->has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "feed '", spec, "': '", ref->node, "' is not a placeholder of fully known shape"));
     }
-    auto t = RandomTensor(dtype, *shape, seed);
+    auto t = RandomTensor(absl::StrCat("feed '", spec, "'"), dtype, **shape, seed);
     if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("feed '", spec, "': ", t.status().message()));
     return std::make_pair(*ref, *t);
   }
@@ -190,7 +223,7 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
   return std::make_pair(*ref, *t);
 }
 
-std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed) {
+absl::StatusOr<std::vector<std::string>> AddRandomFeeds(GradientRequest* request, uint64_t seed) {
   std::vector<std::string> fed;
   for (const NodeDef& n : request->graph.node()) {
     if (n.op() != "Placeholder") continue;
@@ -198,9 +231,11 @@ std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed)
     for (const auto& [ref, t] : request->feeds) has_feed |= ref.node == n.name();
     if (has_feed) continue;
     auto shape = KnownShape(&n);
-    if (!shape || !n.attr().contains("dtype")) continue;
-    auto t = RandomTensor(n.attr().at("dtype").type(), *shape, seed);
-    if (!t.ok()) continue;
+    if (!shape.ok()) return shape.status();
+    if (!shape->has_value() || !n.attr().contains("dtype")) continue;
+    auto t = RandomTensor(absl::StrCat("random values for placeholder '", n.name(), "'"),
+                          n.attr().at("dtype").type(), **shape, seed);
+    if (!t.ok()) return t.status();
     request->feeds.push_back({TensorRef{n.name(), 0}, *t});
     fed.push_back(n.name());
   }

@@ -28,8 +28,10 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
                                                        const GraphDef& graph);
 
 // A random feed (as "random:SEED") for every Placeholder of `request.graph` that has no feed
-// and a fully known shape; returns the names fed. Placeholders of unknown shape are left.
-std::vector<std::string> AddRandomFeeds(GradientRequest* request, uint64_t seed);
+// and a fully known shape; returns the names fed. Placeholders of unknown shape are left. An
+// invalid shape, or one whose values would not fit in half of this machine's memory, is an
+// InvalidArgument naming the placeholder (as for ParseFeed's random and raw-file feeds).
+absl::StatusOr<std::vector<std::string>> AddRandomFeeds(GradientRequest* request, uint64_t seed);
 
 // The request's feeds as Session::Run takes them ("node:index", value), and, for a run of
 // result->session, the constants it takes as feeds (GradientResult::constant_feeds).

@@ -44,7 +44,8 @@ absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const 
 // x (output `index` of `n`) read through an Identity that takes over all of its consumers: the
 // gradient of x alone, not of n's other outputs (which may depend on x too, through n's
 // inputs). Feeding or fetching x by its own name still works.
-absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, Node* n, int index) {
+absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, const std::string& prefix, Node* n,
+                                          int index) {
   std::vector<std::pair<Node*, int>> consumers;  // (node, input)
   for (const Edge* e : n->out_edges()) {
     if (!e->IsControlEdge() && e->src_output() == index) {
@@ -52,11 +53,27 @@ absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, Node* n, int index) {
     }
   }
   Node* read = nullptr;
-  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName("tf_ext_grad/x"), "Identity")
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/x"), "Identity")
                          .Input(n, index)
                          .Finalize(g, &read));
   for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(g->UpdateEdge(read, 0, dst, input));
   return read;
+}
+
+// "tf_ext_grad", or "tf_ext_grad_2", ...: the first that no node's name is or begins with (a
+// backward graph differentiated again holds the first pass's nodes).
+std::string UnusedPrefix(const Graph& g) {
+  for (int i = 1;; ++i) {
+    const std::string prefix = i == 1 ? "tf_ext_grad" : absl::StrCat("tf_ext_grad_", i);
+    bool used = false;
+    for (const Node* n : g.nodes()) {
+      if (n->name() == prefix || absl::StartsWith(n->name(), prefix + "/")) {
+        used = true;
+        break;
+      }
+    }
+    if (!used) return prefix;
+  }
 }
 
 // A hint for an import error, only where its cause is known.
@@ -100,6 +117,7 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
                                                    "; only floating-point tensors have gradients"));
   }
   if (request.xs.empty()) return absl::InvalidArgumentError("no --x given");
+  const std::string prefix = UnusedPrefix(g);
   std::vector<std::pair<Node*, int>> x_outputs;
   for (const TensorRef& ref : request.xs) {
     auto x = FindNode(nodes, ref, "--x");
@@ -111,15 +129,15 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   // reaches it. d sum(y) / dx: the incoming gradient is ones.
   Node* y_ret = nullptr;
   TF_RETURN_IF_ERROR(
-      NodeBuilder("tf_ext_grad/y", "Identity").Input(*y, request.y.index).Finalize(&g, &y_ret));
+      NodeBuilder(g.NewName(prefix + "/y"), "Identity").Input(*y, request.y.index).Finalize(&g, &y_ret));
   Node* dy = nullptr;
-  TF_RETURN_IF_ERROR(NodeBuilder("tf_ext_grad/dy", "OnesLike")
+  TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(prefix + "/dy"), "OnesLike")
                          .Input(*y, request.y.index)
                          .Finalize(&g, &dy));
   // Created after y's nodes, so that x = y reroutes them too.
   std::vector<Node*> x_reads;
   for (const auto& [node, index] : x_outputs) {
-    auto read = ReadThroughIdentity(&g, node, index);
+    auto read = ReadThroughIdentity(&g, prefix, node, index);
     if (!read.ok()) return read.status();
     x_reads.push_back(*read);
   }
@@ -128,6 +146,7 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   for (Node* x : x_reads) xs.push_back({x, 0});
   BackpropOptions backprop;
   backprop.inline_gradients = options.inline_gradients;
+  backprop.name_prefix = prefix;
   BackpropStats stats;
   TF_RETURN_IF_ERROR(AddGradients(&g, {{y_ret, 0}}, {{dy, 0}}, xs, &dxs, backprop, &stats));
   result->gradient_nodes = stats.gradient_nodes;
@@ -142,8 +161,8 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
     for (const TensorRef& x : request.xs) keep.insert(x.node);
     for (const auto& [ref, value] : request.feeds) keep.insert(ref.node);
     FixupSourceAndSinkEdges(&g);  // CSE walks the graph from its source node
-    OptimizeCSE(&g, [&keep](const Node* n) {
-      return !n->IsConstant() && !absl::StartsWith(n->name(), "tf_ext_grad/") &&
+    OptimizeCSE(&g, [&keep, &prefix](const Node* n) {
+      return !n->IsConstant() && !absl::StartsWith(n->name(), prefix + "/") &&
              keep.count(n->name()) == 0;
     });
   }

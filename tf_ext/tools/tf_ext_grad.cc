@@ -75,7 +75,7 @@ void DeclareFlags(FlagParser* p, Flags* f) {
   p->Int("seed", &f->seed, "seed of the default random feeds and of --check's projections");
   p->String("library", &f->library,
             "op library to load (default: $TF_EXT_LIBRARY, then runfiles, then next to\n"
-            "this binary: README.md, \"Where the op library is found\")")
+            "this binary: docs/cpp.md, \"Where the op library is found\")")
       .ValueName("PATH");
   p->Bool("check", &f->check, "also compare with central differences and print PASS/FAIL");
   p->Bool("optimize", &f->optimize,
@@ -169,7 +169,9 @@ int Main(int argc, char** argv) {
     request.feeds.push_back(*feed);
   }
 
-  for (const std::string& name : AddRandomFeeds(&request, flags.seed)) {
+  auto random_feeds = AddRandomFeeds(&request, flags.seed);
+  if (!random_feeds.ok()) return Fail(std::string(random_feeds.status().message()));
+  for (const std::string& name : *random_feeds) {
     std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
               << "; reproduce with --feed=" << name << "=random:" << flags.seed << ")\n";
   }
