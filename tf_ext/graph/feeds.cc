@@ -233,9 +233,11 @@ absl::StatusOr<std::vector<std::string>> AddRandomFeeds(GradientRequest* request
     auto shape = KnownShape(&n);
     if (!shape.ok()) return shape.status();
     if (!shape->has_value() || !n.attr().contains("dtype")) continue;
-    auto t = RandomTensor(absl::StrCat("random values for placeholder '", n.name(), "'"),
-                          n.attr().at("dtype").type(), **shape, seed);
-    if (!t.ok()) return t.status();
+    const DataType dtype = n.attr().at("dtype").type();
+    const std::string what = absl::StrCat("random values for placeholder '", n.name(), "'");
+    TF_RETURN_IF_ERROR(CheckFitsInMemory(what, dtype, **shape, DataTypeSize(dtype) + 8));
+    auto t = RandomTensor(what, dtype, **shape, seed);
+    if (!t.ok()) continue;  // a type random values are not drawn for (bool, string): left unfed
     request->feeds.push_back({TensorRef{n.name(), 0}, *t});
     fed.push_back(n.name());
   }
