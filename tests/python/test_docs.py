@@ -241,14 +241,17 @@ def test_every_page_is_reachable_from_the_readme():
 
 
 def test_performance_page_shows_the_latest_bench_run():
-    """docs/performance.md holds docs/bench.md (the latest `make bench` table) whole, and the
-    chart of the same run; no other bench artefacts are kept."""
-    bench = open(os.path.join(RUNFILES, "docs", "bench.md"), encoding="utf-8").read().strip()
+    """docs/performance.md holds docs/bench.md and docs/bench_models.md (the latest `make bench`
+    and `make bench-models` tables) whole, and the charts of the same runs; no other bench
+    artefacts are kept."""
     page = open(os.path.join(RUNFILES, "docs", "performance.md"), encoding="utf-8").read()
-    assert bench in page, "docs/performance.md does not show docs/bench.md: copy it in"
-    assert "](bench.png)" in page
+    for name in ("bench", "bench_models"):
+        table = open(os.path.join(RUNFILES, "docs", name + ".md"), encoding="utf-8").read().strip()
+        assert table in page, f"docs/performance.md does not show docs/{name}.md: copy it in"
+        assert f"]({name}.png)" in page, name
     kept = sorted(f for f in os.listdir(os.path.join(SOURCE, "docs")) if f.startswith("bench"))
-    assert kept == ["bench.json", "bench.md", "bench.png"], kept
+    assert kept == ["bench.json", "bench.md", "bench.png", "bench_models.json",
+                    "bench_models.md", "bench_models.png"], kept
 
 
 def test_the_checks_can_fail(tmp_path):
