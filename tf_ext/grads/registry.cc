@@ -68,12 +68,7 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
     if (!kv.first.empty() && kv.first[0] == '_') continue;  // placement/internal attrs
     (*f.mutable_attr())[kv.first] = kv.second;
   }
-  // One gradient per input, of the input's type; a resource handle's is its value's (float), as
-  // TensorFlow's graph-level builder declares it (TensorArray handles).
-  DataTypeVector grad_types = node->input_types();
-  for (DataType& t : grad_types) {
-    if (t == DT_RESOURCE) t = DT_FLOAT;
-  }
+  const DataTypeVector grad_types = GradientTypes(*node);
   std::vector<Output> inputs;
   for (int i = 0; i < op.num_inputs(); ++i) inputs.push_back(op.input(i));
   for (int i = 0; i < op.num_outputs(); ++i) {
@@ -93,12 +88,8 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
   // The gradient reads forward outputs, which this front end has: call the gradient function
   // that takes them (GradBuilder, "Forward outputs") instead of letting SymbolicGradient
   // recompute them. Its specialised FunctionDef joins the graph's library.
-  NodeDef forward;
-  forward.set_op(node->type_string());
-  *forward.mutable_attr() = f.attr();
-  (*forward.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
   FunctionDef fdef;
-  TF_RETURN_IF_ERROR(SpecializedGradient(forward, &fdef));
+  TF_RETURN_IF_ERROR(ForwardOutputsGradient(*node, &fdef));
   FunctionDefLibrary library;
   *library.add_function() = fdef;
   TF_RETURN_IF_ERROR(scope.graph()->AddFunctionLibrary(library));
@@ -111,6 +102,24 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
   TF_RETURN_IF_ERROR(scope.status());
   grad_outputs->assign(grad.output.begin(), grad.output.end());
   return absl::OkStatus();
+}
+
+absl::Status ForwardOutputsGradient(const Node& node, FunctionDef* fdef) {
+  NodeDef forward;
+  forward.set_op(node.type_string());
+  for (const auto& [name, value] : node.attrs()) {
+    if (!name.empty() && name[0] != '_') (*forward.mutable_attr())[name] = value;
+  }
+  (*forward.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
+  return SpecializedGradient(forward, fdef);
+}
+
+DataTypeVector GradientTypes(const Node& node) {
+  DataTypeVector types = node.input_types();
+  for (DataType& t : types) {
+    if (t == DT_RESOURCE) t = DT_FLOAT;
+  }
+  return types;
 }
 
 // In a side table, not a static set: a tool that links the gradient library and loads the op

@@ -29,6 +29,7 @@
 #include "tensorflow/cc/framework/scope.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/graph/graph.h"
 
 namespace tensorflow::tf_ext {
 
@@ -47,6 +48,13 @@ void DeclareReadsForwardOutputs(const std::string& op_type);
 // initialisers ran, so ReadsForwardOutputs compares them with the OpDef when asked.
 void DeclareGradientReads(const std::string& op_type, const std::vector<std::string>& names);
 bool ReadsForwardOutputs(const std::string& op_type);
+// The gradient function of `node`'s op that takes the forward outputs (GradBuilder, "Forward
+// outputs"), specialised to the node's attrs (internal ones, "_...", left out).
+absl::Status ForwardOutputsGradient(const Node& node, FunctionDef* fdef);
+// The types of `node`'s input gradients (Tout of its SymbolicGradient or gradient call): its
+// inputs', a resource handle's being its value's (float), as TensorFlow's graph-level builder
+// declares it (TensorArray handles).
+DataTypeVector GradientTypes(const Node& node);
 // Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);
 

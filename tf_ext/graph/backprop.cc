@@ -12,9 +12,7 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
-#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
-#include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -53,16 +51,6 @@ absl::StatusOr<GraphTensor> Sum(Graph* g, const std::string& prefix, Pending* pe
   return GraphTensor{add, 0};
 }
 
-// The types of n's input gradients: its inputs', a resource handle's being its value's
-// (float), as TensorFlow's builder and the client registry (registry.cc) declare it.
-DataTypeVector GradientTypes(const Node* n) {
-  DataTypeVector types = n->input_types();
-  for (DataType& t : types) {
-    if (t == DT_RESOURCE) t = DT_FLOAT;
-  }
-  return types;
-}
-
 // One SymbolicGradient node for `n`: inputs n's inputs and one incoming gradient per output,
 // outputs one gradient per input.
 absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const std::string& prefix, const Node* n,
@@ -79,7 +67,7 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const std::string& prefix, c
   TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(prefix, "/", n->name())),
                                  "SymbolicGradient")
                          .Input(inputs)
-                         .Attr("Tout", GradientTypes(n))
+                         .Attr("Tout", GradientTypes(*n))
                          .Attr("f", f)
                          .Finalize(g, &grad));
   return grad;
@@ -90,14 +78,8 @@ absl::StatusOr<Node*> AddSymbolicGradient(Graph* g, const std::string& prefix, c
 // recompute them (another draw of a random op; TensorArrayConcatV3's lengths).
 absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const std::string& prefix, const Node* n,
                                                 const std::vector<GraphTensor>& dys) {
-  NodeDef forward;
-  forward.set_op(n->type_string());
-  for (const auto& [name, value] : n->attrs()) {
-    if (!name.empty() && name[0] != '_') (*forward.mutable_attr())[name] = value;
-  }
-  (*forward.mutable_attr())[grad::kForwardOutputsAttr].set_b(true);
   FunctionDef fdef;
-  TF_RETURN_IF_ERROR(SpecializedGradient(forward, &fdef));
+  TF_RETURN_IF_ERROR(ForwardOutputsGradient(*n, &fdef));
   if (g->flib_def().Find(fdef.signature().name()) == nullptr) {
     FunctionDefLibrary library;
     *library.add_function() = fdef;
@@ -117,7 +99,7 @@ absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const std::string& pre
   TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(prefix, "/", n->name())),
                                  "PartitionedCall")
                          .Input(inputs)
-                         .Attr("Tout", GradientTypes(n))
+                         .Attr("Tout", GradientTypes(*n))
                          .Attr("f", f)
                          .Finalize(g, &grad));
   return grad;
