@@ -41,6 +41,14 @@ absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const 
   return it->second;
 }
 
+// The nodes a run fetches or feeds by name: y's, the xs', the feeds'.
+std::set<std::string> NamedNodes(const GradientRequest& request) {
+  std::set<std::string> names = {request.y.node};
+  for (const TensorRef& x : request.xs) names.insert(x.node);
+  for (const auto& [ref, value] : request.feeds) names.insert(ref.node);
+  return names;
+}
+
 // x (output `index` of `n`) read through an Identity that takes over all of its consumers: the
 // gradient of x alone, not of n's other outputs (which may depend on x too, through n's
 // inputs). Feeding or fetching x by its own name still works.
@@ -157,9 +165,7 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
     // by unify.h reads the op's outputs so) holds a copy of a forward node: merge equal nodes.
     // Not constants (hashing frozen weights costs time and saves nothing), and not the nodes
     // the run feeds or fetches by name.
-    std::set<std::string> keep = {request.y.node};
-    for (const TensorRef& x : request.xs) keep.insert(x.node);
-    for (const auto& [ref, value] : request.feeds) keep.insert(ref.node);
+    const std::set<std::string> keep = NamedNodes(request);
     FixupSourceAndSinkEdges(&g);  // CSE walks the graph from its source node
     OptimizeCSE(&g, [&keep, &prefix](const Node* n) {
       return !n->IsConstant() && !absl::StartsWith(n->name(), prefix + "/") &&
@@ -173,11 +179,10 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
 // Floating-point Const nodes of at least 4096 elements become Placeholders, their values
 // returned as feeds: Grappler (optimize_graph) copies the GraphDef it optimizes, constants
 // included, and folds and reorders constants into new ones; a fed tensor it never sees. The
-// nodes the request names keep their Consts.
+// nodes the request names (fetched or fed by name) keep their Consts.
 std::vector<std::pair<std::string, Tensor>> HoistConstants(const GradientRequest& request,
                                                            GraphDef* graph) {
-  std::set<std::string> named = {request.y.node};
-  for (const TensorRef& x : request.xs) named.insert(x.node);
+  const std::set<std::string> named = NamedNodes(request);
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (NodeDef& n : *graph->mutable_node()) {
     if (n.op() != "Const" || named.count(n.name()) || !n.attr().contains("value")) continue;
