@@ -6,7 +6,7 @@ The models cover what breaks C++ gradients in practice: padding and depthwise co
 (client-only gradients in TensorFlow), BatchNorm in training mode with dropout and
 tf.custom_gradient (IdentityN), StatefulPartitionedCall nodes, grouped convolutions and
 negative reduction axes (ConvNeXt), Einsum/Erfc attention (a Transformer encoder block), and a
-while loop (LSTM), which tf_ext_grad rejects naming the loop ops. `make models` runs every
+while loop (LSTM, lowered to v1 frames by the default freeze). `make models` runs every
 image model in tf.keras.applications.
 """
 import json
@@ -95,16 +95,19 @@ def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
         assert rel <= 1e-3, (flags, rel)
 
 
-def test_lstm_loop_is_rejected_naming_every_loop_op(tmp_path):
-    out, info = freeze(tmp_path, "LSTM", 6, False, "--no_reference")
+def test_lstm_while_loop_gradient_matches_python(tmp_path):
+    # The default freeze lowers the loop to v1 frames (Enter/Exit/Switch/Merge/NextIteration),
+    # which tf_ext converts back to a While and differentiates (docs/control_flow.md). Python
+    # cannot differentiate the imported loop: the reference is its gradient of the eager call.
+    out, info = freeze(tmp_path, "LSTM", 6, False, "--eager_reference")
+    assert {"Enter", "Exit", "NextIteration"} <= set(info["op_types"]), info["op_types"]
+    grad = os.path.join(out, "grad.npz")
     r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
-                    "--feed=x=@" + os.path.join(out, "input.npy"))
-    assert r.returncode == 1
-    assert "have no C++ gradient" in r.stderr, r.stderr[-3000:]
-    assert "the graph has a control-flow loop (" in r.stderr, r.stderr[-3000:]
-    assert "which tf_ext_grad does not differentiate yet" in r.stderr
-    loop_ops = [op for op in info["op_types"]
-                if op in ("While", "StatelessWhile", "Enter", "Exit", "Switch", "Merge",
-                          "NextIteration") or op.startswith("TensorList")]
-    assert loop_ops, info["op_types"]
-    assert any(op + " (" in r.stderr for op in loop_ops), r.stderr[-3000:]
+                    "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "1 loop " in r.stdout, r.stdout
+    got = np.load(grad)
+    ref = np.load(os.path.join(out, "expected.npz"))
+    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4)
+    rel = np.abs(got["d_x"] - ref["dy_dx"]).max() / np.abs(ref["dy_dx"]).max()
+    assert rel <= 1e-4, rel

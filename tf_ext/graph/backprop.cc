@@ -12,6 +12,7 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
+#include "tf_ext/graph/control_flow.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -143,6 +144,19 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
     return absl::InvalidArgumentError(
         absl::StrCat(ys.size(), " ys but ", dys.size(), " incoming gradients"));
   }
+  // Control flow first (control_flow.h): loops and conditionals on the path are rewritten to
+  // output what their gradients read. They are replaced, so no y or x may be one's output.
+  for (const auto* ts : {&ys, &xs}) {
+    for (const GraphTensor& t : *ts) {
+      if (IsFunctionalControlFlow(t.node->type_string()) && !IsPreparedControlFlow(*t.node)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a y or x is output ", t.index, " of the ", t.node->type_string(), " node '",
+            t.node->name(), "': read it through an Identity node, which the gradient keeps"));
+      }
+    }
+  }
+  auto control_flow = PrepareControlFlowForGradients(g, ys, xs, options.name_prefix + "_cf");
+  if (!control_flow.ok()) return control_flow.status();
   const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
   TF_RETURN_IF_ERROR(CheckPathHasGradients(*g, path));
   Pending pending;
@@ -157,6 +171,21 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (!n->IsOp() || !path.OnPath(n)) continue;
+    if (IsPreparedControlFlow(*n) || IsV1Conditional(n->type_string())) {
+      // A loop or conditional: its gradient is a loop or conditional (control_flow.h).
+      auto dy = [&](int k) { return Sum(g, options.name_prefix, &pending, {n, k}); };
+      auto d_inputs = IsV1Conditional(n->type_string())
+                          ? AddV1ConditionalGradient(g, n, dy, options.name_prefix)
+                          : AddControlFlowGradient(g, n, dy, options.name_prefix);
+      if (!d_inputs.ok()) return d_inputs.status();
+      ++stats->gradient_nodes;
+      for (const Edge* e : n->in_edges()) {
+        if (e->IsControlEdge() || !path.Carries(e->src(), e->src_output())) continue;
+        const GraphTensor& d = (*d_inputs)[e->dst_input()];
+        if (d.node != nullptr) pending[{e->src()->id(), e->src_output()}].push_back(d);
+      }
+      continue;
+    }
     gradient::Creator creator;
     if (!gradient::GetOpGradientCreator(n->type_string(), &creator).ok() || creator == nullptr) {
       continue;  // not differentiable: nothing flows to its inputs
@@ -193,7 +222,10 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
                            .Finalize(g, &out));
     dxs->push_back({out, 0});
   }
-  stats->gradient_nodes = grads.size();
+  stats->gradient_nodes += grads.size();
+  stats->loops = control_flow->loops;
+  stats->conditionals = control_flow->conditionals;
+  stats->accumulators = control_flow->accumulators;
   if (!options.inline_gradients) return absl::OkStatus();
   for (Node* grad : grads) {
     const std::string name = grad->name();

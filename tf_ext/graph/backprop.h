@@ -40,8 +40,16 @@ struct BackpropOptions {
 struct BackpropStats {
   int gradient_nodes = 0;  // ops on the path whose gradient was added
   int inlined = 0;         // of those, inlined as plain ops
+  // Control flow rewritten for its gradient (control_flow.h), nested loops included.
+  int loops = 0;
+  int conditionals = 0;
+  int accumulators = 0;
 };
 
+// Loops and conditionals (While, If, Case and their stateless forms) on the path are first
+// rewritten by PrepareControlFlowForGradients (control_flow.h), which replaces them: no y or x
+// may be an output of one (read it through an Identity).
+//
 // Adds to `g` the nodes computing, for each x, sum_i <dys[i], d ys[i] / d x> (dys: the incoming
 // gradients, one per y, of the y's type and shape); `dxs` receives one tensor per x, each
 // the output of an Identity node named <name_prefix>/dx (uniquified). Fails,

@@ -44,6 +44,12 @@ struct GradientResult {
   int inlined_calls = 0;       // function call nodes inlined before differentiating
   int gradient_nodes = 0;      // ops on the path whose gradient was added
   int inlined_gradients = 0;   // of those, inlined as plain ops
+  // Control flow (control_flow.h): v1 frames converted back to While/If, and the loops and
+  // conditionals rewritten for their gradients, nested ones included.
+  bool converted_v1_control_flow = false;
+  int loops = 0;
+  int conditionals = 0;
+  int accumulators = 0;  // tensors they save for their gradients
   GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
   double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph

@@ -17,6 +17,7 @@
 #include "tensorflow/core/graph/optimizer_cse.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/graph/backprop.h"
+#include "tf_ext/graph/control_flow.h"
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/session_options.h"
 #include "tf_ext/graph/workarounds.h"
@@ -101,6 +102,10 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
                                 GradientResult* result, GraphDef* backward,
                                 std::vector<std::string>* grad_names) {
   const GradientRequest& request = *request_ptr;
+  // Lowered loops and conditionals back to While and If (control_flow.h).
+  auto functionalized = FunctionalizeV1ControlFlow(&request_ptr->graph);
+  if (!functionalized.ok()) return functionalized.status();
+  result->converted_v1_control_flow = *functionalized;
   Graph g(OpRegistry::Global());
   GraphConstructorOptions opts;
   absl::Status s = ConvertGraphDefToGraph(opts, request.graph, &g);
@@ -159,6 +164,9 @@ absl::Status BuildBackwardGraph(GradientRequest* request_ptr, const GradientOpti
   TF_RETURN_IF_ERROR(AddGradients(&g, {{y_ret, 0}}, {{dy, 0}}, xs, &dxs, backprop, &stats));
   result->gradient_nodes = stats.gradient_nodes;
   result->inlined_gradients = stats.inlined;
+  result->loops = stats.loops;
+  result->conditionals = stats.conditionals;
+  result->accumulators = stats.accumulators;
   for (const GraphTensor& dx : dxs) grad_names->push_back(absl::StrCat(dx.node->name(), ":", dx.index));
   if (options.inline_gradients) {
     // An inlined gradient body that recomputes its op's forward (a client gradient converted

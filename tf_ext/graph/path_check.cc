@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/function.h"
+#include "tf_ext/graph/control_flow.h"
 #include "tf_ext_python_gradients.h"
 
 namespace tensorflow::tf_ext {
@@ -120,7 +121,9 @@ DifferentiablePath FindDifferentiablePath(const Graph& g, const std::vector<Grap
 absl::Status CheckPathHasGradients(const Graph& g, const DifferentiablePath& path) {
   std::map<std::string, std::vector<std::string>> missing;  // op type -> nodes
   for (const Node* n : g.op_nodes()) {
-    if (!path.OnPath(n)) continue;
+    if (!path.OnPath(n) || IsPreparedControlFlow(*n) || IsV1Conditional(n->type_string())) {
+      continue;
+    }
     gradient::Creator creator;
     if (!gradient::GetOpGradientCreator(n->type_string(), &creator).ok()) {
       missing[n->type_string()].push_back(n->name());

@@ -191,6 +191,14 @@ int Main(int argc, char** argv) {
             << result.gradient_nodes << " ops"
             << (result.inlined_gradients > 0 ? " inlined" : " as SymbolicGradient nodes");
   if (result.inlined_calls > 0) std::cout << ", " << result.inlined_calls << " function calls inlined";
+  if (result.converted_v1_control_flow) {
+    std::cout << ", lowered (v1) control flow converted back to While/If";
+  }
+  if (result.loops + result.conditionals > 0) {
+    std::cout << ", " << result.loops << " loop" << (result.loops == 1 ? "" : "s") << " and "
+              << result.conditionals << " conditional" << (result.conditionals == 1 ? "" : "s")
+              << " saving " << result.accumulators << " tensors for their gradients";
+  }
   if (result.workarounds.negative_axes > 0) {
     std::cout << ", " << result.workarounds.negative_axes
               << " negative reduction axes made non-negative";

@@ -1,0 +1,275 @@
+"""Loops and conditionals differentiated in C++ (tf_ext/graph/control_flow.h, docs/control_flow.md).
+
+Each case is a tf.function of x, frozen twice: with lower_control_flow=False (functional While,
+StatelessWhile, StatelessIf, If, Case, TensorList ops) and with the default lowering (v1 frames:
+Enter/Exit/Switch/Merge/NextIteration/LoopCond, which tf_ext converts back to While/If).
+tf_ext_grad (a C++ process with no Python) differentiates the frozen graph; the reference is
+eager GradientTape of the same function (float32: max|g - ref| / max|ref| <= 1e-4; float64:
+<= 1e-9).
+"""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import convert_to_constants
+
+RUNFILES = os.environ.get("TEST_SRCDIR", "")
+WORKSPACE = os.path.join(RUNFILES, "tf_ext") if RUNFILES else os.getcwd()
+TOOL = os.path.join(WORKSPACE, "tf_ext", "tf_ext_grad")
+LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
+
+TOL = {np.float32: 1e-4, np.float64: 1e-9}
+V1_OPS = {"Enter", "Exit", "Switch", "Merge", "NextIteration", "LoopCond"}
+FUNCTIONAL_OPS = {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"}
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def weights(shape, dtype=np.float32, seed=1, scale=0.5):
+    return tf.constant((rng(seed).standard_normal(shape) * scale).astype(dtype))
+
+
+# Each case: a function of x returning a scalar, and x's value.
+def while_data_dependent_trip_count(x):
+    w = weights((3, 3), x.dtype.as_numpy_dtype)
+    n = tf.cast(tf.reduce_sum(tf.abs(x)) * 2.0, tf.int32)  # depends on x's values
+    def body(i, h, acc):
+        h = tf.tanh(tf.matmul(h, w) + x)
+        return i + 1, h, acc + tf.reduce_sum(h * h)
+    _, h, acc = tf.while_loop(lambda i, h, acc: i < n, body,
+                              [tf.constant(0), x, tf.constant(0.0, x.dtype)])
+    return tf.reduce_sum(h) + acc
+
+
+def while_maximum_iterations(x):
+    # An unbounded condition stopped by maximum_iterations.
+    def body(h):
+        return [tf.sin(h) * 1.5 + x * 0.25]
+    (h,) = tf.while_loop(lambda h: tf.constant(True), body, [x], maximum_iterations=5)
+    return tf.reduce_sum(h * h)
+
+
+def while_never_runs(x):
+    def body(h):
+        return [h * x]
+    (h,) = tf.while_loop(lambda h: tf.reduce_sum(h) > 1e9, body, [x * 2.0])
+    return tf.reduce_sum(tf.exp(h))
+
+
+def nested_while(x):
+    def outer(i, h):
+        def inner(j, g):
+            return j + 1, tf.sigmoid(g * h + x)
+        _, g = tf.while_loop(lambda j, g: j < i + 1, inner, [tf.constant(0), h])
+        return i + 1, g * 0.9 + tf.reduce_mean(h)
+    _, h = tf.while_loop(lambda i, h: i < 3, outer, [tf.constant(0), x])
+    return tf.reduce_sum(h)
+
+
+def cond_then(x):
+    return tf.cond(tf.reduce_sum(x) < 100.0, lambda: tf.reduce_sum(tf.sin(x) * x),
+                   lambda: tf.reduce_sum(tf.exp(x)))
+
+
+def cond_else(x):
+    return tf.cond(tf.reduce_sum(x) > 100.0, lambda: tf.reduce_sum(tf.sin(x) * x),
+                   lambda: tf.reduce_sum(tf.tanh(x) * tf.exp(x * 0.5)))
+
+
+def switch_case(x):
+    index = tf.cast(tf.reduce_sum(tf.abs(x)), tf.int32) % 3
+    return tf.switch_case(index, [lambda: tf.reduce_sum(x * x), lambda: tf.reduce_sum(tf.cos(x)),
+                                  lambda: tf.reduce_sum(tf.sigmoid(x) * x)])
+
+
+def loop_in_cond(x):
+    def looped():
+        (h,) = tf.while_loop(lambda h: tf.reduce_max(tf.abs(h)) < 4.0, lambda h: [h * 1.3 + 0.1],
+                             [x], maximum_iterations=20)
+        return tf.reduce_sum(h * x)
+    return tf.cond(tf.reduce_sum(x) < 100.0, looped, lambda: tf.reduce_sum(x))
+
+
+def cond_in_loop(x):
+    def body(i, h):
+        h = tf.cond(i % 2 == 0, lambda: tf.tanh(h * x), lambda: h * h * 0.5 + x)
+        return i + 1, h
+    _, h = tf.while_loop(lambda i, h: i < 4, body, [tf.constant(0), x])
+    return tf.reduce_sum(h)
+
+
+def tensor_array_in_loop(x):
+    steps = 4
+    ta = tf.TensorArray(x.dtype, size=steps)
+    def body(i, h, ta):
+        h = tf.tanh(h * 1.1 + tf.cast(i, x.dtype) * 0.1)
+        return i + 1, h, ta.write(i, h * x)
+    _, _, ta = tf.while_loop(lambda i, h, ta: i < steps, body, [tf.constant(0), x, ta])
+    return tf.reduce_sum(ta.stack() * tf.range(1.0, steps + 1.0, dtype=x.dtype)[:, None, None])
+
+
+def tensor_list_unstack_in_loop(x):
+    # An RNN's shape: a sequence read with TensorListGetItem, outputs written with SetItem.
+    seq = tf.transpose(tf.reshape(tf.tile(x, [1, 2]), [2, 2, 3]), [1, 0, 2])
+    w = weights((3, 3), x.dtype.as_numpy_dtype, seed=2)
+    n = tf.shape(seq)[0]
+    outs = tf.TensorArray(x.dtype, size=n)
+    def body(t, h, outs):
+        h = tf.tanh(tf.matmul(seq[t], w) + h)
+        return t + 1, h, outs.write(t, h)
+    _, h, outs = tf.while_loop(lambda t, h, o: t < n, body, [tf.constant(0), tf.zeros_like(x), outs])
+    return tf.reduce_sum(outs.stack() ** 2) + tf.reduce_sum(h)
+
+
+CASES = {
+    "while_data_dependent_trip_count": while_data_dependent_trip_count,
+    "while_maximum_iterations": while_maximum_iterations,
+    "while_never_runs": while_never_runs,
+    "nested_while": nested_while,
+    "cond_then": cond_then,
+    "cond_else": cond_else,
+    "switch_case": switch_case,
+    "loop_in_cond": loop_in_cond,
+    "cond_in_loop": cond_in_loop,
+    "tensor_array_in_loop": tensor_array_in_loop,
+    "tensor_list_unstack_in_loop": tensor_list_unstack_in_loop,
+}
+
+
+def freeze(fn, x_val, lower):
+    """fn as a frozen GraphDef whose input is `x` and whose output node is `y`.
+
+    Freezing lowers a Case (tf.switch_case) even with lower_control_flow=False, so the
+    functional form of a function without variables is its traced graph, unfrozen."""
+    @tf.function(input_signature=[tf.TensorSpec(x_val.shape, tf.as_dtype(x_val.dtype), name="x")])
+    def f(x):
+        return {"y": fn(x)}
+    concrete = f.get_concrete_function()
+    if not lower and not concrete.variables:
+        frozen = concrete
+    else:
+        frozen = convert_to_constants.convert_variables_to_constants_v2(
+            concrete, lower_control_flow=lower)
+    graph_def = frozen.graph.as_graph_def()
+    out_name = frozen.outputs[0].name.split(":")[0]
+    for n in graph_def.node:
+        if n.name == out_name:
+            n.name = "y"
+        for i, s in enumerate(n.input):
+            if s.split(":")[0].lstrip("^") == out_name:
+                n.input[i] = s.replace(out_name, "y")
+    return graph_def
+
+
+def op_types(graph_def):
+    return ({n.op for n in graph_def.node} |
+            {n.op for f in graph_def.library.function for n in f.node_def})
+
+
+def eager_gradient(fn, x_val):
+    x = tf.constant(x_val)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+    return y.numpy(), tape.gradient(y, x).numpy()
+
+
+def tf_ext_grad(tmp_path, graph_def, x_val, *flags):
+    graph = str(tmp_path / "model.pb")
+    with open(graph, "wb") as f:
+        f.write(graph_def.SerializeToString())
+    np.save(str(tmp_path / "x.npy"), x_val)
+    out = str(tmp_path / "grad.npz")
+    r = subprocess.run([TOOL, "--library=" + LIBRARY, "--graph=" + graph, "--y=y", "--x=x",
+                        "--feed=x=@" + str(tmp_path / "x.npy"), "--save=" + out] + list(flags),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = np.load(out)
+    return got["y"], got["d_x"], r
+
+
+def check(tmp_path, fn, x_val, lower):
+    graph_def = freeze(fn, x_val, lower)
+    ops = op_types(graph_def)
+    if lower:
+        assert ops & V1_OPS, ops
+    else:
+        assert ops & FUNCTIONAL_OPS and not ops & V1_OPS, ops
+    y_ref, g_ref = eager_gradient(fn, x_val)
+    y, g, _ = tf_ext_grad(tmp_path, graph_def, x_val)
+    tol = TOL[x_val.dtype.type]
+    np.testing.assert_allclose(y, y_ref, rtol=tol)
+    assert np.abs(g_ref).max() > 0
+    rel = np.abs(g - g_ref).max() / np.abs(g_ref).max()
+    assert rel <= tol, "max relative error %.3g" % rel
+
+
+X = (rng(3).standard_normal((2, 3)) * 0.5).astype(np.float32)
+
+
+@pytest.mark.parametrize("lower", [False, True], ids=["functional", "lowered"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_case_matches_gradient_tape(tmp_path, case, lower):
+    check(tmp_path, CASES[case], X, lower)
+
+
+@pytest.mark.parametrize("lower", [False, True], ids=["functional", "lowered"])
+@pytest.mark.parametrize("case", ["while_data_dependent_trip_count", "nested_while", "cond_else"])
+def test_float64(tmp_path, case, lower):
+    check(tmp_path, CASES[case], X.astype(np.float64), lower)
+
+
+def test_random_ops_in_a_loop_run_once(tmp_path):
+    # y = <x, U>, U the sum of a stateful draw per iteration: d y / d x = U exactly when the
+    # gradient reuses the forward's draws, so y == <x, dy/dx>; recomputing the loop would draw
+    # another U.
+    def fn(x):
+        def body(i, acc):
+            return i + 1, acc + tf.random.uniform(tf.shape(x), dtype=x.dtype)
+        _, u = tf.while_loop(lambda i, acc: i < 3, body, [tf.constant(0), tf.zeros_like(x)])
+        return tf.reduce_sum(x * u)
+    for lower in (False, True):
+        graph_def = freeze(fn, X, lower)
+        y, g, _ = tf_ext_grad(tmp_path, graph_def, X)
+        assert g.min() > 0 and g.max() < 3  # three draws in [0, 1)
+        np.testing.assert_allclose(y, np.sum(X * g), rtol=1e-5)
+
+
+# Keras recurrent layers (Keras 3 runs them as a tf.while_loop over TensorLists).
+def keras_model(name):
+    keras = tf.keras
+    tf.keras.utils.set_random_seed(0)
+    if name == "LSTM":
+        layers = [keras.layers.LSTM(4)]
+    elif name == "stacked_GRU":
+        layers = [keras.layers.GRU(4, return_sequences=True), keras.layers.GRU(3)]
+    elif name == "SimpleRNN_go_backwards":
+        layers = [keras.layers.SimpleRNN(4, go_backwards=True, return_sequences=True)]
+    elif name == "masked_stacked_Bidirectional_LSTM":
+        layers = [keras.layers.Masking(0.0),
+                  keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True)),
+                  keras.layers.LSTM(2)]
+    else:
+        raise ValueError(name)
+    model = keras.Sequential([keras.Input((5, 3))] + layers)
+    def fn(x):
+        y = model(x, training=False)
+        r = tf.constant(np.linspace(-1.0, 1.0, int(np.prod(y.shape))).reshape(y.shape),
+                        y.dtype)
+        return tf.reduce_sum(y * r)
+    return fn
+
+
+RNN_X = rng(4).standard_normal((2, 5, 3)).astype(np.float32)
+RNN_X[1, 3:] = 0.0  # masked steps for the Masking model
+
+
+@pytest.mark.parametrize("lower", [False, True], ids=["functional", "lowered"])
+@pytest.mark.parametrize("name", ["LSTM", "stacked_GRU", "SimpleRNN_go_backwards",
+                                  "masked_stacked_Bidirectional_LSTM"])
+def test_keras_recurrent_layer(tmp_path, name, lower):
+    check(tmp_path, keras_model(name), RNN_X, lower)
