@@ -63,6 +63,12 @@ def build_model(name, size, classes):
             h = keras.layers.LayerNormalization()(h + keras.layers.Dense(dim)(mlp))
         out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
         return keras.Model(inp, out), (seq, dim)
+    if name == "LSTM128":
+        # make bench-models' recurrent rows: LSTM(128) over `size` steps of 32 features.
+        seq, dim = size, 32
+        inp = keras.Input((seq, dim))
+        out = keras.layers.Dense(classes)(keras.layers.LSTM(128)(inp))
+        return keras.Model(inp, out), (seq, dim)
     if name == "LSTM":
         # A recurrent model: its frozen graph keeps a while loop (tf_ext_grad rejects loops).
         seq, dim = size, 8
@@ -196,6 +202,9 @@ def main(argv=None):
     p.add_argument("--no_reference", action="store_true",
                    help="skip the Python reference (models whose gradient is not the point, "
                    "e.g. an LSTM, whose imported while loop Python cannot differentiate)")
+    p.add_argument("--functional_control_flow", action="store_true",
+                   help="freeze with lower_control_flow=False: loops stay functional While ops "
+                   "(which Python's gradient can differentiate once imported), not v1 frames")
     p.add_argument("--reference_only", action="store_true",
                    help="recompute DIR/expected.npz from DIR/model.pb and DIR/input.npy")
     args = p.parse_args(argv)
@@ -243,7 +252,8 @@ def main(argv=None):
         return {"y": forward(x)}
 
     concrete = fn.get_concrete_function()
-    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    frozen = convert_to_constants.convert_variables_to_constants_v2(
+        concrete, lower_control_flow=not args.functional_control_flow)
     graph_def = frozen.graph.as_graph_def()
     # Name the output node `y` (the frozen function ends in Identity nodes).
     out_name = frozen.outputs[0].name.split(":")[0]

@@ -175,6 +175,8 @@ struct FunctionGradient {
   std::set<std::string> forward;    // the body's nodes (after nested rewrites); the rest is
                                     // the gradient (inlined gradients are named Func/...)
 
+  std::set<std::string> dead;       // gradient nodes no d(arg) depends on (dropped)
+
   bool IsGradient(const std::string& node) const { return forward.count(node) == 0; }
 };
 
@@ -267,10 +269,25 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(Graph* g, const NameAttrL
   out.stats.conditionals = stats.conditionals;
   out.stats.accumulators = stats.accumulators;
   for (const GraphTensor& dx : dxs) out.d_args.push_back(TensorName(dx.node->name(), dx.index));
+  // The gradient nodes the d(args) depend on. The rest is dead: an inlined gradient takes every
+  // input of its op through an Identity, read or not, and such a node must not make a forward
+  // tensor (a TensorList the loop writes) saved every iteration.
+  std::set<const Node*> live;
+  std::vector<const Node*> stack;
+  for (const GraphTensor& dx : dxs) stack.push_back(dx.node);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!out.IsGradient(n->name()) || !live.insert(n).second) continue;
+    for (const Edge* e : n->in_edges()) stack.push_back(e->src());
+  }
+  for (const Node* n : bg->op_nodes()) {
+    if (out.IsGradient(n->name()) && !live.count(n)) out.dead.insert(n->name());
+  }
   // The forward tensors the gradient reads.
   std::set<std::string> seen;
   for (const Node* n : bg->op_nodes()) {
-    if (!out.IsGradient(n->name())) continue;
+    if (!out.IsGradient(n->name()) || out.dead.count(n->name())) continue;
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || out.IsGradient(e->src()->name())) continue;
       const std::string t = TensorName(e->src()->name(), e->src_output());
@@ -323,6 +340,8 @@ GraphDef GradientNodes(const FunctionGradient& fg,
       continue;
     }
     if (!fg.IsGradient(n.name())) continue;
+    // Dead gradient nodes are dropped, but the incoming gradients stay the function's inputs.
+    if (fg.dead.count(n.name()) && n.op() != "_Arg") continue;
     NodeDef copy = n;
     copy.clear_input();
     for (const std::string& in : n.input()) {
@@ -340,6 +359,46 @@ GraphDef GradientNodes(const FunctionGradient& fg,
     *def.add_node() = std::move(copy);
   }
   return def;
+}
+
+// Identity nodes with one data input and no control edges, bypassed: an inlined gradient
+// reads each input and writes each output through one, and in a loop body every node costs
+// each iteration.
+void BypassIdentities(GraphDef* def) {
+  std::map<std::string, std::string> source;  // Identity node -> its input tensor
+  std::set<std::string> controlling;          // nodes other nodes depend on by control
+  for (const NodeDef& n : def->node()) {
+    for (const std::string& in : n.input()) {
+      if (absl::StartsWith(in, "^")) controlling.insert(in.substr(1));
+    }
+  }
+  for (const NodeDef& n : def->node()) {
+    if (n.op() == "Identity" && n.input_size() == 1 && !absl::StartsWith(n.input(0), "^") &&
+        !controlling.count(n.name())) {
+      source[n.name()] = n.input(0);
+    }
+  }
+  auto resolve = [&source](std::string t) {
+    for (int hops = 0; hops < 1000; ++hops) {
+      const TensorId id = ParseTensorName(t);
+      if (id.second != 0) return t;
+      auto it = source.find(std::string(id.first));
+      if (it == source.end()) return t;
+      t = it->second;
+    }
+    return t;
+  };
+  GraphDef out;
+  *out.mutable_versions() = def->versions();
+  for (const NodeDef& n : def->node()) {
+    if (source.count(n.name())) continue;
+    NodeDef copy = n;
+    for (std::string& in : *copy.mutable_input()) {
+      if (!absl::StartsWith(in, "^")) in = resolve(in);
+    }
+    *out.add_node() = std::move(copy);
+  }
+  def->Swap(&out);
 }
 
 void SetIndex(GraphDef* def, const std::string& node, int index) {
@@ -514,6 +573,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   GraphDef bwd = GradientNodes(fg, replacement);
   for (const NodeDef& node : extra.node()) *bwd.add_node() = node;
   for (int m = 0; m < num_diff; ++m) SetIndex(&bwd, fg.d_rets[m], 1 + m);
+  BypassIdentities(&bwd);
   auto bwd_name = AddFunction(g, bwd, body.name() + "_tf_ext_grad");
   if (!bwd_name.ok()) return bwd_name.status();
 
@@ -571,6 +631,10 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     for (int j = 0; j <= num_saved; ++j) shapes->add_shape();  // scalars
   }
   def.mutable_attr()->erase("_num_original_outputs");
+  // Lowered to v1 frames when the graph runs (LowerFunctionalOpsPass), as Python's while_v2
+  // marks the loops it builds: the executor then overlaps iterations (parallel_iterations) and
+  // calls no function per iteration. A frozen loop often says false.
+  SetAttrValue(true, &(*def.mutable_attr())["_lower_using_switch_merge"]);
   AddNodeAttr(kFunctions, std::vector<std::string>{*bwd_name, *bcond_name}, &def);
   AddNodeAttr(kInputs, fg.diff_args, &def);
   AddNodeAttr(kCaptures, captures, &def);
@@ -666,6 +730,7 @@ absl::Status RewriteConditional(Graph* g, Node* n, ControlFlowStats* stats) {
     GraphDef bwd = GradientNodes(fg, replacement);
     for (const NodeDef& node : extra.node()) *bwd.add_node() = node;
     for (int m = 0; m < num_d; ++m) SetIndex(&bwd, fg.d_rets[m], m);
+    BypassIdentities(&bwd);
     auto bwd_name = AddFunction(g, bwd, branches[b].name() + "_tf_ext_grad");
     if (!bwd_name.ok()) return bwd_name.status();
     bwd_names.push_back(*bwd_name);
@@ -901,10 +966,7 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
         .Attr("cond", func(functions[1]))
         .Attr("output_shapes", shapes)
         .Attr("parallel_iterations", parallel);
-    bool lower = false;
-    if (GetNodeAttr(n->attrs(), "_lower_using_switch_merge", &lower).ok()) {
-      builder.Attr("_lower_using_switch_merge", lower);
-    }
+    builder.Attr("_lower_using_switch_merge", true);  // as the forward loop (RewriteWhile)
     TF_RETURN_IF_ERROR(builder.Finalize(g, &grad));
     for (size_t m = 0; m < inputs.size(); ++m) result[inputs[m]] = {grad, 1 + static_cast<int>(m)};
     return result;
