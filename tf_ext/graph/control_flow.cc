@@ -756,6 +756,7 @@ absl::Status RewriteConditional(Graph* g, Node* n, ControlFlowStats* stats) {
     auto* shapes = (*def.mutable_attr())["output_shapes"].mutable_list();
     for (int s = 0; s < num_slots; ++s) shapes->add_shape();
   }
+  SetAttrValue(true, &(*def.mutable_attr())["_lower_using_switch_merge"]);  // as cond_v2
   AddNodeAttr(kFunctions, bwd_names, &def);
   AddNodeAttr(kInputs, diff_args, &def);
   AddNodeAttr(kOutputs, diff_rets, &def);
@@ -1003,10 +1004,7 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
         .Attr("then_branch", func(functions[0]))
         .Attr("else_branch", func(functions[1]));
   }
-  bool lower = false;
-  if (GetNodeAttr(n->attrs(), "_lower_using_switch_merge", &lower).ok()) {
-    builder.Attr("_lower_using_switch_merge", lower);
-  }
+  builder.Attr("_lower_using_switch_merge", true);
   TF_RETURN_IF_ERROR(builder.Finalize(g, &grad));
   // Branch input i is input i + 1 of the If/Case (input 0 is the predicate or index).
   for (size_t m = 0; m < inputs.size(); ++m) result[inputs[m] + 1] = {grad, static_cast<int>(m)};
