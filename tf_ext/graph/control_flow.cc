@@ -15,6 +15,9 @@
 #include "tensorflow/core/common_runtime/function_body.h"
 #include "tensorflow/core/common_runtime/function_def_utils.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/common_runtime/shape_refiner.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/framework/attr_value_util.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/graph_to_functiondef.h"
@@ -193,8 +196,148 @@ int SourceArg(const Node* n, int index) {
   return GetNodeAttr(n->attrs(), "index", &arg).ok() ? arg : -1;
 }
 
-absl::StatusOr<FunctionGradient> DifferentiateFunction(Graph* g, const NameAttrList& f,
-                                                       const std::string& what) {
+// Shape(t) and Size(t) nodes of the gradient, t a forward tensor: the gradient must not keep
+// t (save it every iteration, or output it from a branch) only to read its shape. Where the
+// body's argument shapes fix t's shape, the node becomes a constant (which TensorFlow's
+// optimizer then folds into the shape arithmetic, as Python's gradients skip it for matching
+// static shapes); otherwise it moves into the forward body, so that only the shape is kept.
+absl::Status ShapesFromForward(Graph* bg, FunctionGradient* fg,
+                               const std::vector<PartialTensorShape>& arg_shapes) {
+  ShapeRefiner refiner(bg->versions(), bg->op_registry());
+  std::vector<Node*> order;
+  GetReversePostOrder(*bg, &order);
+  for (Node* n : order) {
+    if (!n->IsOp() || fg->IsGradient(n->name()) || !refiner.AddNode(n).ok()) continue;
+    int index = -1;
+    if (n->IsArg() && GetNodeAttr(n->attrs(), "index", &index).ok() && index >= 0 &&
+        index < static_cast<int>(arg_shapes.size())) {
+      shape_inference::InferenceContext* c = refiner.GetContext(n);
+      shape_inference::ShapeHandle h;
+      if (c->MakeShapeFromPartialTensorShape(arg_shapes[index], &h).ok()) {
+        (void)refiner.SetShape(n, 0, h);
+      }
+    }
+  }
+  std::vector<Node*> shape_nodes;
+  for (Node* n : bg->op_nodes()) {
+    const std::string& op = n->type_string();
+    if ((op == "Shape" || op == "Size") && fg->IsGradient(n->name())) shape_nodes.push_back(n);
+  }
+  for (Node* n : shape_nodes) {
+    const Edge* in = nullptr;
+    if (!n->input_edge(0, &in).ok()) continue;
+    // Through the Identity nodes an inlined gradient reads its op's inputs with.
+    while (in->src()->type_string() == "Identity" && fg->IsGradient(in->src()->name()) &&
+           in->src()->input_edge(0, &in).ok()) {
+    }
+    if (fg->IsGradient(in->src()->name())) continue;
+    DataType out_type = DT_INT32;
+    TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "out_type", &out_type));
+    Node* replacement = nullptr;
+    shape_inference::InferenceContext* c = refiner.GetContext(in->src());
+    if (c != nullptr && c->FullyDefined(c->output(in->src_output()))) {
+      const shape_inference::ShapeHandle shape = c->output(in->src_output());
+      const int rank = c->Rank(shape);
+      Tensor value;
+      if (n->type_string() == "Shape") {
+        value = Tensor(out_type, TensorShape({rank}));
+        for (int d = 0; d < rank; ++d) {
+          const int64_t dim = c->Value(c->Dim(shape, d));
+          if (out_type == DT_INT32) value.vec<int32_t>()(d) = dim;
+          else value.vec<int64_t>()(d) = dim;
+        }
+      } else {
+        int64_t size = 1;
+        for (int d = 0; d < rank; ++d) size *= c->Value(c->Dim(shape, d));
+        value = Tensor(out_type, TensorShape({}));
+        if (out_type == DT_INT32) value.scalar<int32_t>()() = size;
+        else value.scalar<int64_t>()() = size;
+      }
+      TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "/static_shape"), "Const")
+                             .Attr("dtype", out_type)
+                             .Attr("value", value)
+                             .Finalize(bg, &replacement));
+    } else {
+      // A forward node (its name is not the gradient's): the shape is what gets kept.
+      TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "_shape/of"), n->type_string())
+                             .Input(in->src(), in->src_output())
+                             .Attr("out_type", out_type)
+                             .Finalize(bg, &replacement));
+      fg->forward.insert(replacement->name());
+    }
+    std::vector<std::pair<Node*, int>> consumers;
+    std::vector<Node*> controlled;
+    for (const Edge* e : n->out_edges()) {
+      if (e->IsControlEdge()) controlled.push_back(e->dst());
+      else consumers.push_back({e->dst(), e->dst_input()});
+    }
+    for (const auto& [dst, input] : consumers) {
+      TF_RETURN_IF_ERROR(bg->UpdateEdge(replacement, 0, dst, input));
+    }
+    for (Node* dst : controlled) bg->AddControlEdge(replacement, dst);
+    bg->RemoveNode(n);
+  }
+  return absl::OkStatus();
+}
+
+// A gradient node that computes what a forward node computes (an FDH gradient recomputes its
+// op's output: Sigmoid's, Tanh's) reads that forward node instead, which the gradient keeps
+// anyway, rather than keeping the op's inputs to recompute it every iteration.
+absl::Status ReuseForwardNodes(Graph* bg, FunctionGradient* fg) {
+  auto key = [fg](const Node* n) -> std::optional<std::string> {
+    if (n->op_def().is_stateful() || n->IsArg() || n->IsRetval()) return std::nullopt;
+    std::string k = n->type_string();
+    std::vector<std::string> inputs(n->num_inputs());
+    for (const Edge* e : n->in_edges()) {
+      if (e->IsControlEdge()) return std::nullopt;
+      const Edge* in = e;
+      while (in->src()->type_string() == "Identity" && fg->IsGradient(in->src()->name()) &&
+             in->src()->input_edge(0, &in).ok()) {
+      }
+      if (fg->IsGradient(in->src()->name())) return std::nullopt;  // reads the gradient
+      inputs[e->dst_input()] = TensorName(in->src()->name(), in->src_output());
+    }
+    for (const std::string& in : inputs) absl::StrAppend(&k, "|", in);
+    std::map<std::string, std::string> attrs;
+    for (const auto& [name, value] : n->attrs()) {
+      if (!absl::StartsWith(name, "_")) attrs[name] = SummarizeAttrValue(value);
+    }
+    for (const auto& [name, value] : attrs) absl::StrAppend(&k, "|", name, "=", value);
+    return k;
+  };
+  std::map<std::string, Node*> forward;
+  std::vector<std::pair<Node*, std::string>> candidates;
+  for (Node* n : bg->op_nodes()) {
+    if (n->num_inputs() == 0) continue;
+    auto k = key(n);
+    if (!k.has_value()) continue;
+    if (fg->IsGradient(n->name())) {
+      candidates.push_back({n, *k});
+    } else {
+      forward.emplace(*k, n);
+    }
+  }
+  for (const auto& [n, k] : candidates) {
+    auto it = forward.find(k);
+    if (it == forward.end()) continue;
+    std::vector<std::tuple<int, Node*, int>> consumers;
+    for (const Edge* e : n->out_edges()) {
+      if (!e->IsControlEdge()) consumers.push_back({e->src_output(), e->dst(), e->dst_input()});
+    }
+    bool control_out = false;
+    for (const Edge* e : n->out_edges()) control_out |= e->IsControlEdge();
+    if (control_out) continue;
+    for (const auto& [out, dst, input] : consumers) {
+      TF_RETURN_IF_ERROR(bg->UpdateEdge(it->second, out, dst, input));
+    }
+    bg->RemoveNode(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FunctionGradient> DifferentiateFunction(
+    Graph* g, const NameAttrList& f, const std::string& what,
+    const std::vector<PartialTensorShape>& arg_shapes = {}) {
   auto body = Instantiate(g->flib_def(), f);
   if (!body.ok()) return body.status();
   // The body in a graph of its own that holds g's functions (the instantiated body's graph
@@ -269,6 +412,8 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(Graph* g, const NameAttrL
   out.stats.conditionals = stats.conditionals;
   out.stats.accumulators = stats.accumulators;
   for (const GraphTensor& dx : dxs) out.d_args.push_back(TensorName(dx.node->name(), dx.index));
+  TF_RETURN_IF_ERROR(ShapesFromForward(bg, &out, arg_shapes));
+  TF_RETURN_IF_ERROR(ReuseForwardNodes(bg, &out));
   // The gradient nodes the d(args) depend on. The rest is dead: an inlined gradient takes every
   // input of its op through an Identity, read or not, and such a node must not make a forward
   // tensor (a TensorList the loop writes) saved every iteration.
@@ -455,7 +600,14 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "T", &types));
   const int num_vars = types.size();
   const std::string what = absl::StrCat("the body of ", n->type_string(), " '", n->name(), "'");
-  auto grad = DifferentiateFunction(g, body, what);
+  // The loop variables' shapes (shape invariants), for the body's static shapes.
+  std::vector<PartialTensorShape> shapes;
+  std::vector<TensorShapeProto> shape_protos;
+  if (GetNodeAttr(n->attrs(), "output_shapes", &shape_protos).ok() &&
+      static_cast<int>(shape_protos.size()) == num_vars) {
+    for (const TensorShapeProto& p : shape_protos) shapes.emplace_back(p);
+  }
+  auto grad = DifferentiateFunction(g, body, what, shapes);
   if (!grad.ok()) return grad.status();
   FunctionGradient& fg = *grad;
   if (fg.diff_args != fg.diff_rets) {
