@@ -33,8 +33,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FREEZE = os.path.join(ROOT, "scripts", "freeze_keras_model.py")
 
 # name:batch[:size]. The BERT-base-sized encoder: 12 layers, hidden 768, sequence 128.
+# LSTM128: a Keras LSTM(128) over `size` steps (200, 1000) of 32 features, batch 16, frozen with
+# its loop functional (a StatelessWhile: Python's gradient differentiates it once imported; it
+# cannot differentiate the v1 frames of the default freeze).
 DEFAULT_MODELS = ["MobileNetV2:1:224", "MobileNetV2:8:224", "ResNet50:1:224", "ResNet50:8:224",
-                  "BertBaseEncoder:8:128"]
+                  "BertBaseEncoder:8:128", "LSTM128:16:200", "LSTM128:16:1000"]
 
 
 def resident_mb(field: str) -> float:
@@ -111,8 +114,9 @@ def run_python(model_dir: str, runs: int, out: str) -> dict:
 def freeze(work: str, name: str, batch: int, size: int) -> str:
     d = os.path.join(work, "%s_b%d_s%d" % (name, batch, size))
     if not os.path.exists(os.path.join(d, "info.json")):
+        extra = ["--functional_control_flow"] if name.startswith("LSTM") else []
         subprocess.run([sys.executable, FREEZE, name, "--out=" + d, "--size=%d" % size,
-                        "--batch=%d" % batch, "--no_reference"], check=True,
+                        "--batch=%d" % batch, "--no_reference"] + extra, check=True,
                        stdout=subprocess.DEVNULL)
     return d
 
