@@ -280,6 +280,94 @@ absl::Status ShapesFromForward(Graph* bg, FunctionGradient* fg,
   return absl::OkStatus();
 }
 
+// Whether `n`, through Identity nodes, is a Const; if so, its value in *value.
+bool ConstValue(const Node* n, Tensor* value) {
+  const Edge* in = nullptr;
+  while (n->type_string() == "Identity" && n->input_edge(0, &in).ok()) n = in->src();
+  if (!n->IsConstant()) return false;
+  const TensorProto* proto = nullptr;
+  if (!TryGetNodeAttr(n->attrs(), "value", &proto) || proto == nullptr) return false;
+  return value->FromProto(*proto);
+}
+
+// The broadcasting arithmetic of binary ops' gradients (BroadcastGradientArgs, then a Sum over
+// the reduction axes and a Reshape to the input's shape), removed where static shapes show it
+// does nothing: operands of equal shapes. Python's gradients skip it so when the shapes are
+// static; in a loop body TensorFlow's optimizer does not, and every node costs every iteration.
+absl::Status RemoveStaticBroadcasts(Graph* bg, const FunctionGradient& fg,
+                                    const std::map<std::string, PartialTensorShape>& arg_shapes) {
+  ShapeRefiner refiner(bg->versions(), bg->op_registry());
+  FixupSourceAndSinkEdges(bg);  // the incoming gradients' _Arg nodes were added unconnected
+  std::vector<Node*> order;
+  GetReversePostOrder(*bg, &order);
+  for (Node* n : order) {
+    if (!n->IsOp()) continue;
+    if (!refiner.AddNode(n).ok()) continue;
+    auto it = arg_shapes.find(n->name());
+    if (n->IsArg() && it != arg_shapes.end()) {
+      shape_inference::InferenceContext* c = refiner.GetContext(n);
+      shape_inference::ShapeHandle h;
+      if (c->MakeShapeFromPartialTensorShape(it->second, &h).ok()) (void)refiner.SetShape(n, 0, h);
+    }
+  }
+  auto bypass = [bg](Node* n, const Edge* in) -> absl::Status {
+    std::vector<std::pair<Node*, int>> consumers;
+    for (const Edge* e : n->out_edges()) {
+      if (e->IsControlEdge()) return absl::OkStatus();  // keep it
+      consumers.push_back({e->dst(), e->dst_input()});
+    }
+    for (const auto& [dst, input] : consumers) {
+      TF_RETURN_IF_ERROR(bg->UpdateEdge(in->src(), in->src_output(), dst, input));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<Node*> nodes;
+  for (Node* n : bg->op_nodes()) {
+    if (fg.IsGradient(n->name())) nodes.push_back(n);
+  }
+  for (Node* n : nodes) {
+    const std::string& op = n->type_string();
+    if (op != "Sum" && op != "Reshape") continue;
+    const Edge* data = nullptr;
+    const Edge* arg = nullptr;
+    if (!n->input_edge(0, &data).ok() || !n->input_edge(1, &arg).ok()) continue;
+    shape_inference::InferenceContext* c = refiner.GetContext(data->src());
+    if (c == nullptr) continue;
+    const shape_inference::ShapeHandle in_shape = c->output(data->src_output());
+    if (!c->FullyDefined(in_shape)) continue;
+    if (op == "Sum") {
+      // Sum over the axes BroadcastGradientArgs gives for two equal static shapes: none.
+      const Node* bga = arg->src();
+      if (bga->type_string() != "BroadcastGradientArgs") continue;
+      const Edge* s0 = nullptr;
+      const Edge* s1 = nullptr;
+      Tensor v0, v1;
+      if (!bga->input_edge(0, &s0).ok() || !bga->input_edge(1, &s1).ok() ||
+          !ConstValue(s0->src(), &v0) || !ConstValue(s1->src(), &v1) ||
+          v0.NumElements() != v1.NumElements() ||
+          v0.tensor_data() != v1.tensor_data()) {
+        continue;
+      }
+      TF_RETURN_IF_ERROR(bypass(n, data));
+    } else {
+      // Reshape to the shape the tensor has.
+      Tensor target;
+      if (!ConstValue(arg->src(), &target) || target.dims() != 1 ||
+          target.NumElements() != c->Rank(in_shape)) {
+        continue;
+      }
+      bool same = true;
+      for (int d = 0; d < c->Rank(in_shape); ++d) {
+        const int64_t want = target.dtype() == DT_INT32 ? target.vec<int32_t>()(d)
+                                                        : target.vec<int64_t>()(d);
+        same &= want == c->Value(c->Dim(in_shape, d));
+      }
+      if (same) TF_RETURN_IF_ERROR(bypass(n, data));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A gradient node that computes what a forward node computes (an FDH gradient recomputes its
 // op's output: Sigmoid's, Tanh's) reads that forward node instead, which the gradient keeps
 // anyway, rather than keeping the op's inputs to recompute it every iteration.
@@ -414,6 +502,20 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(
   for (const GraphTensor& dx : dxs) out.d_args.push_back(TensorName(dx.node->name(), dx.index));
   TF_RETURN_IF_ERROR(ShapesFromForward(bg, &out, arg_shapes));
   TF_RETURN_IF_ERROR(ReuseForwardNodes(bg, &out));
+  {
+    // The args' shapes, and each incoming gradient's (its ret's, when the ret is an arg).
+    std::map<std::string, PartialTensorShape> shapes;
+    for (size_t k = 0; k < arg_shapes.size() && k < arg_nodes.size(); ++k) {
+      shapes[arg_nodes[k]->name()] = arg_shapes[k];
+    }
+    for (size_t m = 0; m < out.diff_rets.size(); ++m) {
+      const int k = out.diff_rets[m];
+      if (k < static_cast<int>(arg_shapes.size()) && out.num_args == out.num_rets) {
+        shapes[out.d_rets[m]] = arg_shapes[k];  // a loop: ret k has arg k's shape invariant
+      }
+    }
+    TF_RETURN_IF_ERROR(RemoveStaticBroadcasts(bg, out, shapes));
+  }
   // The gradient nodes the d(args) depend on. The rest is dead: an inlined gradient takes every
   // input of its op through an Identity, read or not, and such a node must not make a forward
   // tensor (a TensorList the loop writes) saved every iteration.
