@@ -1,0 +1,166 @@
+/* TfExtAddGradients (tf_ext/graph/c_gradients.h) from C, on a graph holding a StatelessWhile
+ * and a StatelessIf (tests/data/control_flow_graph.pb, made by make_control_flow_graph.py), which
+ * TensorFlow's TF_AddGradients cannot differentiate: the gradient at points that take each
+ * branch, against central differences of the same graph run through TF_SessionRun; then
+ * hostile calls. Exits non-zero on any mismatch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensorflow/c/c_api.h"
+#include "tf_ext/graph/c_gradients.h"
+
+static int failures = 0;
+
+#define CHECK_OK(s, what)                                              \
+  do {                                                                 \
+    if (TF_GetCode(s) != TF_OK) {                                      \
+      fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s));           \
+      exit(1);                                                         \
+    }                                                                  \
+  } while (0)
+
+static void NoopDealloc(void* data, size_t len, void* arg) {}
+
+static TF_Buffer* ReadFile(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "FAIL cannot open %s\n", path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void* data = malloc(n);
+  if (fread(data, 1, n, f) != (size_t)n) exit(1);
+  fclose(f);
+  TF_Buffer* b = TF_NewBufferFromString(data, n);
+  free(data);
+  return b;
+}
+
+static TF_Graph* Import(const char* path, TF_Status* s) {
+  TF_Graph* g = TF_NewGraph();
+  TF_Buffer* def = ReadFile(path);
+  TF_ImportGraphDefOptions* opts = TF_NewImportGraphDefOptions();
+  TF_GraphImportGraphDef(g, def, opts, s);
+  CHECK_OK(s, "import");
+  TF_DeleteImportGraphDefOptions(opts);
+  TF_DeleteBuffer(def);
+  return g;
+}
+
+/* Runs `fetch` (n outputs) with x = xv; returns the values in out (3 doubles each). */
+static void Run(TF_Session* sess, TF_Operation* x, const double* xv, TF_Output* fetch, int n,
+                double* out, TF_Status* s) {
+  int64_t dims[1] = {3};
+  double copy[3];
+  memcpy(copy, xv, sizeof(copy));
+  TF_Tensor* in = TF_NewTensor(TF_DOUBLE, dims, 1, copy, sizeof(copy), NoopDealloc, NULL);
+  TF_Output inputs[1] = {{x, 0}};
+  TF_Tensor* values[4] = {NULL, NULL, NULL, NULL};
+  TF_SessionRun(sess, NULL, inputs, &in, 1, fetch, values, n, NULL, 0, NULL, s);
+  CHECK_OK(s, "run");
+  for (int i = 0; i < n; ++i) {
+    const size_t bytes = TF_TensorByteSize(values[i]);
+    memcpy(out + 3 * i, TF_TensorData(values[i]), bytes);
+    TF_DeleteTensor(values[i]);
+  }
+  TF_DeleteTensor(in);
+}
+
+static int HasOp(TF_Graph* g, const char* type) {
+  size_t pos = 0;
+  TF_Operation* op;
+  while ((op = TF_GraphNextOperation(g, &pos)) != NULL) {
+    if (strcmp(TF_OperationOpType(op), type) == 0) return 1;
+  }
+  return 0;
+}
+
+static void ExpectCode(const char* what, TF_Status* s, TF_Code code, const char* needle) {
+  if (TF_GetCode(s) != code || strstr(TF_Message(s), needle) == NULL) {
+    fprintf(stderr, "FAIL %s: code %d, message '%s' (want %d and '%s')\n", what,
+            (int)TF_GetCode(s), TF_Message(s), (int)code, needle);
+    ++failures;
+  } else {
+    printf("ok %s\n", what);
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* path = argc > 1 ? argv[1] : "tests/data/control_flow_graph.pb";
+  TF_Status* s = TF_NewStatus();
+  TF_Graph* g = Import(path, s);
+  if (!HasOp(g, "StatelessWhile") || !HasOp(g, "StatelessIf")) {
+    fprintf(stderr, "FAIL the graph lacks its StatelessWhile or StatelessIf\n");
+    return 1;
+  }
+  TF_Operation* x = TF_GraphOperationByName(g, "x");
+  TF_Operation* y = TF_GraphOperationByName(g, "y");
+  TF_Output ys[1] = {{y, 0}}, xs[1] = {{x, 0}}, dys[1];
+
+  /* Hostile calls first: nothing is added. */
+  TfExtAddGradients(g, NULL, ys, 1, xs, 0, NULL, s, dys);
+  ExpectCode("nx = 0", s, TF_INVALID_ARGUMENT, "nx >= 1");
+  TF_Output bad[1] = {{y, 7}};
+  TfExtAddGradients(g, NULL, bad, 1, xs, 1, NULL, s, dys);
+  ExpectCode("output 7 of y", s, TF_INVALID_ARGUMENT, "output 7 of 'y'");
+  TfExtAddGradients(g, "x", ys, 1, xs, 1, NULL, s, dys);
+  ExpectCode("a prefix naming a node", s, TF_INVALID_ARGUMENT, "prefix 'x'");
+  TfExtAddGradients(NULL, NULL, ys, 1, xs, 1, NULL, s, dys);
+  ExpectCode("no graph", s, TF_INVALID_ARGUMENT, "graph is NULL");
+
+  TfExtAddGradients(g, NULL, ys, 1, xs, 1, NULL, s, dys);
+  CHECK_OK(s, "TfExtAddGradients");
+  if (!HasOp(g, "While")) {  /* the gradient loop (the forward one is a StatelessWhile) */
+    fprintf(stderr, "FAIL no gradient loop: the loop's gradient was not built\n");
+    ++failures;
+  }
+  TF_SessionOptions* opts = TF_NewSessionOptions();
+  TF_Session* sess = TF_NewSession(g, opts, s);
+  CHECK_OK(s, "session");
+
+  /* sum(h) > 0 takes the then-branch, < 0 the else-branch. */
+  const double points[2][3] = {{0.3, -0.2, 0.5}, {-0.6, -0.4, 0.1}};
+  for (int p = 0; p < 2; ++p) {
+    TF_Output fetch[2] = {{y, 0}, dys[0]};
+    double got[6];
+    Run(sess, x, points[p], fetch, 2, got, s);
+    for (int i = 0; i < 3; ++i) {
+      const double eps = 1e-6;
+      double up[3], down[3], yu[3], yd[3];
+      memcpy(up, points[p], sizeof(up));
+      memcpy(down, points[p], sizeof(down));
+      up[i] += eps;
+      down[i] -= eps;
+      Run(sess, x, up, fetch, 1, yu, s);
+      Run(sess, x, down, fetch, 1, yd, s);
+      const double numeric = (yu[0] - yd[0]) / (2 * eps);
+      const double g_i = got[3 + i];
+      if (fabs(g_i - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || g_i == 0) {
+        fprintf(stderr, "FAIL point %d, d y / d x[%d] = %.12g, central difference %.12g\n", p, i,
+                g_i, numeric);
+        ++failures;
+      }
+    }
+    printf("ok gradient at point %d (y = %g)\n", p, got[0]);
+  }
+
+  /* With a session on the graph, the pass may not replace nodes. */
+  TfExtAddGradients(g, NULL, ys, 1, xs, 1, NULL, s, dys);
+  ExpectCode("a session runs the graph", s, TF_FAILED_PRECONDITION, "session");
+
+  TF_CloseSession(sess, s);
+  TF_DeleteSession(sess, s);
+  TF_DeleteSessionOptions(opts);
+  TF_DeleteGraph(g);
+  TF_DeleteStatus(s);
+  if (failures > 0) {
+    fprintf(stderr, "%d failures\n", failures);
+    return 1;
+  }
+  printf("all ok\n");
+  return 0;
+}
