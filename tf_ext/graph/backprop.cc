@@ -106,6 +106,30 @@ absl::StatusOr<Node*> AddForwardOutputsGradient(Graph* g, const std::string& pre
   return grad;
 }
 
+// For an elementwise op whose gradient is a function of its output (Sigmoid, Tanh, Sqrt,
+// Rsqrt, Reciprocal) on a real type: the fused gradient op on the forward output, as Python's
+// gradients are. TensorFlow's function gradients recompute the op and spell the derivative
+// out in 4-5 elementwise ops (dy * y * (1 - y)); in a loop body each costs every iteration.
+absl::StatusOr<Node*> AddFusedOutputGradient(Graph* g, const std::string& prefix, Node* n,
+                                             const GraphTensor& dy) {
+  static const auto* fused = new std::map<std::string, std::string>{
+      {"Sigmoid", "SigmoidGrad"}, {"Tanh", "TanhGrad"}, {"Sqrt", "SqrtGrad"},
+      {"Rsqrt", "RsqrtGrad"}, {"Reciprocal", "ReciprocalGrad"}, {"Inv", "InvGrad"}};
+  auto it = fused->find(n->type_string());
+  if (it == fused->end() || n->num_outputs() != 1) return nullptr;
+  const DataType t = n->output_type(0);
+  if (t != DT_FLOAT && t != DT_DOUBLE && t != DT_HALF && t != DT_BFLOAT16) return nullptr;
+  Node* grad = nullptr;
+  // d x = XGrad(y, dy): Sigmoid y(1-y)dy, Tanh (1-y^2)dy, Sqrt dy/(2y), Rsqrt -y^3 dy/2,
+  // Reciprocal -y^2 dy.
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(absl::StrCat(prefix, "/", n->name())), it->second)
+                         .Input(n, 0)
+                         .Input(dy.node, dy.index)
+                         .Attr("T", t)
+                         .Finalize(g, &grad));
+  return grad;
+}
+
 // Replaces the gradient node `grad` (a SymbolicGradient of an op, or a call of a specialised
 // gradient function) by the nodes of the gradient FunctionDef, specialised to the op's attrs.
 // Its consumers then read the body's outputs directly, so each input's gradient is its own
@@ -198,6 +222,20 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
       auto dy = Sum(g, options.name_prefix, &pending, {n, k});
       if (!dy.ok()) return dy.status();
       n_dys.push_back(*dy);
+    }
+    if (options.inline_gradients) {
+      auto fused = AddFusedOutputGradient(g, options.name_prefix, n, n_dys[0]);
+      if (!fused.ok()) return fused.status();
+      if (*fused != nullptr) {
+        ++stats->gradient_nodes;
+        ++stats->inlined;
+        const Edge* in = nullptr;
+        TF_RETURN_IF_ERROR(n->input_edge(0, &in));
+        if (path.Carries(in->src(), in->src_output())) {
+          pending[{in->src()->id(), in->src_output()}].push_back({*fused, 0});
+        }
+        continue;
+      }
     }
     // The call that takes forward outputs only where it is inlined: run as a function, a
     // stateful body (TensorArray ops) would not find the step's resources.
