@@ -1,8 +1,9 @@
 /* TfExtAddGradients (tf_ext/graph/c_gradients.h) from C, on a graph holding a StatelessWhile
  * and a StatelessIf (tests/data/control_flow_graph.pb, made by make_control_flow_graph.py), which
  * TensorFlow's TF_AddGradients cannot differentiate: the gradient at points that take each
- * branch, against central differences of the same graph run through TF_SessionRun; then
- * hostile calls. Exits non-zero on any mismatch. */
+ * branch, against central differences of the same graph run through TF_SessionRun; a
+ * Hessian-vector product (the backward graph's loops differentiated again) against central
+ * differences of the gradient; then hostile calls. Exits non-zero on any mismatch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,9 +90,39 @@ static void ExpectCode(const char* what, TF_Status* s, TF_Code code, const char*
   }
 }
 
+static TF_Operation* ConstVec(TF_Graph* g, const char* name, const double* v, TF_Status* s) {
+  int64_t dims[1] = {3};
+  TF_Tensor* t = TF_AllocateTensor(TF_DOUBLE, dims, 1, 3 * sizeof(double));
+  memcpy(TF_TensorData(t), v, 3 * sizeof(double));
+  TF_OperationDescription* d = TF_NewOperation(g, "Const", name);
+  TF_SetAttrTensor(d, "value", t, s);
+  TF_SetAttrType(d, "dtype", TF_DOUBLE);
+  TF_Operation* op = TF_FinishOperation(d, s);
+  CHECK_OK(s, name);
+  TF_DeleteTensor(t);
+  return op;
+}
+
+static TF_Operation* Binary(TF_Graph* g, const char* type, const char* name, TF_Output a,
+                            TF_Output b, TF_Status* s) {
+  TF_OperationDescription* d = TF_NewOperation(g, type, name);
+  TF_AddInput(d, a);
+  TF_AddInput(d, b);
+  TF_Operation* op = TF_FinishOperation(d, s);
+  CHECK_OK(s, name);
+  return op;
+}
+
 int main(int argc, char** argv) {
   const char* path = argc > 1 ? argv[1] : "tests/data/control_flow_graph.pb";
   TF_Status* s = TF_NewStatus();
+  /* The op library brings the TensorList gradients a second derivative through a loop needs
+   * (the first derivative needs none of it). */
+  if (argc > 2) {
+    TF_Library* lib = TF_LoadLibrary(argv[2], s);
+    CHECK_OK(s, "TF_LoadLibrary");
+    (void)lib;
+  }
   TF_Graph* g = Import(path, s);
   if (!HasOp(g, "StatelessWhile") || !HasOp(g, "StatelessIf")) {
     fprintf(stderr, "FAIL the graph lacks its StatelessWhile or StatelessIf\n");
@@ -118,6 +149,25 @@ int main(int argc, char** argv) {
     fprintf(stderr, "FAIL no gradient loop: the loop's gradient was not built\n");
     ++failures;
   }
+  /* A Hessian-vector product through the loop and the conditional: the gradient of
+   * sum(d y / d x * v), differentiating the backward graph (its loops) again. */
+  const double v[3] = {0.7, -1.1, 0.4};
+  TF_Operation* v_op = ConstVec(g, "v", v, s);
+  TF_Operation* gv = Binary(g, "Mul", "gv", dys[0], (TF_Output){v_op, 0}, s);
+  const int32_t axis0 = 0;
+  int64_t no_dims[1] = {1};
+  TF_Tensor* axis_t = TF_AllocateTensor(TF_INT32, no_dims, 1, sizeof(int32_t));
+  memcpy(TF_TensorData(axis_t), &axis0, sizeof(axis0));
+  TF_OperationDescription* ad = TF_NewOperation(g, "Const", "axis");
+  TF_SetAttrTensor(ad, "value", axis_t, s);
+  TF_SetAttrType(ad, "dtype", TF_INT32);
+  TF_Operation* axis = TF_FinishOperation(ad, s);
+  CHECK_OK(s, "axis");
+  TF_DeleteTensor(axis_t);
+  TF_Operation* z = Binary(g, "Sum", "z", (TF_Output){gv, 0}, (TF_Output){axis, 0}, s);
+  TF_Output zs[1] = {{z, 0}}, hv[1];
+  TfExtAddGradients(g, "hvp", zs, 1, xs, 1, NULL, s, hv);
+  CHECK_OK(s, "TfExtAddGradients of the gradient");
   TF_SessionOptions* opts = TF_NewSessionOptions();
   TF_Session* sess = TF_NewSession(g, opts, s);
   CHECK_OK(s, "session");
@@ -146,6 +196,26 @@ int main(int argc, char** argv) {
       }
     }
     printf("ok gradient at point %d (y = %g)\n", p, got[0]);
+    /* H v against central differences of the gradient along v. */
+    TF_Output fetch2[2] = {dys[0], hv[0]};
+    double gh[6], gu[6], gd[6], up[3], down[3];
+    Run(sess, x, points[p], fetch2, 2, gh, s);
+    const double eps = 1e-5;
+    for (int i = 0; i < 3; ++i) {
+      up[i] = points[p][i] + eps * v[i];
+      down[i] = points[p][i] - eps * v[i];
+    }
+    Run(sess, x, up, fetch2, 1, gu, s);
+    Run(sess, x, down, fetch2, 1, gd, s);
+    for (int i = 0; i < 3; ++i) {
+      const double numeric = (gu[i] - gd[i]) / (2 * eps);
+      if (fabs(gh[3 + i] - numeric) > 1e-6 * fmax(1.0, fabs(numeric)) || gh[3 + i] == 0) {
+        fprintf(stderr, "FAIL point %d, (H v)[%d] = %.12g, central difference %.12g\n", p, i,
+                gh[3 + i], numeric);
+        ++failures;
+      }
+    }
+    printf("ok Hessian-vector product at point %d\n", p);
   }
 
   /* With a session on the graph, the pass may not replace nodes. */

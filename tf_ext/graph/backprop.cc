@@ -172,7 +172,8 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   // output what their gradients read. They are replaced, so no y or x may be one's output.
   for (const auto* ts : {&ys, &xs}) {
     for (const GraphTensor& t : *ts) {
-      if (IsFunctionalControlFlow(t.node->type_string()) && !IsPreparedControlFlow(*t.node)) {
+      if (IsFunctionalControlFlow(t.node->type_string()) &&
+          !IsPreparedControlFlow(*t.node, options.name_prefix + "_cf")) {
         return absl::InvalidArgumentError(absl::StrCat(
             "a y or x is output ", t.index, " of the ", t.node->type_string(), " node '",
             t.node->name(), "': read it through an Identity node, which the gradient keeps"));
@@ -195,7 +196,8 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (!n->IsOp() || !path.OnPath(n)) continue;
-    if (IsPreparedControlFlow(*n) || IsV1Conditional(n->type_string())) {
+    if (IsPreparedControlFlow(*n, options.name_prefix + "_cf") ||
+        IsV1Conditional(n->type_string())) {
       // A loop or conditional: its gradient is a loop or conditional (control_flow.h).
       auto dy = [&](int k) { return Sum(g, options.name_prefix, &pending, {n, k}); };
       auto d_inputs = IsV1Conditional(n->type_string())

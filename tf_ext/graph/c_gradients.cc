@@ -1,5 +1,6 @@
 #include "tf_ext/graph/c_gradients.h"
 
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,7 +108,8 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   }
   BackpropOptions options;
   options.name_prefix = prefix;
-  TF_RETURN_IF_ERROR(AddGradients(g, ys, dys, xs, &dxs, options));
+  BackpropStats stats;
+  TF_RETURN_IF_ERROR(AddGradients(g, ys, dys, xs, &dxs, options, &stats));
   // A session extends itself with each new node's NodeDef, not with its edges: make every
   // NodeDef's data inputs name what its edges say (inlining rewires edges only).
   for (Node* n : g->op_nodes()) {
@@ -127,10 +129,20 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   // The TF_Graph's index and shape refiner learn the new nodes (and the replaced ones, which
   // keep their names), producers first.
   for (Node* n : g->op_nodes()) graph->name_map[n->name()] = n;
+  FixupSourceAndSinkEdges(g);  // nodes added without inputs are reached from the source too
   std::vector<Node*> order;
   GetReversePostOrder(*g, &order);
+  const bool replaced = stats.loops + stats.conditionals > 0;
+  if (replaced) {
+    // The pass replaced nodes, whose shape contexts other nodes' shapes point into, and a new
+    // node may reuse a replaced one's address: the refiner starts again, as TF_Graph sets it
+    // up (shapes set by TF_GraphSetTensorShape are inferred again).
+    graph->refiner.~ShapeRefiner();
+    new (&graph->refiner) ShapeRefiner(g->versions(), g->op_registry());
+    graph->refiner.set_function_library_for_shape_inference(&g->flib_def());
+  }
   for (Node* n : order) {
-    if (!n->IsOp() || n->id() < old_ids) continue;
+    if (!n->IsOp() || (n->id() < old_ids && !replaced)) continue;
     absl::Status s = graph->refiner.AddNode(n);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("TfExtAddGradients: shape inference of '",

@@ -8,6 +8,9 @@
  * The pass replaces control-flow nodes on the path (same names), so call it before any
  * session runs the graph: with a session on the graph it fails. A y or x that is a
  * control-flow node's output is read through an Identity node (the pass replaces the node).
+ * When it replaced nodes, the graph's shapes are inferred again from scratch: shapes set with
+ * TF_GraphSetTensorShape beyond what inference gives are forgotten.
+ *
  * Link //tf_ext:graph_gradients; the op library need not be loaded for TensorFlow's ops. */
 #ifndef TF_EXT_GRAPH_C_GRADIENTS_H_
 #define TF_EXT_GRAPH_C_GRADIENTS_H_

@@ -38,6 +38,19 @@ constexpr char kOutputs[] = "_tf_ext_grad_outputs";      // If/Case: outputs wit
 constexpr char kCaptures[] = "_tf_ext_grad_captures";    // While: invariants the gradient reads
 constexpr char kNumOutputs[] = "_tf_ext_grad_num_outputs";  // outputs before the rewrite
 constexpr char kNumSaved[] = "_tf_ext_grad_num_saved";      // accumulators / saved outputs
+constexpr char kPass[] = "_tf_ext_grad_pass";                // the pass (its name prefix)
+
+// A copy of `n`'s NodeDef without the attrs an earlier pass recorded (a backward graph
+// differentiated again: its rewritten loops are differentiated as the loops they now are).
+NodeDef DefWithoutPassAttrs(const Node* n) {
+  NodeDef def = n->def();
+  std::vector<std::string> old;
+  for (const auto& [name, value] : def.attr()) {
+    if (absl::StartsWith(name, "_tf_ext_grad_")) old.push_back(name);
+  }
+  for (const std::string& name : old) def.mutable_attr()->erase(name);
+  return def;
+}
 
 bool IsWhile(const std::string& op) { return op == "While" || op == "StatelessWhile"; }
 bool IsCase(const std::string& op) { return op == "Case" || op == "StatelessCase"; }
@@ -870,7 +883,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
                            .Finalize(g, &list));
     extra_inputs.push_back({list, 0});
   }
-  NodeDef def = n->def();
+  NodeDef def = DefWithoutPassAttrs(n);
   DataTypeVector new_types = types;
   new_types.push_back(DT_INT32);
   for (int j = 0; j < num_saved; ++j) new_types.push_back(DT_VARIANT);
@@ -889,6 +902,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   // marks the loops it builds: the executor then overlaps iterations (parallel_iterations) and
   // calls no function per iteration. A frozen loop often says false.
   SetAttrValue(true, &(*def.mutable_attr())["_lower_using_switch_merge"]);
+  AddNodeAttr(kPass, prefix, &def);
   AddNodeAttr(kFunctions, std::vector<std::string>{*bwd_name, *bcond_name}, &def);
   AddNodeAttr(kInputs, fg.diff_args, &def);
   AddNodeAttr(kCaptures, captures, &def);
@@ -902,7 +916,8 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   return absl::OkStatus();
 }
 
-absl::Status RewriteConditional(Graph* g, Node* n, ControlFlowStats* stats) {
+absl::Status RewriteConditional(Graph* g, Node* n, const std::string& prefix,
+                                ControlFlowStats* stats) {
   std::vector<NameAttrList> branches;
   if (IsCase(n->type_string())) {
     TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "branches", &branches));
@@ -989,7 +1004,7 @@ absl::Status RewriteConditional(Graph* g, Node* n, ControlFlowStats* stats) {
     if (!bwd_name.ok()) return bwd_name.status();
     bwd_names.push_back(*bwd_name);
   }
-  NodeDef def = n->def();
+  NodeDef def = DefWithoutPassAttrs(n);
   DataTypeVector new_tout = tout;
   for (int s = 0; s < num_slots; ++s) new_tout.push_back(DT_VARIANT);
   SetAttrValue(new_tout, &(*def.mutable_attr())["Tout"]);
@@ -1011,6 +1026,7 @@ absl::Status RewriteConditional(Graph* g, Node* n, ControlFlowStats* stats) {
     for (int s = 0; s < num_slots; ++s) shapes->add_shape();
   }
   SetAttrValue(true, &(*def.mutable_attr())["_lower_using_switch_merge"]);  // as cond_v2
+  AddNodeAttr(kPass, prefix, &def);
   AddNodeAttr(kFunctions, bwd_names, &def);
   AddNodeAttr(kInputs, diff_args, &def);
   AddNodeAttr(kOutputs, diff_rets, &def);
@@ -1149,6 +1165,11 @@ bool IsPreparedControlFlow(const Node& n) {
   return IsFunctionalControlFlow(n.type_string()) && n.attrs().Find(kFunctions) != nullptr;
 }
 
+bool IsPreparedControlFlow(const Node& n, const std::string& pass) {
+  std::string by;
+  return IsPreparedControlFlow(n) && GetNodeAttr(n.attrs(), kPass, &by).ok() && by == pass;
+}
+
 absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     Graph* g, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
     const std::string& name_prefix) {
@@ -1156,7 +1177,8 @@ absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
   const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
   std::vector<std::string> todo;
   for (const Node* n : g->op_nodes()) {
-    if (IsFunctionalControlFlow(n->type_string()) && path.OnPath(n) && !IsPreparedControlFlow(*n)) {
+    if (IsFunctionalControlFlow(n->type_string()) && path.OnPath(n) &&
+        !IsPreparedControlFlow(*n, name_prefix)) {
       todo.push_back(n->name());
     }
   }
@@ -1167,7 +1189,7 @@ absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     }
     if (n == nullptr) return absl::InternalError(absl::StrCat("lost node ", name));
     absl::Status s = IsWhile(n->type_string()) ? RewriteWhile(g, n, name_prefix, &stats)
-                                               : RewriteConditional(g, n, &stats);
+                                               : RewriteConditional(g, n, name_prefix, &stats);
     if (!s.ok()) return s;
   }
   return stats;

@@ -58,8 +58,12 @@ absl::StatusOr<std::vector<GraphTensor>> AddV1ConditionalGradient(
 
 // While, StatelessWhile, If, StatelessIf, Case, StatelessCase.
 bool IsFunctionalControlFlow(const std::string& op);
-// A control-flow node the pass has rewritten (it carries the gradient's attrs).
+// A control-flow node a pass has rewritten (it carries the gradient's attrs); the second form:
+// rewritten by the pass of that name_prefix. A pass rewrites again what another pass (an
+// earlier differentiation of the graph) rewrote, so a backward graph differentiates again
+// (second derivatives through loops).
 bool IsPreparedControlFlow(const Node& n);
+bool IsPreparedControlFlow(const Node& n, const std::string& pass);
 
 struct ControlFlowStats {
   int loops = 0;         // While nodes rewritten, nested ones included
