@@ -381,6 +381,119 @@ absl::Status RemoveStaticBroadcasts(Graph* bg, const FunctionGradient& fg,
   return absl::OkStatus();
 }
 
+// The node behind `e`'s source, through Identity nodes.
+const Node* Behind(const Edge* e) {
+  const Node* n = e->src();
+  const Edge* in = nullptr;
+  while (n->type_string() == "Identity" && n->input_edge(0, &in).ok()) n = in->src();
+  return n;
+}
+
+// AddN(L, SetItem(Reserve(...), i, x)) of two TensorLists: the gradient of GetItem (a list of
+// uninitialised elements but x at i) summed into the gradient of a list read every iteration
+// (an RNN's input sequence). The sum walks both lists, so a loop of T steps would take T^2;
+// SetItem(L, i, GetItem(L, i) + x) is the same list in O(1) (GetItem reads an uninitialised
+// element as zeros, and SetItem updates L in place).
+absl::Status SumListsInPlace(Graph* bg, const FunctionGradient& fg) {
+  std::vector<Node*> sums;
+  for (Node* n : bg->op_nodes()) {
+    if (n->type_string() == "AddN" && n->num_inputs() == 2 && n->output_type(0) == DT_VARIANT &&
+        fg.IsGradient(n->name())) {
+      sums.push_back(n);
+    }
+  }
+  for (Node* n : sums) {
+    const Edge* in[2] = {nullptr, nullptr};
+    if (!n->input_edge(0, &in[0]).ok() || !n->input_edge(1, &in[1]).ok()) continue;
+    for (int k = 0; k < 2; ++k) {
+      const Node* set = Behind(in[k]);
+      if (set->type_string() != "TensorListSetItem") continue;
+      const Edge* list_in = nullptr;
+      const Edge* index_in = nullptr;
+      const Edge* item_in = nullptr;
+      if (!set->input_edge(0, &list_in).ok() || !set->input_edge(1, &index_in).ok() ||
+          !set->input_edge(2, &item_in).ok() ||
+          Behind(list_in)->type_string() != "TensorListReserve") {
+        continue;
+      }
+      DataType element = DT_INVALID;
+      TF_RETURN_IF_ERROR(GetNodeAttr(set->attrs(), "element_dtype", &element));
+      const Edge* other = in[1 - k];
+      const std::string base = bg->NewName(fg.prefix + "/list_sum");
+      Node* shape = nullptr;
+      Node* old = nullptr;
+      Node* sum = nullptr;
+      Node* out = nullptr;
+      // L[i] (zeros of x's shape if uninitialised) + x, written back into L.
+      TF_RETURN_IF_ERROR(NodeBuilder(base + "/shape", "Shape")
+                             .Input(item_in->src(), item_in->src_output())
+                             .Attr("out_type", DT_INT32)
+                             .Finalize(bg, &shape));
+      TF_RETURN_IF_ERROR(NodeBuilder(base + "/old", "TensorListGetItem")
+                             .Input(other->src(), other->src_output())
+                             .Input(index_in->src(), index_in->src_output())
+                             .Input(shape, 0)
+                             .Attr("element_dtype", element)
+                             .Finalize(bg, &old));
+      TF_RETURN_IF_ERROR(NodeBuilder(base + "/add", "AddV2")
+                             .Input(old, 0)
+                             .Input(item_in->src(), item_in->src_output())
+                             .Finalize(bg, &sum));
+      TF_RETURN_IF_ERROR(NodeBuilder(base, "TensorListSetItem")
+                             .Input(other->src(), other->src_output())
+                             .Input(index_in->src(), index_in->src_output())
+                             .Input(sum, 0)
+                             .Attr("element_dtype", element)
+                             .Finalize(bg, &out));
+      std::vector<std::pair<Node*, int>> consumers;
+      for (const Edge* e : n->out_edges()) {
+        if (!e->IsControlEdge()) consumers.push_back({e->dst(), e->dst_input()});
+      }
+      for (const auto& [dst, input] : consumers) {
+        TF_RETURN_IF_ERROR(bg->UpdateEdge(out, 0, dst, input));
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A TensorListSetItem / PushBack / PopBack updates its list in place only when it holds the
+// list's only reference: where a read of the same list (GetItem, Length, ElementShape) may
+// still be pending, it copies all T elements, and a loop of T steps takes T^2. The reads go
+// first (control edges), unless that would make a cycle.
+absl::Status ReadListsBeforeUpdates(Graph* bg, const FunctionGradient& fg) {
+  static const auto* updates = new std::set<std::string>{"TensorListSetItem",
+                                                         "TensorListPushBack", "TensorListPopBack"};
+  static const auto* reads = new std::set<std::string>{"TensorListGetItem", "TensorListLength",
+                                                       "TensorListElementShape"};
+  std::vector<std::pair<Node*, Node*>> edges;  // (read, update)
+  for (Node* u : bg->op_nodes()) {
+    if (!updates->count(u->type_string()) || !fg.IsGradient(u->name())) continue;
+    const Edge* list = nullptr;
+    if (!u->input_edge(0, &list).ok()) continue;
+    // Everything downstream of the update: a read there would make a cycle.
+    std::set<const Node*> after;
+    std::vector<const Node*> stack = {u};
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (!after.insert(n).second) continue;
+      for (const Edge* e : n->out_edges()) stack.push_back(e->dst());
+    }
+    for (const Edge* e : list->src()->out_edges()) {
+      Node* r = e->dst();
+      if (e->IsControlEdge() || e->src_output() != list->src_output() || r == u ||
+          !reads->count(r->type_string()) || after.count(r)) {
+        continue;
+      }
+      edges.push_back({r, u});
+    }
+  }
+  for (const auto& [r, u] : edges) bg->AddControlEdge(r, u);
+  return absl::OkStatus();
+}
+
 // A gradient node that computes what a forward node computes (an FDH gradient recomputes its
 // op's output: Sigmoid's, Tanh's) reads that forward node instead, which the gradient keeps
 // anyway, rather than keeping the op's inputs to recompute it every iteration.
@@ -529,6 +642,8 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(
     }
     TF_RETURN_IF_ERROR(RemoveStaticBroadcasts(bg, out, shapes));
   }
+  TF_RETURN_IF_ERROR(SumListsInPlace(bg, out));
+  TF_RETURN_IF_ERROR(ReadListsBeforeUpdates(bg, out));
   // The gradient nodes the d(args) depend on. The rest is dead: an inlined gradient takes every
   // input of its op through an Identity, read or not, and such a node must not make a forward
   // tensor (a TensorList the loop writes) saved every iteration.
