@@ -21,8 +21,14 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Every image model in tf.keras.applications (smallest input size each accepts) and a
-# Transformer encoder block.
+# Models with loops (docs/control_flow.md): Keras recurrent layers, and a Transformer decoder
+# decoding greedily in a tf.while_loop. Python cannot differentiate their frozen graphs (v1
+# loop frames once imported), so their reference is the eager Keras call's gradient (they draw
+# no dropout masks: the same function).
+RECURRENT_MODELS = ["LSTM", "GRU", "SimpleRNN", "BidirectionalLSTM", "ConvLSTM2D",
+                    "TransformerDecoderGreedy"]
+# Every image model in tf.keras.applications (smallest input size each accepts), a Transformer
+# encoder block and the recurrent models.
 ALL_MODELS = [
     "MobileNet", "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large",
     "ResNet50", "ResNet50V2", "ResNet101", "ResNet101V2", "ResNet152", "ResNet152V2",
@@ -34,12 +40,15 @@ ALL_MODELS = [
     "VGG16", "VGG19", "NASNetMobile", "NASNetLarge",
     "ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtXLarge",
     "InceptionV3", "InceptionResNetV2", "Xception", "TransformerEncoder",
-]
+] + RECURRENT_MODELS
 # The frozen-graph reference of these does not fit in 24 GiB beside the model (350M
 # parameters); they are deterministic (no dropout), so the eager Keras call's gradient is the
 # same function's.
-EAGER_REFERENCE = {"ConvNeXtXLarge"}
-MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71, "TransformerEncoder": 16}
+EAGER_REFERENCE = {"ConvNeXtXLarge"} | set(RECURRENT_MODELS)
+MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71, "TransformerEncoder": 16,
+            # recurrent models: steps (ConvLSTM2D: frame size)
+            "LSTM": 12, "GRU": 12, "SimpleRNN": 12, "BidirectionalLSTM": 12, "ConvLSTM2D": 8,
+            "TransformerDecoderGreedy": 6}
 
 
 def freeze(model, mode, out, python, batch):

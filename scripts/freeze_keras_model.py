@@ -34,6 +34,63 @@ import time
 import numpy as np
 
 
+def GreedyDecoder(dim, vocab, steps):
+    """A Keras model whose call decodes `steps` tokens greedily in a tf.while_loop: each step
+    embeds the previous argmax token into a fixed buffer, runs causal self-attention over the
+    buffer and cross-attention to the memory (the model's input), and adds that step's logits
+    to the output. Layers are built before the loop (no variables are created inside it)."""
+    import keras
+    import tensorflow as tf
+
+    class Decoder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.embed = keras.layers.Embedding(vocab, dim)
+            self.self_att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=dim // 2)
+            self.cross_att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=dim // 2)
+            self.norm1 = keras.layers.LayerNormalization()
+            self.norm2 = keras.layers.LayerNormalization()
+            self.ff = keras.layers.Dense(dim, activation="gelu")
+            self.head = keras.layers.Dense(vocab)
+
+        def build(self, input_shape):
+            buf = keras.ops.zeros((1, steps, dim))
+            mem = keras.ops.zeros((1,) + tuple(input_shape[1:]))
+            self.embed.build((None,))
+            self.self_att(buf, buf)
+            self.cross_att(buf, mem)
+            self.norm1.build(buf.shape)
+            self.norm2.build(buf.shape)
+            self.ff.build(buf.shape)
+            self.head.build((None, dim))
+
+        def call(self, memory, training=False):
+            batch = tf.shape(memory)[0]
+            positions = tf.range(steps)
+
+            def body(t, token, buf, total):
+                put = tf.cast(tf.equal(positions, t), memory.dtype)[None, :, None]
+                buf = buf * (1.0 - put) + self.embed(token)[:, None, :] * put
+                causal = positions[None, :] <= tf.minimum(positions[:, None], t)
+                h = self.norm1(buf + self.self_att(buf, buf, attention_mask=causal[None],
+                                                   training=training))
+                h = self.norm2(h + self.cross_att(h, memory, training=training))
+                h = h + self.ff(h)
+                logits = self.head(tf.gather(h, t, axis=1))
+                token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+                return t + 1, token, buf, total + logits
+
+            _, _, _, total = tf.while_loop(
+                lambda t, *_: t < steps, body,
+                [tf.constant(0), tf.zeros([batch], tf.int32),
+                 tf.zeros([batch, steps, dim], memory.dtype), tf.zeros([batch, vocab], memory.dtype)])
+            return total
+
+    model = Decoder()
+    model.build((None, 8, dim))
+    return model
+
+
 def build_model(name, size, classes):
     import keras
     import tensorflow as tf
@@ -63,6 +120,32 @@ def build_model(name, size, classes):
             h = keras.layers.LayerNormalization()(h + keras.layers.Dense(dim)(mlp))
         out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
         return keras.Model(inp, out), (seq, dim)
+    if name in ("GRU", "SimpleRNN", "BidirectionalLSTM"):
+        # Recurrent models (`size` steps of 8 features): stacked GRU, SimpleRNN read backwards,
+        # a masked stacked Bidirectional LSTM. Their loops are while loops in the frozen graph.
+        seq, dim = size, 8
+        inp = keras.Input((seq, dim))
+        if name == "GRU":
+            h = keras.layers.GRU(16, return_sequences=True)(inp)
+            h = keras.layers.GRU(16)(h)
+        elif name == "SimpleRNN":
+            h = keras.layers.SimpleRNN(16, go_backwards=True)(inp)
+        else:
+            h = keras.layers.Masking(0.0)(inp)
+            h = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(h)
+            h = keras.layers.LSTM(8)(h)
+        out = keras.layers.Dense(classes)(h)
+        return keras.Model(inp, out), (seq, dim)
+    if name == "ConvLSTM2D":
+        # 4 frames of size x size x 3 through a ConvLSTM2D (a while loop of convolutions).
+        inp = keras.Input((4, size, size, 3))
+        h = keras.layers.ConvLSTM2D(8, 3, padding="same")(inp)
+        out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling2D()(h))
+        return keras.Model(inp, out), (4, size, size, 3)
+    if name == "TransformerDecoderGreedy":
+        # A Transformer decoder block that decodes `size` tokens greedily in a tf.while_loop
+        # (the argmax token fed back), attending to the input as encoder memory [tokens, 32].
+        return GreedyDecoder(dim=32, vocab=classes, steps=size), (8, 32)
     if name == "LSTM128":
         # make bench-models' recurrent rows: LSTM(128) over `size` steps of 32 features.
         seq, dim = size, 32

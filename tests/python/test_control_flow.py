@@ -125,7 +125,18 @@ def tensor_list_unstack_in_loop(x):
     return tf.reduce_sum(outs.stack() ** 2) + tf.reduce_sum(h)
 
 
+def mean_over_negative_axis_in_loop(x):
+    # A LayerNorm-like body: Mean's gradient cannot take a negative axis, which tf_ext makes
+    # non-negative in loop bodies too (there the rank may be known only at run time).
+    def body(i, h):
+        c = h - tf.reduce_mean(h, axis=-1, keepdims=True)
+        return i + 1, tf.tanh(c * tf.math.rsqrt(tf.reduce_mean(c * c, axis=-1, keepdims=True) + 0.1) + x)
+    _, h = tf.while_loop(lambda i, h: i < 3, body, [tf.constant(0), x])
+    return tf.reduce_sum(h * tf.range(6.0, dtype=x.dtype)[None, :3])
+
+
 CASES = {
+    "mean_over_negative_axis_in_loop": mean_over_negative_axis_in_loop,
     "while_data_dependent_trip_count": while_data_dependent_trip_count,
     "while_maximum_iterations": while_maximum_iterations,
     "while_never_runs": while_never_runs,

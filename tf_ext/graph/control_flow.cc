@@ -27,6 +27,7 @@
 #include "tensorflow/core/graph/tensor_id.h"
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/workarounds.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -572,6 +573,10 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(
   FunctionGradient out;
   auto inlined = InlineFunctionCalls(bg);
   if (!inlined.ok()) return inlined.status();
+  // TensorFlow's gradient bugs, worked around in the body as in the graph (a LayerNorm's
+  // negative reduction axis, which Mean's gradient cannot take).
+  auto workarounds = WorkAroundGradientBugs(bg, arg_shapes);
+  if (!workarounds.ok()) return workarounds.status();
   out.prefix = UnusedPrefix(*bg, "tf_ext_grad");
   out.num_args = (*body)->arg_types.size();
   out.num_rets = (*body)->ret_types.size();

@@ -21,12 +21,41 @@ absl::StatusOr<bool> NormalizeReductionIndices(Graph* g, Node* n,
                                                shape_inference::InferenceContext* ctx) {
   const Edge* edge = nullptr;
   if (!n->input_edge(1, &edge).ok() || edge->src()->type_string() != "Const") return false;
-  if (!ctx->RankKnown(ctx->input(0))) return false;
-  const int64_t rank = ctx->Rank(ctx->input(0));
   Tensor indices;
   if (!indices.FromProto(edge->src()->def().attr().at("value").tensor())) return false;
   if (indices.dtype() != DT_INT32 && indices.dtype() != DT_INT64) return false;
   std::vector<double> values = test::ToDoubles(indices);
+  if (ctx == nullptr || !ctx->RankKnown(ctx->input(0))) {
+    // The rank is known only when it runs (a loop body's tensor): axes mod rank(x), which is
+    // the same axis for -rank <= axis < rank.
+    bool any_negative = false;
+    for (double v : values) any_negative |= v < 0;
+    if (!any_negative) return false;
+    const Edge* x = nullptr;
+    TF_RETURN_IF_ERROR(n->input_edge(0, &x));
+    Node* rank = nullptr;
+    Node* rank_cast = nullptr;
+    Node* mod = nullptr;
+    const std::string base = g->NewName(absl::StrCat(n->name(), "/nonnegative_axes"));
+    TF_RETURN_IF_ERROR(NodeBuilder(base + "/rank", "Rank")
+                           .Input(x->src(), x->src_output())
+                           .Finalize(g, &rank));
+    Node* rank_typed = rank;
+    if (indices.dtype() == DT_INT64) {
+      TF_RETURN_IF_ERROR(NodeBuilder(base + "/rank64", "Cast")
+                             .Input(rank, 0)
+                             .Attr("DstT", DT_INT64)
+                             .Finalize(g, &rank_cast));
+      rank_typed = rank_cast;
+    }
+    TF_RETURN_IF_ERROR(NodeBuilder(base, "FloorMod")
+                           .Input(edge->src(), edge->src_output())
+                           .Input(rank_typed, 0)
+                           .Finalize(g, &mod));
+    TF_RETURN_IF_ERROR(g->UpdateEdge(mod, 0, n, 1));
+    return true;
+  }
+  const int64_t rank = ctx->Rank(ctx->input(0));
   bool negative = false;
   for (double& v : values) {
     if (v < 0 && v >= -rank) {
@@ -162,7 +191,8 @@ absl::StatusOr<bool> MaxPoolGradAsV2(Graph* g, Node* n) {
 
 }  // namespace
 
-absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g) {
+absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(
+    Graph* g, const std::vector<PartialTensorShape>& arg_shapes) {
   static const auto* reductions =
       new std::set<std::string>{"Sum", "Mean", "Prod", "Max", "Min", "EuclideanNorm"};
   ShapeRefiner refiner(g->versions(), g->op_registry());
@@ -170,15 +200,27 @@ absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g) {
   GetReversePostOrder(*g, &order);
   // A node whose shape function fails (or whose inputs' did) just has no context and is left
   // alone.
-  for (Node* n : order) refiner.AddNode(n).IgnoreError();
+  for (Node* n : order) {
+    if (!refiner.AddNode(n).ok()) continue;
+    int index = -1;
+    if (n->IsArg() && GetNodeAttr(n->attrs(), "index", &index).ok() && index >= 0 &&
+        index < static_cast<int>(arg_shapes.size())) {
+      shape_inference::InferenceContext* c = refiner.GetContext(n);
+      shape_inference::ShapeHandle h;
+      if (c->MakeShapeFromPartialTensorShape(arg_shapes[index], &h).ok()) {
+        refiner.SetShape(n, 0, h).IgnoreError();
+      }
+    }
+  }
   GradientWorkarounds done;
   for (Node* n : order) {
     shape_inference::InferenceContext* ctx = refiner.GetContext(n);
-    if (ctx == nullptr) continue;
     if (reductions->count(n->type_string()) && n->num_inputs() == 2) {
       auto rewritten = NormalizeReductionIndices(g, n, ctx);
       if (!rewritten.ok()) return rewritten.status();
       done.negative_axes += *rewritten;
+    } else if (ctx == nullptr) {
+      continue;
     } else if (n->type_string() == "Conv2D") {
       auto rewritten = GroupedConvAsDepthwise(g, n, ctx);  // may delete n
       if (!rewritten.ok()) return rewritten.status();

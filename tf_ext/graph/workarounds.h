@@ -17,7 +17,10 @@
 #ifndef TF_EXT_GRAPH_WORKAROUNDS_H_
 #define TF_EXT_GRAPH_WORKAROUNDS_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/graph/graph.h"
 
 namespace tensorflow::tf_ext {
@@ -29,7 +32,9 @@ struct GradientWorkarounds {
   int max_pool_grads = 0;
 };
 
-absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(Graph* g);
+// In a function body, `arg_shapes` (per _Arg index) give the shapes its arguments have.
+absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(
+    Graph* g, const std::vector<PartialTensorShape>& arg_shapes = {});
 
 }  // namespace tensorflow::tf_ext
 
