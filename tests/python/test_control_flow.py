@@ -135,7 +135,33 @@ def mean_over_negative_axis_in_loop(x):
     return tf.reduce_sum(h * tf.range(6.0, dtype=x.dtype)[None, :3])
 
 
+def empty_tensor_list_in_loop(x):
+    # A loop over an empty sequence: the TensorList has no elements and the loop never runs;
+    # the gradient flows only around it.
+    seq = tf.zeros([0, 3], x.dtype) + x[0, 0]
+    ta = tf.TensorArray(x.dtype, size=0, dynamic_size=True).unstack(seq)
+    n = ta.size()
+    def body(t, h):
+        return t + 1, h + ta.read(t)
+    _, h = tf.while_loop(lambda t, h: t < n, body, [tf.constant(0), x[0] * 2.0])
+    return tf.reduce_sum(h * h) + tf.reduce_sum(tf.sin(x))
+
+
+def unknown_element_shape_in_loop(x):
+    # A TensorArray written in a loop without a known element shape (its length depends on x).
+    n = 2 + tf.cast(tf.reduce_sum(tf.abs(x)) > 100.0, tf.int32)
+    ta = tf.TensorArray(x.dtype, size=0, dynamic_size=True, infer_shape=False,
+                        element_shape=tf.TensorShape(None))
+    def body(t, h, ta):
+        h = tf.sin(h) + x
+        return t + 1, h, ta.write(t, tf.reshape(h, [-1])[: 2 + t])
+    _, _, ta = tf.while_loop(lambda t, h, ta: t < n, body, [tf.constant(0), x, ta])
+    return tf.reduce_sum(ta.concat() ** 2)
+
+
 CASES = {
+    "empty_tensor_list_in_loop": empty_tensor_list_in_loop,
+    "unknown_element_shape_in_loop": unknown_element_shape_in_loop,
     "mean_over_negative_axis_in_loop": mean_over_negative_axis_in_loop,
     "while_data_dependent_trip_count": while_data_dependent_trip_count,
     "while_maximum_iterations": while_maximum_iterations,
