@@ -226,6 +226,59 @@ int main(int argc, char** argv) {
   TF_DeleteSession(sess, s);
   TF_DeleteSessionOptions(opts);
   TF_DeleteGraph(g);
+
+  /* The loop and conditional inside a function the graph calls: TensorFlow's own
+   * TF_AddGradients (a SymbolicGradient of the function) after the pass over the functions. */
+  if (argc > 3) {
+    {
+      TF_Graph* cg = Import(argv[3], s);
+      TfExtPrepareFunctionsForGradients(cg, s);
+      CHECK_OK(s, "TfExtPrepareFunctionsForGradients");
+      TF_Operation* cx = TF_GraphOperationByName(cg, "x");
+      TF_Operation* cy = TF_GraphOperationByName(cg, "y");
+      TF_Output cys[1] = {{cy, 0}}, cxs[1] = {{cx, 0}}, cdys[1];
+      TF_AddGradients(cg, cys, 1, cxs, 1, NULL, s, cdys);
+      CHECK_OK(s, "TF_AddGradients of the call");
+      TF_SessionOptions* copts = TF_NewSessionOptions();
+      TF_Session* csess = TF_NewSession(cg, copts, s);
+      CHECK_OK(s, "session");
+      int64_t dims[1] = {3};
+      double xv[3] = {0.3, -0.2, 0.5};
+      TF_Tensor* in = TF_NewTensor(TF_DOUBLE, dims, 1, xv, sizeof(xv), NoopDealloc, NULL);
+      TF_Output inputs[1] = {{cx, 0}};
+      TF_Tensor* value = NULL;
+      TF_SessionRun(csess, NULL, inputs, &in, 1, cdys, &value, 1, NULL, 0, NULL, s);
+      TF_DeleteTensor(in);
+      {
+        CHECK_OK(s, "run the call's gradient");
+        double got[3];
+        memcpy(got, TF_TensorData(value), sizeof(got));
+        TF_DeleteTensor(value);
+        for (int i = 0; i < 3; ++i) {
+          const double eps = 1e-6;
+          double up[3], down[3], yu[3], yd[3];
+          memcpy(up, xv, sizeof(up));
+          memcpy(down, xv, sizeof(down));
+          up[i] += eps;
+          down[i] -= eps;
+          TF_Output fy[1] = {{cy, 0}};
+          Run(csess, cx, up, fy, 1, yu, s);
+          Run(csess, cx, down, fy, 1, yd, s);
+          const double numeric = (yu[0] - yd[0]) / (2 * eps);
+          if (fabs(got[i] - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || got[i] == 0) {
+            fprintf(stderr, "FAIL call: d y / d x[%d] = %.12g, central difference %.12g\n", i,
+                    got[i], numeric);
+            ++failures;
+          }
+        }
+        printf("ok TF_AddGradients of a function holding a loop and a conditional\n");
+      }
+      TF_CloseSession(csess, s);
+      TF_DeleteSession(csess, s);
+      TF_DeleteSessionOptions(copts);
+      TF_DeleteGraph(cg);
+    }
+  }
   TF_DeleteStatus(s);
   if (failures > 0) {
     fprintf(stderr, "%d failures\n", failures);

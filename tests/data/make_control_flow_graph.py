@@ -1,5 +1,7 @@
-"""Writes tests/data/control_flow_graph.pb (binary GraphDef), the graph c_gradients_test.c differentiates:
-a functional StatelessWhile and a StatelessIf (frozen with lower_control_flow=False), float64.
+"""Writes the graphs c_gradients_test.c differentiates (binary GraphDefs), float64:
+tests/data/control_flow_graph.pb, a functional StatelessWhile and a StatelessIf (frozen with
+lower_control_flow=False), and tests/data/control_flow_call_graph.pb, the same computation in a
+function the graph calls (a PartitionedCall node; the loop and conditional in its body).
 
     x: [3] float64 placeholder
     h = x; repeat 3 times: h = h * x * 0.5 + sin(h)            (StatelessWhile)
@@ -24,6 +26,16 @@ def f(x):
     return {"y": z}
 
 
+@tf.function
+def inner(x):
+    return f.python_function(x)["y"]
+
+
+@tf.function(input_signature=[tf.TensorSpec([3], tf.float64, name="x")])
+def calls(x):
+    return {"y": inner(x)}
+
+
 def main():
     frozen = convert_to_constants.convert_variables_to_constants_v2(f.get_concrete_function(),
                                                                      lower_control_flow=False)
@@ -34,9 +46,20 @@ def main():
             n.name = "y"
     ops = {n.op for n in graph_def.node}
     assert {"StatelessWhile", "StatelessIf"} <= ops, ops
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "control_flow_graph.pb")
-    with open(path, "wb") as fh:
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "control_flow_graph.pb"), "wb") as fh:
         fh.write(graph_def.SerializeToString())
+    concrete = calls.get_concrete_function()
+    call_def = concrete.graph.as_graph_def()
+    out = concrete.outputs[0].name.split(":")[0]
+    for n in call_def.node:
+        if n.name == out:
+            n.name = "y"
+    assert {n.op for n in call_def.node} & {"PartitionedCall", "StatefulPartitionedCall"}
+    body_ops = {n.op for fn in call_def.library.function for n in fn.node_def}
+    assert {"StatelessWhile", "StatelessIf"} <= body_ops, body_ops
+    with open(os.path.join(here, "control_flow_call_graph.pb"), "wb") as fh:
+        fh.write(call_def.SerializeToString())
 
 
 if __name__ == "__main__":

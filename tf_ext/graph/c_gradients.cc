@@ -172,3 +172,21 @@ extern "C" void TfExtAddGradients(TF_Graph* g, const char* prefix, TF_Output* y,
   tensorflow::Set_TF_Status_from_Status(
       status, tensorflow::tf_ext::AddGradientsLocked(g, prefix, y, ny, x, nx, dx, dy));
 }
+
+extern "C" void TfExtPrepareFunctionsForGradients(TF_Graph* g, TF_Status* status) {
+  if (status == nullptr) return;
+  if (g == nullptr) {
+    tensorflow::Set_TF_Status_from_Status(
+        status, absl::InvalidArgumentError("TfExtPrepareFunctionsForGradients: the graph is NULL"));
+    return;
+  }
+  tensorflow::mutex_lock lock(g->mu);
+  if (!g->sessions.empty()) {
+    tensorflow::Set_TF_Status_from_Status(
+        status, absl::FailedPreconditionError("TfExtPrepareFunctionsForGradients: a session "
+                                              "already runs this graph"));
+    return;
+  }
+  auto rewritten = tensorflow::tf_ext::PrepareFunctionLibraryForGradients(&g->graph);
+  tensorflow::Set_TF_Status_from_Status(status, rewritten.status());
+}

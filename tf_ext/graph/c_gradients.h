@@ -27,6 +27,12 @@ extern "C" {
 void TfExtAddGradients(TF_Graph* g, const char* prefix, TF_Output* y, int ny, TF_Output* x,
                        int nx, TF_Output* dx, TF_Status* status, TF_Output* dy);
 
+/* The same pass over the graph's functions (PrepareFunctionLibraryForGradients): every function
+ * holding a loop or conditional is rewritten in place, so that a SymbolicGradient of it (e.g.
+ * TF_AddGradients of a PartitionedCall node, whose gradient is one) differentiates it. Before any
+ * session runs the graph. */
+void TfExtPrepareFunctionsForGradients(TF_Graph* g, TF_Status* status);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,6 +81,14 @@ absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     Graph* g, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
     const std::string& name_prefix);
 
+// The pass over a graph's functions: every (monomorphic) function of g's library that holds a
+// loop or conditional is rewritten in place (same name and signature), as the pass rewrites a
+// graph, so that a SymbolicGradient of it (TensorFlow's runtime, TF_AddGradients on a call
+// node) finds the rewritten nodes, whose registered gradients (tf_ext/grads/tf/
+// control_flow_grad.cc) read the pass's attrs. Returns how many functions it rewrote.
+absl::StatusOr<int> PrepareFunctionLibraryForGradients(Graph* g,
+                                                       const std::string& name_prefix = "tf_ext_fn_cf");
+
 // The gradient of a node the pass rewrote: `dy(k)` returns the incoming gradient of original
 // output k (called only for outputs of a differentiable type). Returns one tensor per input of
 // `n`: the gradient of that input, or {nullptr, 0} where none flows.

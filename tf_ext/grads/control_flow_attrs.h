@@ -1,0 +1,26 @@
+// The attrs tf_ext's control-flow pass (tf_ext/graph/control_flow.h) records on each loop or
+// conditional it rewrites for its gradient, read by the pass, by tf_ext's backward builder and
+// by the registered gradients of While/If/Case (tf_ext/grads/tf/control_flow_grad.cc).
+#ifndef TF_EXT_GRADS_CONTROL_FLOW_ATTRS_H_
+#define TF_EXT_GRADS_CONTROL_FLOW_ATTRS_H_
+
+namespace tensorflow::tf_ext::control_flow {
+
+// While: [backward body, backward cond]; If/Case: the branches' gradient functions.
+inline constexpr char kFunctions[] = "_tf_ext_grad_functions";
+// The loop variables / branch inputs (If/Case: without the predicate) with a gradient.
+inline constexpr char kInputs[] = "_tf_ext_grad_inputs";
+// If/Case: the outputs with an incoming gradient.
+inline constexpr char kOutputs[] = "_tf_ext_grad_outputs";
+// While: the loop invariants the gradient reads.
+inline constexpr char kCaptures[] = "_tf_ext_grad_captures";
+// The node's outputs before the rewrite (they come first).
+inline constexpr char kNumOutputs[] = "_tf_ext_grad_num_outputs";
+// While: accumulators after the iteration count; If/Case: saved outputs (Optionals).
+inline constexpr char kNumSaved[] = "_tf_ext_grad_num_saved";
+// The pass that rewrote the node (its name prefix).
+inline constexpr char kPass[] = "_tf_ext_grad_pass";
+
+}  // namespace tensorflow::tf_ext::control_flow
+
+#endif  // TF_EXT_GRADS_CONTROL_FLOW_ATTRS_H_

@@ -1,0 +1,260 @@
+// Function gradients of While / StatelessWhile / If / StatelessIf / Case / StatelessCase, for
+// SymbolicGradient (a gradient of a function that contains a loop or conditional, TensorFlow's
+// graph-level builder, and through the registry unification TF_AddGradients).
+//
+// A gradient creator sees only its node's attrs, so these work on nodes tf_ext's control-flow
+// pass has rewritten (tf_ext/graph/control_flow.h, docs/control_flow.md): the pass records the
+// backward functions it generated in the node's "_tf_ext_grad_*" attrs
+// (tf_ext/grads/control_flow_attrs.h), and PrepareFunctionLibraryForGradients rewrites the
+// loops and conditionals inside a graph's functions. On a node the pass has not rewritten the
+// gradient is an InvalidArgument saying so.
+//
+// SymbolicGradient passes no forward outputs, so the gradient function runs the rewritten
+// forward node once more (which saves what the gradient reads), then the backward loop or
+// conditional on its saved values:
+//   While:  fwd = While'(x); back = While(count, dy, accumulators, invariants) over the
+//           backward body; d(loop variable k) = back[1 + m] for the differentiated ones;
+//   If/Case: fwd = If'(pred, x); back = If(pred, dy, saved, x) over the branches' gradients;
+//           d(x_i) = back[m] for the differentiated inputs.
+// Everything else (counters, accumulators, predicates, integers) gets zeros. Like every
+// SymbolicGradient this recomputes the forward node: a loop of stateful ops draws again (tf_ext's
+// own backward builder, tf_ext_grad and TfExtAddGradients reuse the forward node instead).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tf_ext/grads/control_flow_attrs.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+using FDH = FunctionDefHelper;
+namespace cf = control_flow;
+
+NameAttrList Func(const std::string& name) {
+  NameAttrList f;
+  f.set_name(name);
+  return f;
+}
+
+std::vector<TensorShapeProto> UnknownShapes(size_t n) {
+  TensorShapeProto unknown;
+  unknown.set_unknown_rank(true);
+  return std::vector<TensorShapeProto>(n, unknown);
+}
+
+absl::Status NotPrepared(const std::string& op) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": no gradient for a node tf_ext's control-flow pass has not rewritten. Differentiate "
+      "with tf_ext (tf_ext_grad, tf::tf_ext::AddGradients, TfExtAddGradients), or run "
+      "PrepareFunctionLibraryForGradients (tf_ext/graph/control_flow.h) on the graph before a "
+      "SymbolicGradient of a function holding it"));
+}
+
+// "<name>_<i>: <type>" per type.
+std::vector<std::string> Args(const std::string& name, const DataTypeVector& types) {
+  std::vector<std::string> args;
+  for (size_t i = 0; i < types.size(); ++i) {
+    args.push_back(absl::StrCat(name, "_", i, ": ", DataTypeString(types[i])));
+  }
+  return args;
+}
+
+// The gradient of input i where none flows: zeros of its type (a resource's value: float).
+void Zeros(const std::string& x, DataType type, const std::string& out,
+           std::vector<FDH::Node>* nodes) {
+  if (type == DT_RESOURCE) {
+    nodes->push_back(FDH::Const<float>(out, 0.0f));
+  } else {
+    nodes->push_back({{out}, "ZerosLike", {x}, {{"T", type}}});
+  }
+}
+
+absl::Status WhileGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  std::vector<std::string> functions;
+  std::vector<int> inputs, captures;
+  int num_outputs = 0, num_saved = 0;
+  if (!GetNodeAttr(attrs, cf::kFunctions, &functions).ok()) return NotPrepared(op);
+  DataTypeVector types;
+  NameAttrList body, cond;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "T", &types));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "body", &body));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "cond", &cond));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kInputs, &inputs));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kCaptures, &captures));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kNumOutputs, &num_outputs));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kNumSaved, &num_saved));
+  int parallel = 10;
+  (void)GetNodeAttr(attrs, "parallel_iterations", &parallel);
+  const int m = types.size();
+  if (functions.size() != 2 || m != num_outputs + 1 + num_saved) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": inconsistent _tf_ext_grad attrs"));
+  }
+  std::vector<std::string> in = Args("x", types);
+  for (const std::string& d : Args("dy", types)) in.push_back(d);
+  std::vector<std::string> out;
+  DataTypeVector out_types;
+  for (DataType t : types) out_types.push_back(t == DT_RESOURCE ? DT_FLOAT : t);
+  out = Args("dx", out_types);
+  std::vector<FDH::Node> nodes;
+  // The rewritten forward loop again: it saves what the backward loop reads.
+  std::vector<std::string> x;
+  for (int k = 0; k < m; ++k) x.push_back(absl::StrCat("x_", k));
+  nodes.push_back({{"fwd"},
+                   op,
+                   x,
+                   {{"T", types},
+                    {"body", body},
+                    {"cond", cond},
+                    {"parallel_iterations", parallel},
+                    {"output_shapes", UnknownShapes(m)}}});
+  // d(the loop) = the loop run backwards over the saved values.
+  std::vector<std::string> back_in = {absl::StrCat("fwd:output:", num_outputs)};
+  DataTypeVector back_types = {DT_INT32};
+  for (int k : inputs) {
+    back_in.push_back(absl::StrCat("dy_", k));
+    back_types.push_back(types[k]);
+  }
+  for (int j = 0; j < num_saved; ++j) {
+    back_in.push_back(absl::StrCat("fwd:output:", num_outputs + 1 + j));
+    back_types.push_back(DT_VARIANT);
+  }
+  for (int k : captures) {
+    back_in.push_back(absl::StrCat("x_", k));
+    back_types.push_back(types[k]);
+  }
+  nodes.push_back({{"back"},
+                   "While",
+                   back_in,
+                   {{"T", back_types},
+                    {"body", Func(functions[0])},
+                    {"cond", Func(functions[1])},
+                    {"parallel_iterations", parallel},
+                    {"output_shapes", UnknownShapes(back_types.size())}}});
+  std::vector<std::pair<std::string, std::string>> ret;
+  for (int k = 0; k < m; ++k) {
+    std::string value;
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (inputs[j] == k) value = absl::StrCat("back:output:", 1 + j);
+    }
+    if (value.empty()) {
+      Zeros(absl::StrCat("x_", k), types[k], absl::StrCat("zeros_", k), &nodes);
+      value = absl::StrCat("zeros_", k, types[k] == DT_RESOURCE ? ":output:0" : ":y:0");
+    }
+    ret.push_back({absl::StrCat("dx_", k), value});
+  }
+  *g = FDH::Create(op + "Grad", in, out, {}, nodes, ret);
+  return absl::OkStatus();
+}
+
+absl::Status ConditionalGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  std::vector<std::string> functions;
+  std::vector<int> inputs, outputs;
+  int num_outputs = 0, num_saved = 0;
+  if (!GetNodeAttr(attrs, cf::kFunctions, &functions).ok()) return NotPrepared(op);
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kInputs, &inputs));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kOutputs, &outputs));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kNumOutputs, &num_outputs));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, cf::kNumSaved, &num_saved));
+  DataTypeVector tin, tout;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tin", &tin));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tout", &tout));
+  const bool is_case = op == "Case" || op == "StatelessCase";
+  DataType pred_type = DT_INT32;
+  if (!is_case) TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tcond", &pred_type));
+  if (static_cast<int>(tout.size()) != num_outputs + num_saved) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": inconsistent _tf_ext_grad attrs"));
+  }
+  std::vector<std::string> in = {absl::StrCat("pred: ", DataTypeString(pred_type))};
+  for (const std::string& a : Args("x", tin)) in.push_back(a);
+  for (const std::string& d : Args("dy", tout)) in.push_back(d);
+  DataTypeVector out_types = {pred_type};
+  for (DataType t : tin) out_types.push_back(t == DT_RESOURCE ? DT_FLOAT : t);
+  std::vector<std::string> out = {absl::StrCat("d_pred: ", DataTypeString(pred_type))};
+  for (size_t i = 0; i < tin.size(); ++i) {
+    out.push_back(absl::StrCat("dx_", i, ": ", DataTypeString(out_types[1 + i])));
+  }
+  std::vector<FDH::Node> nodes;
+  std::vector<std::string> fwd_in = {"pred"};
+  for (size_t i = 0; i < tin.size(); ++i) fwd_in.push_back(absl::StrCat("x_", i));
+  FDH::AttrValueWrapper unused;
+  std::vector<std::pair<std::string, FDH::AttrValueWrapper>> fwd_attrs = {
+      {"Tin", tin}, {"Tout", tout}, {"output_shapes", UnknownShapes(tout.size())}};
+  if (is_case) {
+    std::vector<NameAttrList> branches;
+    TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "branches", &branches));
+    fwd_attrs.push_back({"branches", branches});
+  } else {
+    NameAttrList then_branch, else_branch;
+    TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "then_branch", &then_branch));
+    TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "else_branch", &else_branch));
+    fwd_attrs.push_back({"Tcond", pred_type});
+    fwd_attrs.push_back({"then_branch", then_branch});
+    fwd_attrs.push_back({"else_branch", else_branch});
+  }
+  // The rewritten conditional again: its extra outputs are what the branches' gradients read.
+  nodes.push_back({{"fwd"}, op, fwd_in, fwd_attrs});
+  // d(the conditional) = the same predicate over the branches' gradients.
+  std::vector<std::string> back_in = {"pred"};
+  DataTypeVector back_tin, back_tout;
+  for (int k : outputs) {
+    back_in.push_back(absl::StrCat("dy_", k));
+    back_tin.push_back(tout[k]);
+  }
+  for (int s = 0; s < num_saved; ++s) {
+    back_in.push_back(absl::StrCat("fwd:output:", num_outputs + s));
+    back_tin.push_back(DT_VARIANT);
+  }
+  for (size_t i = 0; i < tin.size(); ++i) {
+    back_in.push_back(absl::StrCat("x_", i));
+    back_tin.push_back(tin[i]);
+  }
+  for (int i : inputs) back_tout.push_back(tin[i]);
+  std::vector<std::pair<std::string, FDH::AttrValueWrapper>> back_attrs = {
+      {"Tin", back_tin}, {"Tout", back_tout}, {"output_shapes", UnknownShapes(back_tout.size())}};
+  if (is_case) {
+    std::vector<NameAttrList> fs;
+    for (const std::string& f : functions) fs.push_back(Func(f));
+    back_attrs.push_back({"branches", fs});
+  } else {
+    back_attrs.push_back({"Tcond", pred_type});
+    back_attrs.push_back({"then_branch", Func(functions[0])});
+    back_attrs.push_back({"else_branch", Func(functions[1])});
+  }
+  nodes.push_back({{"back"}, op, back_in, back_attrs});
+  Zeros("pred", pred_type, "zeros_pred", &nodes);
+  std::vector<std::pair<std::string, std::string>> ret = {{"d_pred", "zeros_pred:y:0"}};
+  for (size_t i = 0; i < tin.size(); ++i) {
+    std::string value;
+    for (size_t m = 0; m < inputs.size(); ++m) {
+      if (inputs[m] == static_cast<int>(i)) value = absl::StrCat("back:output:", m);
+    }
+    if (value.empty()) {
+      Zeros(absl::StrCat("x_", i), tin[i], absl::StrCat("zeros_", i), &nodes);
+      value = absl::StrCat("zeros_", i, tin[i] == DT_RESOURCE ? ":output:0" : ":y:0");
+    }
+    ret.push_back({absl::StrCat("dx_", i), value});
+  }
+  *g = FDH::Create(op + "Grad", in, out, {}, nodes, ret);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+#define TF_EXT_CONTROL_FLOW_GRAD(op, fn)                                               \
+  TF_EXT_REGISTER_TF_GRADIENT(op, [](const AttrSlice& attrs, FunctionDef* g) {       \
+    return fn(op, attrs, g);                                                         \
+  })
+
+TF_EXT_CONTROL_FLOW_GRAD("While", WhileGrad);
+TF_EXT_CONTROL_FLOW_GRAD("StatelessWhile", WhileGrad);
+TF_EXT_CONTROL_FLOW_GRAD("If", ConditionalGrad);
+TF_EXT_CONTROL_FLOW_GRAD("StatelessIf", ConditionalGrad);
+TF_EXT_CONTROL_FLOW_GRAD("Case", ConditionalGrad);
+TF_EXT_CONTROL_FLOW_GRAD("StatelessCase", ConditionalGrad);
+
+}  // namespace tensorflow::tf_ext
