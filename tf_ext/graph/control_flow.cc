@@ -28,6 +28,7 @@
 #include "tf_ext/grads/control_flow_attrs.h"
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/shape_inference.h"
 #include "tf_ext/graph/workarounds.h"
 
 namespace tensorflow::tf_ext {
@@ -219,20 +220,8 @@ int SourceArg(const Node* n, int index) {
 absl::Status ShapesFromForward(Graph* bg, FunctionGradient* fg,
                                const std::vector<PartialTensorShape>& arg_shapes) {
   ShapeRefiner refiner(bg->versions(), bg->op_registry());
-  std::vector<Node*> order;
-  GetReversePostOrder(*bg, &order);
-  for (Node* n : order) {
-    if (!n->IsOp() || fg->IsGradient(n->name()) || !refiner.AddNode(n).ok()) continue;
-    int index = -1;
-    if (n->IsArg() && GetNodeAttr(n->attrs(), "index", &index).ok() && index >= 0 &&
-        index < static_cast<int>(arg_shapes.size())) {
-      shape_inference::InferenceContext* c = refiner.GetContext(n);
-      shape_inference::ShapeHandle h;
-      if (c->MakeShapeFromPartialTensorShape(arg_shapes[index], &h).ok()) {
-        (void)refiner.SetShape(n, 0, h);
-      }
-    }
-  }
+  InferShapes(bg, ArgShapesByName(*bg, arg_shapes), &refiner,
+              [fg](const Node* n) { return !fg->IsGradient(n->name()); });
   std::vector<Node*> shape_nodes;
   for (Node* n : bg->op_nodes()) {
     const std::string& op = n->type_string();
@@ -312,19 +301,7 @@ bool ConstValue(const Node* n, Tensor* value) {
 absl::Status RemoveStaticBroadcasts(Graph* bg, const FunctionGradient& fg,
                                     const std::map<std::string, PartialTensorShape>& arg_shapes) {
   ShapeRefiner refiner(bg->versions(), bg->op_registry());
-  FixupSourceAndSinkEdges(bg);  // the incoming gradients' _Arg nodes were added unconnected
-  std::vector<Node*> order;
-  GetReversePostOrder(*bg, &order);
-  for (Node* n : order) {
-    if (!n->IsOp()) continue;
-    if (!refiner.AddNode(n).ok()) continue;
-    auto it = arg_shapes.find(n->name());
-    if (n->IsArg() && it != arg_shapes.end()) {
-      shape_inference::InferenceContext* c = refiner.GetContext(n);
-      shape_inference::ShapeHandle h;
-      if (c->MakeShapeFromPartialTensorShape(it->second, &h).ok()) (void)refiner.SetShape(n, 0, h);
-    }
-  }
+  InferShapes(bg, arg_shapes, &refiner);  // the incoming gradients' _Arg nodes too
   auto bypass = [bg](Node* n, const Edge* in) -> absl::Status {
     std::vector<std::pair<Node*, int>> consumers;
     for (const Edge* e : n->out_edges()) {

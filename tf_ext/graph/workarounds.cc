@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
+#include "tf_ext/graph/shape_inference.h"
 #include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext {
@@ -196,22 +197,9 @@ absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(
   static const auto* reductions =
       new std::set<std::string>{"Sum", "Mean", "Prod", "Max", "Min", "EuclideanNorm"};
   ShapeRefiner refiner(g->versions(), g->op_registry());
+  InferShapes(g, ArgShapesByName(*g, arg_shapes), &refiner);
   std::vector<Node*> order;
   GetReversePostOrder(*g, &order);
-  // A node whose shape function fails (or whose inputs' did) just has no context and is left
-  // alone.
-  for (Node* n : order) {
-    if (!refiner.AddNode(n).ok()) continue;
-    int index = -1;
-    if (n->IsArg() && GetNodeAttr(n->attrs(), "index", &index).ok() && index >= 0 &&
-        index < static_cast<int>(arg_shapes.size())) {
-      shape_inference::InferenceContext* c = refiner.GetContext(n);
-      shape_inference::ShapeHandle h;
-      if (c->MakeShapeFromPartialTensorShape(arg_shapes[index], &h).ok()) {
-        refiner.SetShape(n, 0, h).IgnoreError();
-      }
-    }
-  }
   GradientWorkarounds done;
   for (Node* n : order) {
     shape_inference::InferenceContext* ctx = refiner.GetContext(n);
