@@ -310,3 +310,21 @@ RNN_X[1, 3:] = 0.0  # masked steps for the Masking model
                                   "masked_stacked_Bidirectional_LSTM"])
 def test_keras_recurrent_layer(tmp_path, name, lower):
     check(tmp_path, keras_model(name), RNN_X, lower)
+
+
+def test_malformed_frame_is_one_error_naming_it(tmp_path):
+    # A lowered loop whose Enter nodes disagree on their frame is no loop TensorFlow can convert
+    # back: one InvalidArgument naming the v1 nodes, no crash.
+    graph_def = freeze(CASES["while_data_dependent_trip_count"], X, True)
+    enters = [n for n in graph_def.node if n.op == "Enter"]
+    assert len(enters) >= 2
+    enters[0].attr["frame_name"].s = b"another_frame"
+    graph = str(tmp_path / "model.pb")
+    with open(graph, "wb") as f:
+        f.write(graph_def.SerializeToString())
+    np.save(str(tmp_path / "x.npy"), X)
+    r = subprocess.run([TOOL, "--library=" + LIBRARY, "--graph=" + graph, "--y=y", "--x=x",
+                        "--feed=x=@" + str(tmp_path / "x.npy")], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "lowered (v1) control flow (" in r.stderr, r.stderr[-2000:]
+    assert "Enter '" in r.stderr, r.stderr[-2000:]

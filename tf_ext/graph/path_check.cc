@@ -21,7 +21,8 @@ bool InList(const char* const* list, const std::string& op) {
   return false;
 }
 
-// Control-flow loops: TensorFlow has no C++ gradient for them in either registry.
+// Lowered (v1) control-flow ops: differentiated only once converted back to While/If
+// (control_flow.h), or, outside loops, by the backward builder (Switch, Merge).
 bool IsLoopOp(const std::string& op) {
   static const auto* loop_ops = new std::set<std::string>{
       "While", "StatelessWhile", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
@@ -139,7 +140,7 @@ absl::Status CheckPathHasGradients(const Graph& g, const DifferentiablePath& pat
                                     names.size() > 1 ? ", ..." : "", ")");
     if (IsLoopOp(op)) {
       loops.push_back(op);
-      absl::StrAppend(&line, ": control-flow loop op");
+      absl::StrAppend(&line, ": lowered (v1) control-flow op");
     } else if (InList(kTfExtPythonGradientOps, op)) {
       absl::StrAppend(&line, ": TensorFlow has a gradient for it only in Python");
     } else if (InList(kTfExtPythonNoGradientOps, op)) {
@@ -154,9 +155,10 @@ absl::Status CheckPathHasGradients(const Graph& g, const DifferentiablePath& pat
                                  ") between x and y have no C++ gradient:\n",
                                  absl::StrJoin(lines, "\n"));
   if (!loops.empty()) {
-    absl::StrAppend(&msg, "\nthe graph has a control-flow loop (", absl::StrJoin(loops, ", "),
-                    "), which tf_ext_grad does not differentiate yet: unroll it before "
-                    "freezing, e.g. Keras RNN layers with unroll=True");
+    absl::StrAppend(&msg, "\nthe graph has lowered (v1) control flow (", absl::StrJoin(loops, ", "),
+                    "): convert its frames back to While/If first (FunctionalizeV1ControlFlow, "
+                    "tf_ext/graph/control_flow.h; tf_ext_grad does), or freeze with "
+                    "lower_control_flow=False");
   }
   return absl::InvalidArgumentError(msg);
 }

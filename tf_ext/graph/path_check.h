@@ -43,8 +43,8 @@ DifferentiablePath FindDifferentiablePath(const Graph& g, const std::vector<Grap
                                           const std::vector<GraphTensor>& xs);
 
 // Every op on the path that lacks a gradient, all in one InvalidArgument: per op type its
-// nodes, and whether TensorFlow has a Python-only gradient for it; control-flow loop ops are
-// named as loops. `g` must already have its function calls inlined.
+// nodes, and whether TensorFlow has a Python-only gradient for it; lowered (v1) control-flow
+// ops are named as such (convert them first: control_flow.h). `g` must already have its function calls inlined.
 absl::Status CheckPathHasGradients(const Graph& g, const DifferentiablePath& path);
 
 }  // namespace tensorflow::tf_ext
