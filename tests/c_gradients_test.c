@@ -113,6 +113,105 @@ static TF_Operation* Binary(TF_Graph* g, const char* type, const char* name, TF_
   return op;
 }
 
+static TF_Operation* ScalarInt(TF_Graph* g, const char* name, int32_t v, TF_Status* s) {
+  TF_Tensor* t = TF_AllocateTensor(TF_INT32, NULL, 0, sizeof(int32_t));
+  memcpy(TF_TensorData(t), &v, sizeof(v));
+  TF_OperationDescription* d = TF_NewOperation(g, "Const", name);
+  TF_SetAttrTensor(d, "value", t, s);
+  TF_SetAttrType(d, "dtype", TF_INT32);
+  TF_Operation* op = TF_FinishOperation(d, s);
+  CHECK_OK(s, name);
+  TF_DeleteTensor(t);
+  return op;
+}
+
+/* A loop built in this process with TF_NewWhile (v1 frames: Enter/Exit/Merge/Switch), which
+ * TfExtAddGradients converts back to a While: h <- sin(h) * x + h over 3 steps, from h = x.
+ * y = sum(h). Gradient at x against central differences. */
+static void NewWhileCase(TF_Status* s) {
+  TF_Graph* g = TF_NewGraph();
+  TF_OperationDescription* pd = TF_NewOperation(g, "Placeholder", "x");
+  TF_SetAttrType(pd, "dtype", TF_DOUBLE);
+  TF_Operation* x = TF_FinishOperation(pd, s);
+  CHECK_OK(s, "x");
+  TF_Operation* zero = ScalarInt(g, "zero", 0, s);
+  TF_Output inputs[3] = {{zero, 0}, {x, 0}, {x, 0}};  /* i, h, x (invariant) */
+  TF_WhileParams params = TF_NewWhile(g, inputs, 3, s);
+  CHECK_OK(s, "TF_NewWhile");
+  params.name = "loop";
+  TF_Operation* three = ScalarInt(params.cond_graph, "three", 3, s);
+  params.cond_output = (TF_Output){
+      Binary(params.cond_graph, "Less", "less", params.cond_inputs[0], (TF_Output){three, 0}, s),
+      0};
+  TF_Operation* one = ScalarInt(params.body_graph, "one", 1, s);
+  TF_Operation* next_i =
+      Binary(params.body_graph, "AddV2", "next_i", params.body_inputs[0], (TF_Output){one, 0}, s);
+  TF_OperationDescription* sd = TF_NewOperation(params.body_graph, "Sin", "sin");
+  TF_AddInput(sd, params.body_inputs[1]);
+  TF_Operation* sin_h = TF_FinishOperation(sd, s);
+  CHECK_OK(s, "sin");
+  TF_Operation* sx = Binary(params.body_graph, "Mul", "sx", (TF_Output){sin_h, 0},
+                            params.body_inputs[2], s);
+  TF_Operation* next_h =
+      Binary(params.body_graph, "AddV2", "next_h", (TF_Output){sx, 0}, params.body_inputs[1], s);
+  params.body_outputs[0] = (TF_Output){next_i, 0};
+  params.body_outputs[1] = (TF_Output){next_h, 0};
+  params.body_outputs[2] = params.body_inputs[2];
+  TF_Output outputs[3];
+  TF_FinishWhile(&params, s, outputs);
+  CHECK_OK(s, "TF_FinishWhile");
+  const int32_t axis0 = 0;
+  int64_t one_dim[1] = {1};
+  TF_Tensor* axis_t = TF_AllocateTensor(TF_INT32, one_dim, 1, sizeof(int32_t));
+  memcpy(TF_TensorData(axis_t), &axis0, sizeof(axis0));
+  TF_OperationDescription* ad = TF_NewOperation(g, "Const", "axis");
+  TF_SetAttrTensor(ad, "value", axis_t, s);
+  TF_SetAttrType(ad, "dtype", TF_INT32);
+  TF_Operation* axis = TF_FinishOperation(ad, s);
+  CHECK_OK(s, "axis");
+  TF_DeleteTensor(axis_t);
+  TF_Operation* y = Binary(g, "Sum", "y", outputs[1], (TF_Output){axis, 0}, s);
+  if (!HasOp(g, "Enter") || !HasOp(g, "Exit")) {
+    fprintf(stderr, "FAIL TF_NewWhile built no v1 frame\n");
+    ++failures;
+  }
+  TF_Output ys[1] = {{y, 0}}, xs[1] = {{x, 0}}, dys[1];
+  TfExtAddGradients(g, NULL, ys, 1, xs, 1, NULL, s, dys);
+  CHECK_OK(s, "TfExtAddGradients on a TF_NewWhile loop");
+  if (HasOp(g, "Enter") || !HasOp(g, "While")) {
+    fprintf(stderr, "FAIL the v1 loop was not converted to a While\n");
+    ++failures;
+  }
+  TF_SessionOptions* opts = TF_NewSessionOptions();
+  TF_Session* sess = TF_NewSession(g, opts, s);
+  CHECK_OK(s, "session");
+  const double xv[3] = {0.3, -0.7, 1.1};
+  TF_Output fetch[1] = {dys[0]}, fy[1] = {{y, 0}};
+  double got[3];
+  Run(sess, x, xv, fetch, 1, got, s);
+  for (int i = 0; i < 3; ++i) {
+    const double eps = 1e-6;
+    double up[3], down[3], yu[3], yd[3];
+    memcpy(up, xv, sizeof(up));
+    memcpy(down, xv, sizeof(down));
+    up[i] += eps;
+    down[i] -= eps;
+    Run(sess, x, up, fy, 1, yu, s);
+    Run(sess, x, down, fy, 1, yd, s);
+    const double numeric = (yu[0] - yd[0]) / (2 * eps);
+    if (fabs(got[i] - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || got[i] == 0) {
+      fprintf(stderr, "FAIL TF_NewWhile: d y / d x[%d] = %.12g, central difference %.12g\n", i,
+              got[i], numeric);
+      ++failures;
+    }
+  }
+  printf("ok a TF_NewWhile loop (v1 frames) differentiated\n");
+  TF_CloseSession(sess, s);
+  TF_DeleteSession(sess, s);
+  TF_DeleteSessionOptions(opts);
+  TF_DeleteGraph(g);
+}
+
 int main(int argc, char** argv) {
   const char* path = argc > 1 ? argv[1] : "tests/data/control_flow_graph.pb";
   TF_Status* s = TF_NewStatus();
@@ -279,6 +378,7 @@ int main(int argc, char** argv) {
       TF_DeleteGraph(cg);
     }
   }
+  NewWhileCase(s);
   TF_DeleteStatus(s);
   if (failures > 0) {
     fprintf(stderr, "%d failures\n", failures);

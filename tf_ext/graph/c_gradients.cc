@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/c/c_api_internal.h"
 #include "tensorflow/c/tf_status_helper.h"
+#include "tensorflow/compiler/tf2xla/functionalize_control_flow.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tf_ext/graph/backprop.h"
@@ -22,6 +23,12 @@ bool PrefixUsed(const Graph& g, const std::string& prefix) {
     if (n->name() == prefix || absl::StartsWith(n->name(), prefix + "/")) return true;
   }
   return false;
+}
+
+bool IsV1ControlFlow(const std::string& op) {
+  return op == "Enter" || op == "Exit" || op == "NextIteration" || op == "LoopCond" ||
+         op == "Switch" || op == "Merge" || op == "RefEnter" || op == "RefExit" ||
+         op == "RefNextIteration" || op == "RefSwitch" || op == "RefMerge";
 }
 
 absl::StatusOr<GraphTensor> ToGraphTensor(const TF_Output& out, const char* role, int i) {
@@ -75,6 +82,11 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
     if (dx != nullptr) {
       auto d = ToGraphTensor(dx[i], "dx", i);
       if (!d.ok()) return d.status();
+      if (IsV1ControlFlow(d->node->type_string())) {  // replaced when v1 loops are converted
+        return absl::InvalidArgumentError(absl::StrCat(
+            "TfExtAddGradients: dx[", i, "] is an output of the v1 control-flow node '",
+            d->node->name(), "'; read it through an Identity"));
+      }
       dys.push_back(*d);
     } else {
       Node* ones = nullptr;
@@ -87,12 +99,13 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   for (int i = 0; i < nx; ++i) {
     auto t = ToGraphTensor(x[i], "x", i);
     if (!t.ok()) return t.status();
-    if (!IsFunctionalControlFlow(t->node->type_string())) {
+    if (!IsFunctionalControlFlow(t->node->type_string()) &&
+        !IsV1ControlFlow(t->node->type_string())) {
       xs.push_back(*t);
       continue;
     }
     // An output of a loop or conditional: its consumers read it through an Identity, which
-    // is x (the node itself is replaced by the control-flow pass).
+    // is x (the node itself is replaced by the control-flow pass or the v1 conversion).
     std::vector<std::pair<Node*, int>> consumers;
     for (const Edge* e : t->node->out_edges()) {
       if (!e->IsControlEdge() && e->src_output() == t->index) {
@@ -105,6 +118,19 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
                            .Finalize(g, &read));
     for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(g->UpdateEdge(read, 0, dst, input));
     xs.push_back({read, 0});
+  }
+  // Loops built in this process (TF_NewWhile: v1 frames) back to While/If first, as
+  // tf_ext_grad converts an imported graph's; the y and x reads above follow the rewiring.
+  bool converted = false;
+  for (const Node* n : g->op_nodes()) converted |= IsV1ControlFlow(n->type_string());
+  if (converted) {
+    FixupSourceAndSinkEdges(g);  // the conversion walks from the source node
+    absl::Status s = FunctionalizeControlFlow(g, g->mutable_flib_def());
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TfExtAddGradients: the graph's lowered (v1) control flow does not form loops and "
+          "conditionals TensorFlow can convert back to While and If: ", s.message()));
+    }
   }
   BackpropOptions options;
   options.name_prefix = prefix;
@@ -128,11 +154,12 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   }
   // The TF_Graph's index and shape refiner learn the new nodes (and the replaced ones, which
   // keep their names), producers first.
+  if (converted) graph->name_map.clear();  // the v1 nodes are gone
   for (Node* n : g->op_nodes()) graph->name_map[n->name()] = n;
   FixupSourceAndSinkEdges(g);  // nodes added without inputs are reached from the source too
   std::vector<Node*> order;
   GetReversePostOrder(*g, &order);
-  const bool replaced = stats.loops + stats.conditionals > 0;
+  const bool replaced = converted || stats.loops + stats.conditionals > 0;
   if (replaced) {
     // The pass replaced nodes, whose shape contexts other nodes' shapes point into, and a new
     // node may reuse a replaced one's address: the refiner starts again, as TF_Graph sets it

@@ -8,6 +8,8 @@
  * The pass replaces control-flow nodes on the path (same names), so call it before any
  * session runs the graph: with a session on the graph it fails. A y or x that is a
  * control-flow node's output is read through an Identity node (the pass replaces the node).
+ * Lowered (v1) frames, e.g. loops built with TF_NewWhile, are first converted back to While
+ * and If (TensorFlow's functionalization); a dx that is a v1 node's output is refused.
  * When it replaced nodes, the graph's shapes are inferred again from scratch: shapes set with
  * TF_GraphSetTensorShape beyond what inference gives are forgotten.
  *
