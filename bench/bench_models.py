@@ -178,9 +178,16 @@ def main(argv=None) -> int:
     lines = ["| model | batch | C++ median ms | Python median ms | time C++/Python | "
              "C++ memory MB | Python memory MB | memory C++/Python | max rel. difference |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    def label(r):
+        if r["model"].startswith("LSTM"):
+            return "%s T=%d" % (r["model"], r["size"])  # steps
+        if r["model"] == "BertBaseEncoder":
+            return "%s seq %d" % (r["model"], r["size"])
+        return "%s %dx%d" % (r["model"], r["size"], r["size"])
+
     for r in rows:
-        lines.append("| %s %dx%d | %d | %.1f | %.1f | %.2fx | %.0f | %.0f | %.2fx | %.1e |" % (
-            r["model"], r["size"], r["size"], r["batch"], r["cpp_median_ms"],
+        lines.append("| %s | %d | %.1f | %.1f | %.2fx | %.0f | %.0f | %.2fx | %.1e |" % (
+            label(r), r["batch"], r["cpp_median_ms"],
             r["python_median_ms"], r["time_ratio"], r["cpp_mem_mb"], r["python_mem_mb"],
             r["mem_ratio"], r["max_rel_diff"]))
     open(os.path.join(args.out, "models.md"), "w").write("\n".join(lines) + "\n")
