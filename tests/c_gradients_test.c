@@ -71,6 +71,29 @@ static void Run(TF_Session* sess, TF_Operation* x, const double* xv, TF_Output* 
   TF_DeleteTensor(in);
 }
 
+/* Compares grad (d sum(y) / d x at xv, 3 values) with central differences of y, run through
+ * the session; a zero gradient fails too (nothing flowed). */
+static void ExpectCentralDifferences(const char* what, TF_Session* sess, TF_Operation* x,
+                                     const double* xv, TF_Output y, const double* grad,
+                                     TF_Status* s) {
+  const double eps = 1e-6;
+  for (int i = 0; i < 3; ++i) {
+    double up[3], down[3], yu[3], yd[3];
+    memcpy(up, xv, sizeof(up));
+    memcpy(down, xv, sizeof(down));
+    up[i] += eps;
+    down[i] -= eps;
+    Run(sess, x, up, &y, 1, yu, s);
+    Run(sess, x, down, &y, 1, yd, s);
+    const double numeric = (yu[0] - yd[0]) / (2 * eps);
+    if (fabs(grad[i] - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || grad[i] == 0) {
+      fprintf(stderr, "FAIL %s: d y / d x[%d] = %.12g, central difference %.12g\n", what, i,
+              grad[i], numeric);
+      ++failures;
+    }
+  }
+}
+
 static int HasOp(TF_Graph* g, const char* type) {
   size_t pos = 0;
   TF_Operation* op;
@@ -189,22 +212,7 @@ static void NewWhileCase(TF_Status* s) {
   TF_Output fetch[1] = {dys[0]}, fy[1] = {{y, 0}};
   double got[3];
   Run(sess, x, xv, fetch, 1, got, s);
-  for (int i = 0; i < 3; ++i) {
-    const double eps = 1e-6;
-    double up[3], down[3], yu[3], yd[3];
-    memcpy(up, xv, sizeof(up));
-    memcpy(down, xv, sizeof(down));
-    up[i] += eps;
-    down[i] -= eps;
-    Run(sess, x, up, fy, 1, yu, s);
-    Run(sess, x, down, fy, 1, yd, s);
-    const double numeric = (yu[0] - yd[0]) / (2 * eps);
-    if (fabs(got[i] - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || got[i] == 0) {
-      fprintf(stderr, "FAIL TF_NewWhile: d y / d x[%d] = %.12g, central difference %.12g\n", i,
-              got[i], numeric);
-      ++failures;
-    }
-  }
+  ExpectCentralDifferences("TF_NewWhile", sess, x, xv, fy[0], got, s);
   printf("ok a TF_NewWhile loop (v1 frames) differentiated\n");
   TF_CloseSession(sess, s);
   TF_DeleteSession(sess, s);
@@ -277,23 +285,8 @@ int main(int argc, char** argv) {
     TF_Output fetch[2] = {{y, 0}, dys[0]};
     double got[6];
     Run(sess, x, points[p], fetch, 2, got, s);
-    for (int i = 0; i < 3; ++i) {
-      const double eps = 1e-6;
-      double up[3], down[3], yu[3], yd[3];
-      memcpy(up, points[p], sizeof(up));
-      memcpy(down, points[p], sizeof(down));
-      up[i] += eps;
-      down[i] -= eps;
-      Run(sess, x, up, fetch, 1, yu, s);
-      Run(sess, x, down, fetch, 1, yd, s);
-      const double numeric = (yu[0] - yd[0]) / (2 * eps);
-      const double g_i = got[3 + i];
-      if (fabs(g_i - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || g_i == 0) {
-        fprintf(stderr, "FAIL point %d, d y / d x[%d] = %.12g, central difference %.12g\n", p, i,
-                g_i, numeric);
-        ++failures;
-      }
-    }
+    ExpectCentralDifferences(p == 0 ? "then-branch point" : "else-branch point", sess, x,
+                             points[p], fetch[0], got + 3, s);
     printf("ok gradient at point %d (y = %g)\n", p, got[0]);
     /* H v against central differences of the gradient along v. */
     TF_Output fetch2[2] = {dys[0], hv[0]};
@@ -353,23 +346,7 @@ int main(int argc, char** argv) {
         double got[3];
         memcpy(got, TF_TensorData(value), sizeof(got));
         TF_DeleteTensor(value);
-        for (int i = 0; i < 3; ++i) {
-          const double eps = 1e-6;
-          double up[3], down[3], yu[3], yd[3];
-          memcpy(up, xv, sizeof(up));
-          memcpy(down, xv, sizeof(down));
-          up[i] += eps;
-          down[i] -= eps;
-          TF_Output fy[1] = {{cy, 0}};
-          Run(csess, cx, up, fy, 1, yu, s);
-          Run(csess, cx, down, fy, 1, yd, s);
-          const double numeric = (yu[0] - yd[0]) / (2 * eps);
-          if (fabs(got[i] - numeric) > 1e-7 * fmax(1.0, fabs(numeric)) || got[i] == 0) {
-            fprintf(stderr, "FAIL call: d y / d x[%d] = %.12g, central difference %.12g\n", i,
-                    got[i], numeric);
-            ++failures;
-          }
-        }
+        ExpectCentralDifferences("call", csess, cx, xv, (TF_Output){cy, 0}, got, s);
         printf("ok TF_AddGradients of a function holding a loop and a conditional\n");
       }
       TF_CloseSession(csess, s);
