@@ -672,3 +672,46 @@ def test_unsupported_types_fail_naming_the_op(op, dtype, message):
         with tf.compat.v1.Session() as sess:
             with pytest.raises(tf.errors.InvalidArgumentError, match=message):
                 sess.run(grads)
+
+
+# ------------------------------------------------------------------------------------------
+# Ops that pass their input through (array_grad.cc), and PreventGradient's refusal.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_pass_through_ops(dtype):
+    tol = 1e-6 if dtype == np.float32 else 1e-12
+    x = grid((3, 4), dtype, seed=50)
+    compare(lambda: tf.raw_ops.PlaceholderWithDefault(input=x, shape=[3, 4]), tol)
+    compare(lambda: tf.raw_ops.EnsureShape(input=x, shape=[3, 4]), tol)
+    compare(lambda: tf.raw_ops.CheckNumericsV2(tensor=x, message="forward"), tol)
+
+
+def test_check_numerics_v2_checks_its_gradient():
+    # The gradient of CheckNumericsV2 checks the incoming gradient, as Python's does.
+    with tf.Graph().as_default():
+        tf_ext.library()
+        x = tf.constant([1.0, 2.0])
+        y = tf.raw_ops.CheckNumericsV2(tensor=x, message="fwd")
+        f = attr_value_pb2.NameAttrList(name="CheckNumericsV2")
+        for k, v in y.op.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        dx = tf.raw_ops.SymbolicGradient(input=[x, tf.constant([1.0, np.inf])],
+                                         Tout=[tf.float32], f=f)
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="detected in gradient. fwd"):
+                sess.run(dx)
+
+
+def test_prevent_gradient_is_an_error_naming_the_op():
+    with tf.Graph().as_default():
+        tf_ext.library()
+        x = tf.constant([1.0, 2.0])
+        f = attr_value_pb2.NameAttrList(name="PreventGradient")
+        f.attr["T"].type = tf.float32.as_datatype_enum
+        f.attr["message"].s = b"not here"
+        dx = tf.raw_ops.SymbolicGradient(input=[x, tf.ones_like(x)], Tout=[tf.float32], f=f)
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match="PreventGradient: gradient explicitly disabled. Reason: "
+                                     "not here"):
+                sess.run(dx)

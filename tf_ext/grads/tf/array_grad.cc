@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
+#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -40,8 +41,49 @@ absl::Status IdentityNGrad(const AttrSlice& attrs, FunctionDef* g) {
   return absl::OkStatus();
 }
 
+// Ops that pass their input through (Python's _IdGrad): d(input) = d(output). `in` and `out`
+// are the OpDef's argument names.
+absl::Status PassThroughGrad(const std::string& op, const char* in, const char* out,
+                             const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  b.Return(in, b.Add({{"dx"}, "Identity", {grad::GradName(out)}, {{"T", b.TypeOf(in)}}}));
+  return b.Build(g);
+}
+
+// CheckNumericsV2(tensor, message) = tensor, failing on NaN or Inf: its gradient is checked
+// too, d(tensor) = CheckNumericsV2(d(output)), with Python's message.
+absl::Status CheckNumericsV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("CheckNumericsV2", attrs);
+  const std::string message = b.GetAttr<std::string>("message");
+  b.Return("tensor",
+           b.Add({{"dx"},
+                  "CheckNumericsV2",
+                  {grad::GradName("output")},
+                  {{"T", b.TypeOf("tensor")},
+                   {"message", absl::StrCat("Not a number (NaN) or infinity (Inf) values "
+                                            "detected in gradient. ",
+                                            message)}}}));
+  return b.Build(g);
+}
+
+// PreventGradient: as in Python, asking for its gradient is an error, with the op's message.
+absl::Status PreventGradientGrad(const AttrSlice& attrs, FunctionDef*) {
+  std::string message;
+  (void)GetNodeAttr(attrs, "message", &message);
+  return absl::InvalidArgumentError(
+      absl::StrCat("PreventGradient: gradient explicitly disabled. Reason: ", message));
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
+TF_EXT_REGISTER_TF_GRADIENT("PlaceholderWithDefault", [](const AttrSlice& a, FunctionDef* g) {
+  return PassThroughGrad("PlaceholderWithDefault", "input", "output", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("EnsureShape", [](const AttrSlice& a, FunctionDef* g) {
+  return PassThroughGrad("EnsureShape", "input", "output", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("CheckNumericsV2", CheckNumericsV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("PreventGradient", PreventGradientGrad);
 
 }  // namespace tensorflow::tf_ext
