@@ -3,7 +3,7 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
-//               [--optimize=false] [--symbolic_gradients] [--benchmark=N]
+//               [--optimize=false] [--symbolic_gradients] [--benchmark=N] [--export=DIR]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -24,6 +25,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/tools/flags.h"
+#include "tf_ext/graph/export.h"
 #include "tf_ext/graph/graph_gradients.h"
 #include "tf_ext/tools/default_example.h"
 #include "tf_ext/tools/library_lookup.h"
@@ -32,7 +34,7 @@ namespace tensorflow::tf_ext::tools {
 namespace {
 
 struct Flags {
-  std::string graph, y, x, library, save, dump_backward;
+  std::string graph, y, x, library, save, dump_backward, export_dir;
   std::vector<std::string> feeds;
   bool check = false, optimize = true, symbolic_gradients = false;
   double delta = 0, tolerance = -1;
@@ -109,6 +111,11 @@ void DeclareFlags(FlagParser* p, Flags* f) {
   p->String("dump_backward", &f->dump_backward,
             "write the forward+backward GraphDef (text) that was run")
       .ValueName("PATH");
+  p->String("export", &f->export_dir,
+            "write the gradient as a SavedModel in DIR (new or empty): signature \"gradients\"\n"
+            "(the feeds in; y and d_<x> out), plain TensorFlow ops, the weights in\n"
+            "variables/; it loads without tf_ext (tf.saved_model.load, LoadSavedModel)")
+      .ValueName("DIR");
   p->Int("max_values", &f->max_values, "values printed per tensor");
 }
 
@@ -131,6 +138,15 @@ int Main(int argc, char** argv) {
   }
   if (!parsed.ok()) return Fail(absl::StrCat(parsed.message(), "\n", parser.Usage()));
 
+  if (!flags.export_dir.empty()) {
+    // Refused before the work of building the gradient, not after it.
+    if (flags.symbolic_gradients) {
+      return Fail("--export writes each op's gradient as plain ops: drop --symbolic_gradients");
+    }
+    if (absl::Status s = CheckExportTarget(flags.export_dir); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
   auto found = FindOpLibrary(LibraryLookupContext::FromProcess(flags.library));
   if (!found.ok()) return Fail(std::string(found.status().message()));
   const std::string library = *found;
@@ -179,7 +195,7 @@ int Main(int argc, char** argv) {
 
   GradientResult result;
   GradientOptions options;
-  options.keep_backward_graph = !flags.dump_backward.empty();
+  options.keep_backward_graph = !flags.dump_backward.empty() || !flags.export_dir.empty();
   options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
   options.optimize_graph = flags.optimize;
   options.inline_gradients = !flags.symbolic_gradients;
@@ -243,6 +259,28 @@ int Main(int argc, char** argv) {
     if (absl::Status s = WriteTextProto(Env::Default(), flags.dump_backward, result.backward_graph);
         !s.ok()) {
       return Fail(std::string(s.message()));
+    }
+  }
+  if (!flags.export_dir.empty()) {
+    ExportStats stats;
+    const uint64_t start = EnvTime::NowMicros();
+    if (absl::Status s = ExportGradientSavedModel(flags.export_dir, request, &result, {}, &stats);
+        !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    std::cout << "exported the gradient to " << flags.export_dir << " in "
+              << absl::StrFormat("%.2f", (EnvTime::NowMicros() - start) * 1e-6)
+              << " s: SavedModel (tag serve), signature \"" << kGradientsSignatureKey
+              << "\" (inputs " << absl::StrJoin(stats.input_keys, ", ") << "; outputs "
+              << absl::StrJoin(stats.output_keys, ", ") << "), " << stats.variables
+              << " weights in variables/ (" << absl::StrFormat("%.1f", stats.variable_bytes / 1e6)
+              << " MB), saved_model.pb " << absl::StrFormat("%.1f", stats.saved_model_bytes / 1e3)
+              << " kB (" << stats.graph_nodes << " nodes, " << stats.functions << " functions)\n";
+    if (stats.tf_ext_ops.empty()) {
+      std::cout << "  only TensorFlow's own ops: it loads without tf_ext\n";
+    } else {
+      std::cout << "  it uses tf_ext's ops " << absl::StrJoin(stats.tf_ext_ops, ", ")
+                << ": load the op library before loading it\n";
     }
   }
   if (flags.check) {
