@@ -1,8 +1,9 @@
 """tf_ext_grad --export: the C++ gradient as a SavedModel that runs without tf_ext.
 
-A Keras MobileNetV2 (weights=None, 32x32, batch 2) is frozen to a GraphDef with Python's
-gradient of the same frozen function as the reference (scripts/freeze_keras_model.py), its
-gradient is built and exported by tf_ext_grad, and the SavedModel is run by
+A Keras MobileNetV2 (weights=None, 32x32, batch 2), and an LSTM whose frozen graph keeps its
+While loop (so the export holds loop functions), are frozen to GraphDefs with Python's
+gradient of the same frozen function as the reference (scripts/freeze_keras_model.py), their
+gradients are built and exported by tf_ext_grad, and each SavedModel is run by
   * a Python process that never imports tf_ext (tf.saved_model.load, signature "gradients"),
   * run_exported_gradients, a C++ program linking only TensorFlow (LoadSavedModel),
 each checking that no tf_ext op is registered and no tf_ext library mapped in it. Negative
@@ -154,34 +155,41 @@ def assert_close(got, ref, what):
     assert rel <= 1e-4, "%s: max relative error %.3g" % (what, rel)
 
 
-@pytest.fixture(scope="module")
-def mobilenet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mobilenet")
+# (model, freeze flags): MobileNetV2 is the issue's model; the LSTM's loop is functional in
+# the frozen graph (Python's reference gradient needs that) and in the export.
+MODELS = {"MobileNetV2": ["--size=32", "--batch=2"],
+          "LSTM": ["--size=32", "--batch=2", "--functional_control_flow"]}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(request.param)
     frozen = tmp / "frozen"
-    r = subprocess.run([sys.executable, FREEZE, "MobileNetV2", "--out=" + str(frozen),
-                        "--size=32", "--batch=2"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, FREEZE, request.param, "--out=" + str(frozen)] +
+                       MODELS[request.param], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     export = tmp / "export"
     r = tf_ext_grad("--graph=%s" % (frozen / "model.pb"), "--y=y", "--x=x",
                     "--feed=x=@%s" % (frozen / "input.npy"), "--save=%s" % (tmp / "cli.npz"),
                     "--export=%s" % export)
     assert r.returncode == 0, r.stderr[-3000:]
-    return {"frozen": frozen, "export": export, "stdout": r.stdout,
+    return {"name": request.param, "frozen": frozen, "export": export, "stdout": r.stdout,
             "info": json.load(open(frozen / "info.json")),
             "expected": dict(np.load(frozen / "expected.npz")),
             "cli": dict(np.load(tmp / "cli.npz")),
             "inputs": {"x": str(frozen / "input.npy")}}
 
 
-def test_exported_graph_is_plain_tensorflow_with_weights_in_variables(mobilenet):
-    export = mobilenet["export"]
-    assert "only TensorFlow's own ops: it loads without tf_ext" in mobilenet["stdout"]
+def test_exported_graph_is_plain_tensorflow_with_weights_in_variables(model):
+    export = model["export"]
+    assert "only TensorFlow's own ops: it loads without tf_ext" in model["stdout"]
     meta = load_meta_graph(export)
     assert list(meta.meta_info_def.tags) == ["serve"]
     assert list(meta.signature_def) == ["gradients"]
     sig = meta.signature_def["gradients"]
     assert sorted(sig.inputs) == ["x"] and sorted(sig.outputs) == ["d_x", "y"]
-    assert [d.size for d in sig.inputs["x"].tensor_shape.dim] == [2, 32, 32, 3]
+    shape = model["info"]["input_shape"]
+    assert [d.size for d in sig.inputs["x"].tensor_shape.dim] == shape
     ops = {n.op for n in all_nodes(meta.graph_def)}
     assert not ops & CALL_OPS, ops & CALL_OPS
     assert not [o for o in ops if o.startswith("TfExt>")]
@@ -193,43 +201,48 @@ def test_exported_graph_is_plain_tensorflow_with_weights_in_variables(mobilenet)
     assert all(op_def_registry.get(o) is not None for o in ops), ops
     # The weights are variables restored from variables/, not constants in the graph.
     assert "VarHandleOp" in ops and "RestoreV2" in ops
-    big = [n.name for n in meta.graph_def.node if n.op == "Const" and float_const_elements(n) >= 16]
+    big = [n.name for n in all_nodes(meta.graph_def)
+           if n.op == "Const" and float_const_elements(n) >= 16]
     assert big == []
+    if model["name"] == "LSTM":  # the loop and its gradient loop, as functions
+        assert "While" in ops or "StatelessWhile" in ops
+        assert len(meta.graph_def.library.function) >= 2
     data = os.path.join(export, "variables", "variables.data-00000-of-00001")
     assert os.path.isfile(os.path.join(export, "variables", "variables.index"))
-    params = mobilenet["info"]["params"]
-    assert os.path.getsize(data) >= 4 * params  # every float32 weight
-    assert os.path.getsize(os.path.join(export, "saved_model.pb")) < os.path.getsize(data) / 4
+    if model["name"] == "MobileNetV2":
+        params = model["info"]["params"]
+        assert os.path.getsize(data) >= 4 * params  # every float32 weight
+        assert os.path.getsize(os.path.join(export, "saved_model.pb")) < os.path.getsize(data) / 4
     assert not [p for p in os.listdir(export.parent) if ".partial-" in p]
 
 
-def test_python_process_without_tf_ext_runs_it(mobilenet, tmp_path):
-    got, report = run_python(tmp_path, mobilenet["export"], mobilenet["inputs"])
+def test_python_process_without_tf_ext_runs_it(model, tmp_path):
+    got, report = run_python(tmp_path, model["export"], model["inputs"])
     assert report["tf_ext_imported"] == [] and report["tf_ext_ops"] == []
     assert report["tf_ext_maps"] == 0
-    ref = mobilenet["expected"]
-    assert got["d_x"].shape == ref["dy_dx"].shape == (2, 32, 32, 3)
+    ref = model["expected"]
+    assert got["d_x"].shape == ref["dy_dx"].shape == tuple(model["info"]["input_shape"])
     assert_close(got["d_x"], ref["dy_dx"], "Python-loaded export vs Python's gradient")
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4)
-    assert_close(got["d_x"], mobilenet["cli"]["d_x"], "Python-loaded export vs tf_ext_grad")
+    assert_close(got["d_x"], model["cli"]["d_x"], "Python-loaded export vs tf_ext_grad")
     print("python: load %.2f s, first run %.2f s, steady %.1f ms" %
           (report["load_s"], report["first_run_s"], report["steady_ms"]))
 
 
-def test_python_check_sees_tf_ext_when_imported(mobilenet, tmp_path):
+def test_python_check_sees_tf_ext_when_imported(model, tmp_path):
     # Negative control: the same child, importing tf_ext first, reports it.
-    _, report = run_python(tmp_path, mobilenet["export"], mobilenet["inputs"],
+    _, report = run_python(tmp_path, model["export"], model["inputs"],
                            import_tf_ext=True)
     assert "tf_ext" in report["tf_ext_imported"]
     assert "TfExt>SmoothL1" in report["tf_ext_ops"] and report["tf_ext_maps"] > 0
 
 
-def test_cpp_program_without_tf_ext_runs_it(mobilenet, tmp_path):
-    r, out = run_cpp(tmp_path, mobilenet["export"], mobilenet["inputs"])
+def test_cpp_program_without_tf_ext_runs_it(model, tmp_path):
+    r, out = run_cpp(tmp_path, model["export"], model["inputs"])
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "tf_ext ops registered: 0" in r.stdout and "tf_ext libraries mapped: 0" in r.stdout
     got = read_cpp_outputs(r.stdout, out)
-    ref = mobilenet["expected"]
+    ref = model["expected"]
     assert got["d_x"].shape == ref["dy_dx"].shape and got["d_x"].dtype == np.float32
     assert_close(got["d_x"], ref["dy_dx"], "C++-loaded export vs Python's gradient")
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4)
@@ -238,9 +251,9 @@ def test_cpp_program_without_tf_ext_runs_it(mobilenet, tmp_path):
            cpp_number(r.stdout, "steady run ms median")))
 
 
-def test_cpp_check_sees_tf_ext_when_loaded(mobilenet, tmp_path):
+def test_cpp_check_sees_tf_ext_when_loaded(model, tmp_path):
     # Negative control: with the op library preloaded, the program reports it and exits 3.
-    r, _ = run_cpp(tmp_path, mobilenet["export"], mobilenet["inputs"], preload=LIBRARY)
+    r, _ = run_cpp(tmp_path, model["export"], model["inputs"], preload=LIBRARY)
     assert r.returncode == 3, r.stdout + r.stderr[-2000:]
     assert "tf_ext ops registered: 0" not in r.stdout
     assert "tf_ext libraries mapped: 0" not in r.stdout
