@@ -273,7 +273,7 @@ int Main(int argc, char** argv) {
               << " s: SavedModel (tag serve), signature \"" << kGradientsSignatureKey
               << "\" (inputs " << absl::StrJoin(stats.input_keys, ", ") << "; outputs "
               << absl::StrJoin(stats.output_keys, ", ") << "), " << stats.variables
-              << " weights in variables/ (" << absl::StrFormat("%.1f", stats.variable_bytes / 1e6)
+              << (stats.variables == 1 ? " weight" : " weights") << " in variables/ (" << absl::StrFormat("%.1f", stats.variable_bytes / 1e6)
               << " MB), saved_model.pb " << absl::StrFormat("%.1f", stats.saved_model_bytes / 1e3)
               << " kB (" << stats.graph_nodes << " nodes, " << stats.functions << " functions)\n";
     if (stats.tf_ext_ops.empty()) {
