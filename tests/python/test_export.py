@@ -6,6 +6,7 @@ gradient of the same frozen function as the reference (scripts/freeze_keras_mode
 gradients are built and exported by tf_ext_grad, and each SavedModel is run by
   * a Python process that never imports tf_ext (tf.saved_model.load, signature "gradients"),
   * run_exported_gradients, a C++ program linking only TensorFlow (LoadSavedModel),
+  * TensorFlow's saved_model_cli (the TF1 Session loader),
 each checking that no tf_ext op is registered and no tf_ext library mapped in it. Negative
 controls show those checks see tf_ext when it is there. The exported graph is inspected: no
 SymbolicGradient or function-call nodes, only TensorFlow's ops, the weights in variables/.
@@ -257,6 +258,19 @@ def test_cpp_check_sees_tf_ext_when_loaded(model, tmp_path):
     assert r.returncode == 3, r.stdout + r.stderr[-2000:]
     assert "tf_ext ops registered: 0" not in r.stdout
     assert "tf_ext libraries mapped: 0" not in r.stdout
+
+
+def test_saved_model_cli_runs_it(model, tmp_path):
+    # TensorFlow's own tool, through the TF1 Session loader (tf.compat.v1.saved_model.load).
+    out = tmp_path / "cli_out"
+    r = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
+                        "--dir", str(model["export"]), "--tag_set", "serve",
+                        "--signature_def", "gradients",
+                        "--inputs", "x=" + model["inputs"]["x"], "--outdir", str(out)],
+                       capture_output=True, text=True, env=child_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_close(np.load(out / "d_x.npy"), model["expected"]["dy_dx"],
+                 "saved_model_cli run vs Python's gradient")
 
 
 def test_several_xs_and_a_weight_as_x(tmp_path):
