@@ -26,8 +26,10 @@ namespace tensorflow::tf_ext {
 inline constexpr char kGradientsSignatureKey[] = "gradients";
 
 struct ExportOptions {
-  // Floating-point constants of at least this many elements become variables; smaller ones
-  // (scalars, epsilons, short vectors) stay Const nodes that graph optimizations can fold.
+  // Floating-point constants of the graph (not of its functions: a frozen model's weights are
+  // captured into loop bodies as inputs) with at least this many elements become variables;
+  // smaller ones (scalars, epsilons, short vectors) stay Const nodes that graph optimizations
+  // can fold.
   int64_t min_variable_elements = 16;
 };
 
