@@ -92,11 +92,13 @@ struct Check {
   std::vector<Tensor> inputs;     // double / complex128 (integer inputs as they are)
   std::vector<int> nondiff = {};  // inputs whose gradient must be exactly zero
   OpAttrs single_attrs = {};      // the attrs of the single-precision run (if they differ)
+  double delta = 1e-6;            // central-difference step
+  double tol = 1e-7;              // relative to max(1, |numeric|)
 };
 
 // Central differences of Loss against the C++ gradient (double), then the single-precision
 // gradient against the double one.
-void ExpectMatchesNumeric(const Check& c, double tol = 1e-7) {
+void ExpectMatchesNumeric(const Check& c) {
   SCOPED_TRACE(c.op);
   auto ys = test::RunOp(c.op, c.attrs, c.inputs);
   ASSERT_TRUE(ys.ok()) << ys.status();
@@ -110,7 +112,7 @@ void ExpectMatchesNumeric(const Check& c, double tol = 1e-7) {
   auto grads = test::RunSymbolicGradient(c.op, c.attrs, c.inputs, vs);
   ASSERT_TRUE(grads.ok()) << grads.status();
   ASSERT_EQ(grads->size(), c.inputs.size());
-  const double delta = 1e-6;
+  const double delta = c.delta, tol = c.tol;
   int64_t checked = 0;
   for (size_t k = 0; k < c.inputs.size(); ++k) {
     const Tensor& g = (*grads)[k];
@@ -205,6 +207,58 @@ TEST(SpectralGrads, InverseRealTransforms) {
            {"IRFFT3D", {1, 3, 2, 4}, {2, 2, 5}}}) {
     ExpectMatchesNumeric({k.op, d, {Random(DT_COMPLEX128, k.shape, 8), Lengths(k.n)}, {1}, f});
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Image ops.
+
+TEST(ImageGrads, ExtractImagePatches) {
+  const auto attrs = [](std::vector<int> k, std::vector<int> s, std::vector<int> r,
+                        const char* padding) -> OpAttrs {
+    return {{"ksizes", k}, {"strides", s}, {"rates", r}, {"padding", padding}};
+  };
+  ExpectMatchesNumeric({"ExtractImagePatches", attrs({1, 3, 3, 1}, {1, 2, 2, 1}, {1, 1, 1, 1},
+                                                     "SAME"),
+                        {Random(DT_DOUBLE, {2, 5, 5, 2}, 9)}});
+  ExpectMatchesNumeric({"ExtractImagePatches", attrs({1, 2, 3, 1}, {1, 1, 2, 1}, {1, 2, 1, 1},
+                                                     "VALID"),
+                        {Random(DT_DOUBLE, {1, 5, 6, 3}, 10)}});
+}
+
+TEST(ImageGrads, ExtractVolumePatches) {
+  const auto attrs = [](std::vector<int> k, std::vector<int> s, const char* padding) -> OpAttrs {
+    return {{"ksizes", k}, {"strides", s}, {"padding", padding}};
+  };
+  ExpectMatchesNumeric({"ExtractVolumePatches", attrs({1, 2, 2, 2, 1}, {1, 2, 1, 2, 1}, "SAME"),
+                        {Random(DT_DOUBLE, {1, 3, 3, 4, 2}, 11)}});
+  ExpectMatchesNumeric({"ExtractVolumePatches", attrs({1, 2, 3, 1, 1}, {1, 1, 2, 1, 1}, "VALID"),
+                        {Random(DT_DOUBLE, {2, 3, 4, 2, 1}, 12)}});
+}
+
+// Integer shifts: the warp is a permutation (with zero fill), whose adjoint is exactly the
+// inverse warp Python's gradient applies. Other transforms: the comparisons with Python. The
+// kernel interpolates in float even for double images; the op is linear in the images, so a
+// large step differences it exactly.
+TEST(ImageGrads, ImageProjectiveTransformShifts) {
+  const Tensor shift = test::AsTensor<float>({1, 0, 1, 0, 1, -2, 0, 0}, TensorShape({1, 8}));
+  const Tensor hw = test::AsTensor<int32>({4, 5}, TensorShape({2}));
+  for (const char* interpolation : {"NEAREST", "BILINEAR"}) {
+    const OpAttrs a = {{"interpolation", interpolation}, {"fill_mode", "CONSTANT"}};
+    ExpectMatchesNumeric({"ImageProjectiveTransformV2", a,
+                          {Random(DT_DOUBLE, {2, 4, 5, 2}, 13), shift, hw}, {1, 2}, {}, 0.5,
+                          1e-6});
+    ExpectMatchesNumeric({"ImageProjectiveTransformV3", a,
+                          {Random(DT_DOUBLE, {2, 4, 5, 2}, 14), shift, hw,
+                           test::AsTensor<float>({0.5f})},
+                          {1, 2, 3}, {}, 0.5, 1e-6});
+  }
+}
+
+// Inputs in (0, 1] with no two channels equal (no ties: each case of the piecewise formula is
+// differentiable there), every channel the largest and the smallest somewhere.
+TEST(ImageGrads, RgbToHsv) {
+  ExpectMatchesNumeric({"RGBToHSV", {}, {Random(DT_DOUBLE, {4, 5, 3}, 15, 0.05, 1.0)}});
+  ExpectMatchesNumeric({"RGBToHSV", {}, {Random(DT_DOUBLE, {7, 3}, 16, 0.2, 0.9)}});
 }
 
 }  // namespace

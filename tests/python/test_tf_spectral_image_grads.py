@@ -89,3 +89,77 @@ def test_spectral_empty_batch(op):
     dy_dtype = np.float32 if op.startswith("IRFFT") else np.complex64
     grads = cpp_gradient(build, [np.zeros(out_shape, dy_dtype)])
     assert grads[0].shape == x.shape and grads[0].dtype == x.dtype
+
+
+# ------------------------------------------------------------------------------------------
+# Image ops.
+
+@pytest.mark.parametrize("ksizes,strides,rates,padding,shape", [
+    ([1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME", (2, 5, 5, 2)),
+    ([1, 2, 3, 1], [1, 1, 2, 1], [1, 2, 1, 1], "VALID", (1, 5, 6, 3)),
+    ([1, 2, 2, 1], [1, 3, 3, 1], [1, 1, 1, 1], "SAME", (1, 4, 4, 1)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extract_image_patches(ksizes, strides, rates, padding, shape, dtype):
+    x = grid(shape, dtype, seed=4)
+    compare(lambda: tf.raw_ops.ExtractImagePatches(images=x, ksizes=ksizes, strides=strides,
+                                                   rates=rates, padding=padding), RTOL[dtype])
+
+
+@pytest.mark.parametrize("ksizes,strides,padding,shape", [
+    ([1, 2, 2, 2, 1], [1, 2, 1, 2, 1], "SAME", (1, 3, 3, 4, 2)),
+    ([1, 2, 3, 1, 1], [1, 1, 2, 1, 1], "VALID", (2, 3, 4, 2, 1)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extract_volume_patches(ksizes, strides, padding, shape, dtype):
+    x = grid(shape, dtype, seed=5)
+    compare(lambda: tf.raw_ops.ExtractVolumePatches(input=x, ksizes=ksizes, strides=strides,
+                                                    padding=padding), RTOL[dtype])
+
+
+def test_patches_empty_batch():
+    """An empty batch: an empty gradient of the input's shape (Python's own gradient fails
+    there: its reshape cannot infer a dimension of an empty tensor)."""
+    x = np.zeros((0, 4, 4, 2), np.float32)
+    build = lambda: tf.raw_ops.ExtractImagePatches(images=x, ksizes=[1, 2, 2, 1],
+                                                   strides=[1, 1, 1, 1], rates=[1, 1, 1, 1],
+                                                   padding="SAME")
+    (dx,) = cpp_gradient(build, [np.zeros((0, 4, 4, 8), np.float32)])
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    v = np.zeros((2, 2, 2, 2, 0), np.float64)  # no channels
+    build = lambda: tf.raw_ops.ExtractVolumePatches(input=v, ksizes=[1, 2, 2, 2, 1],
+                                                    strides=[1, 1, 1, 1, 1], padding="VALID")
+    (dv,) = cpp_gradient(build, [np.zeros((2, 1, 1, 1, 0), np.float64)])
+    assert dv.shape == v.shape and dv.dtype == v.dtype
+
+
+ROTATE = [np.cos(0.3), -np.sin(0.3), 1.0, np.sin(0.3), np.cos(0.3), -0.5, 0.01, -0.02]
+
+
+@pytest.mark.parametrize("version", ["V2", "V3"])
+@pytest.mark.parametrize("interpolation", ["NEAREST", "BILINEAR"])
+@pytest.mark.parametrize("fill_mode", ["CONSTANT", "REFLECT", "WRAP", "NEAREST"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_image_projective_transform(version, interpolation, fill_mode, dtype):
+    """A rotation with a projective part (a general warp, whose Python gradient is the inverse
+    warp), per-image transforms, an output size other than the input's."""
+    x = grid((2, 5, 6, 2), dtype, seed=6)
+    transforms = np.array([ROTATE, [1.1, 0.2, -0.7, -0.1, 0.9, 0.4, 0.0, 0.0]], np.float32)
+    kw = dict(images=x, transforms=transforms, output_shape=np.array([4, 7], np.int32),
+              interpolation=interpolation, fill_mode=fill_mode)
+    if version == "V3":
+        kw["fill_value"] = np.float32(0.25)
+    compare(lambda: getattr(tf.raw_ops, "ImageProjectiveTransform" + version)(**kw), RTOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rgb_to_hsv(dtype):
+    """Random colours, plus Python's conventions: ties between channels (grey, two equal
+    largest / smallest channels), zeros (black, a zero channel)."""
+    rng = np.random.default_rng(7)
+    colours = list(rng.uniform(0.05, 1.0, (20, 3)))
+    colours += [[0.5, 0.5, 0.5], [0.7, 0.7, 0.2], [0.2, 0.7, 0.7], [0.7, 0.2, 0.7],
+                [0.3, 0.3, 0.8], [0.8, 0.3, 0.3], [0.0, 0.0, 0.0], [0.0, 0.4, 0.9],
+                [0.6, 0.0, 0.0], [1.0, 1.0, 0.0]]
+    x = np.array(colours, dtype).reshape(5, 6, 3)
+    compare(lambda: tf.raw_ops.RGBToHSV(images=x), 5e-5 if dtype == np.float32 else 1e-11)
