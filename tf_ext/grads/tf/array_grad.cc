@@ -2,7 +2,10 @@
 // python/ops/array_grad.py has them). Each is registered in both C++ registries when the op
 // library loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
 //
-// Checked against numeric Jacobians: tf_ext/tools/tf_core_gradcheck_spec.txt (`make gradcheck`).
+// Checked against numeric Jacobians: tf_ext/tools/tf_core_gradcheck_spec.txt (`make gradcheck`);
+// the gathers, scatters and Print also in tests/tf_array_misc_grads_test.cc and against
+// Python's gradients in tests/python/test_tf_array_misc_grads.py.
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +77,202 @@ absl::Status PreventGradientGrad(const AttrSlice& attrs, FunctionDef*) {
       absl::StrCat("PreventGradient: gradient explicitly disabled. Reason: ", message));
 }
 
+// Print(input, data...) = input (printing data): d(input) = d(output), the data get zeros
+// (Python: None). Concrete for the node's U, one argument per data element (as IdentityN).
+absl::Status PrintGrad(const AttrSlice& attrs, FunctionDef* g) {
+  DataType t;
+  std::vector<DataType> u;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "T", &t));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "U", &u));
+  std::vector<std::string> in_def = {absl::StrCat("input: ", DataTypeString(t))};
+  std::vector<std::string> out_def = {absl::StrCat("d_input: ", DataTypeString(t))};
+  // d(input) = d(output)
+  std::vector<FunctionDefHelper::Node> nodes = {{{"dx"}, "Identity", {"d_output"}, {{"T", t}}}};
+  std::vector<std::pair<std::string, std::string>> ret = {{"d_input", "dx:output:0"}};
+  for (int i = 0; i < static_cast<int>(u.size()); ++i) {
+    in_def.push_back(absl::StrCat("data_", i, ": ", DataTypeString(u[i])));
+    out_def.push_back(absl::StrCat("d_data_", i, ": ", DataTypeString(u[i])));
+    // d(data_i) = 0
+    nodes.push_back({{absl::StrCat("ddata_", i)}, "ZerosLike", {absl::StrCat("data_", i)},
+                     {{"T", u[i]}}});
+    ret.push_back({absl::StrCat("d_data_", i), absl::StrCat("ddata_", i, ":y:0")});
+  }
+  in_def.push_back(absl::StrCat("d_output: ", DataTypeString(t)));
+  *g = FunctionDefHelper::Create("PrintGrad", in_def, out_def, {}, nodes, ret);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gathers and scatters. Their gradients gather or scatter with the forward's indices; an
+// index out of range fails the gradient with InvalidArgument "<op>: ..." (a CheckNumerics
+// node, the one stock op that fails with a message of our choosing, which then ends
+// " : Tensor had NaN values"), where the gradient's own gathers would fail with a message
+// that does not name the op, or (negative ids of a segment sum) silently drop the index.
+
+// A node that fails unless 0 <= indices < bound (bound broadcast against indices: a scalar,
+// or the [K] leading dimensions an index of the last axis addresses); `type` is indices'.
+// Returns its name, for control dependencies.
+std::string CheckIndices(grad::GradBuilder& b, const std::string& op, const std::string& indices,
+                         const std::string& bound, const grad::FDH::AttrValueWrapper& type) {
+  b.Add({{"check_zeros"}, "ZerosLike", {indices}, {{"T", type}}});
+  b.Add({{"check_ge"}, "GreaterEqual", {indices, "check_zeros"}, {{"T", type}}});  // i >= 0
+  b.Add({{"check_lt"}, "Less", {indices, bound}, {{"T", type}}});                 // i < bound
+  b.Add({{"check_ok"}, "LogicalAnd", {"check_ge", "check_lt"}, {}});
+  b.Add({{"check_rank"}, "Rank", {"check_ok"}, {{"T", DT_BOOL}}});
+  b.Add(grad::FDH::Const<int32>("check_zero", 0));
+  b.Add(grad::FDH::Const<int32>("check_one", 1));
+  b.Add({{"check_axes"}, "Range", {"check_zero", "check_rank", "check_one"}, {{"Tidx", DT_INT32}}});
+  b.Add({{"check_all"}, "All", {"check_ok", "check_axes"}, {{"Tidx", DT_INT32}}});
+  b.Add(grad::FDH::Const<float>("check_pass", 0.0f));
+  b.Add(grad::FDH::Const<float>("check_fail", std::numeric_limits<float>::quiet_NaN()));
+  // NaN (fails the check below) unless every index is in range
+  b.Add({{"check_flag"}, "Select", {"check_all", "check_pass", "check_fail"}, {{"T", DT_FLOAT}}});
+  return b.Add({{"index_check"}, "CheckNumerics", {"check_flag"},
+                {{"T", DT_FLOAT},
+                 {"message", absl::StrCat(op, ": an index is out of range of the shape it "
+                                              "indexes (in the gradient)")}}});
+}
+
+// Gather(params, indices) = params[indices] along axis 0 (v1): d(params) = the rows of
+// d(output) summed onto the rows they were gathered from (dense, where Python builds
+// IndexedSlices with the same values); indices: zeros.
+absl::Status GatherGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Gather", attrs);
+  const grad::FDH::AttrValueWrapper tp = grad::Placeholder("Tparams"),
+                                    ti = grad::Placeholder("Tindices");
+  b.Add(grad::FDH::Const<int32>("axis0", 0));
+  b.Add(grad::FDH::Const<int32>("rest_begin", std::vector<int32>{1}));
+  b.Add(grad::FDH::Const<int32>("rest_end", std::vector<int32>{0}));
+  b.Add(grad::FDH::Const<int32>("stride1", std::vector<int32>{1}));
+  b.Add(grad::FDH::Const<int32>("minus_one", std::vector<int32>{-1}));
+  b.Add({{"params_shape"}, "Shape", {"params"}, {{"T", tp}, {"out_type", DT_INT32}}});
+  b.Add({{"rows"}, "GatherV2", {"params_shape", "axis0", "axis0"},
+         {{"Tparams", DT_INT32}, {"Tindices", DT_INT32}, {"Taxis", DT_INT32}}});  // params rows
+  b.Add({{"row_shape"}, "StridedSlice", {"params_shape", "rest_begin", "rest_end", "stride1"},
+         {{"T", DT_INT32}, {"Index", DT_INT32}, {"end_mask", 1}}});              // shape[1:]
+  b.Add({{"count"}, "Size", {"indices"}, {{"T", ti}, {"out_type", DT_INT32}}});
+  b.Add({{"count_v"}, "Reshape", {"count", "minus_one"}, {{"T", DT_INT32}, {"Tshape", DT_INT32}}});
+  b.Add({{"values_shape"}, "ConcatV2", {"count_v", "row_shape", "axis0"},
+         {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});                       // [n, ...]
+  b.Add({{"values"}, "Reshape", {grad::GradName("output"), "values_shape"},
+         {{"T", tp}, {"Tshape", DT_INT32}}});
+  b.Add({{"ids"}, "Reshape", {"indices", "count_v"}, {{"T", ti}, {"Tshape", DT_INT32}}});
+  b.Add({{"rows_t"}, "Cast", {"rows"}, {{"SrcT", DT_INT32}, {"DstT", ti}}});
+  const std::string check = CheckIndices(b, "Gather", "ids", "rows_t", ti);
+  // d(params)[r] = sum of the rows of d(output) gathered from row r
+  b.Return("params", b.Add({{"dparams"}, "UnsortedSegmentSum", {"values", "ids", "rows"},
+                            {{"T", tp}, {"Tindices", ti}, {"Tnumsegments", DT_INT32}},
+                            {check}}));
+  b.NotDifferentiable("indices");
+  return b.Build(g);
+}
+
+// TensorScatter{Update,Add,Sub,Max,Min}(tensor, indices, updates): `output` = tensor with the
+// slices at indices replaced / added / subtracted / maxed / mined with updates.
+absl::Status TensorScatterGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const grad::FDH::AttrValueWrapper ti = grad::Placeholder("Tindices");
+  const std::string policy = b.GetAttr<std::string>("bad_indices_policy");
+  const std::string d = grad::GradName("output");
+  std::vector<std::string> dep;
+  if (policy != "IGNORE") {  // IGNORE: the forward skips bad indices, their updates get zeros
+    b.Add(grad::FDH::Const<int32>("k_begin", std::vector<int32>{-1}));
+    b.Add(grad::FDH::Const<int32>("k_end", std::vector<int32>{0}));
+    b.Add(grad::FDH::Const<int32>("k_stride", std::vector<int32>{1}));
+    b.Add(grad::FDH::Const<int32>("k_zero", std::vector<int32>{0}));
+    b.Add({{"indices_shape"}, "Shape", {"indices"}, {{"T", ti}, {"out_type", DT_INT32}}});
+    b.Add({{"k"}, "StridedSlice", {"indices_shape", "k_begin", "k_end", "k_stride"},
+           {{"T", DT_INT32}, {"Index", DT_INT32}, {"end_mask", 1}}});  // [K]
+    b.Add({{"tensor_shape"}, "Shape", {"tensor"}, {{"T", grad::Placeholder("T")},
+                                                   {"out_type", ti}}});
+    b.Add({{"bound"}, "Slice", {"tensor_shape", "k_zero", "k"}, {{"T", ti}, {"Index", DT_INT32}}});
+    dep.push_back(CheckIndices(b, op, "indices", "bound", ti));  // shape[:K]
+  }
+  const grad::NodeAttrs gather_nd = {{"Tparams", grad::Placeholder("T")},
+                                     {"Tindices", ti},
+                                     {"bad_indices_policy", policy}};
+  const std::string d_tensor = grad::GradName("tensor"), d_updates = grad::GradName("updates");
+  if (op == "TensorScatterUpdate" || op == "TensorScatterAdd" || op == "TensorScatterSub") {
+    // d(updates) = +-d(output)[indices]
+    b.Add({{"gathered"}, "GatherNd", {d, "indices"}, gather_nd, dep});
+    if (op == "TensorScatterSub") {
+      b.Return("updates", b.Add({{"dupdates"}, "Neg", {"gathered"}, t}));
+    } else {
+      b.Return("updates", b.Add({{"dupdates"}, "Identity", {"gathered"}, t}));
+    }
+    if (op == "TensorScatterUpdate") {
+      // d(tensor) = d(output) with the overwritten slices zeroed
+      b.Add({{"zero_updates"}, "ZerosLike", {"updates"}, t});
+      b.Return("tensor", b.Add({{"dtensor"}, "TensorScatterUpdate", {d, "indices", "zero_updates"},
+                                b.PassAttrs({"T", "Tindices", "bad_indices_policy"}), dep}));
+    } else {
+      // d(tensor) = d(output)
+      b.Return("tensor", b.Add({{"dtensor"}, "Identity", {d}, t, dep}));
+    }
+  } else {
+    // Max / Min: d(output) shared equally among the inputs equal to the result (ties), as
+    // Python: tensor's entries where tensor == output, updates' where update == output[index].
+    const grad::FDH::AttrValueWrapper tt = grad::Placeholder("T");
+    // the forward output: given by front ends that have it, else recomputed after the index
+    // check (the recomputation would otherwise fail first, with its own message)
+    std::string out = "output";
+    if (!b.with_outputs()) {
+      out = b.Add({{"forward"}, op, {"tensor", "indices", "updates"},
+                   b.PassAttrs({"T", "Tindices", "bad_indices_policy"}), dep});
+    }
+    b.Add({{"x_hit"}, "Equal", {"tensor", out}, t});
+    b.Add({{"x_ind"}, "Cast", {"x_hit"}, {{"SrcT", DT_BOOL}, {"DstT", tt}}});
+    b.Add({{"y_output"}, "GatherNd", {out, "indices"}, gather_nd, dep});
+    b.Add({{"y_hit"}, "Equal", {"updates", "y_output"}, t});
+    b.Add({{"y_ind"}, "Cast", {"y_hit"}, {{"SrcT", DT_BOOL}, {"DstT", tt}}});
+    b.Add({{"shape"}, "Shape", {"tensor"}, {{"T", tt}, {"out_type", ti}}});
+    b.Add({{"y_ind_scattered"}, "ScatterNd", {"indices", "y_ind", "shape"},
+           {{"T", tt}, {"Tindices", ti}, {"bad_indices_policy", policy}}, dep});
+    b.Add({{"count"}, "AddV2", {"x_ind", "y_ind_scattered"}, t});  // >= 1 everywhere
+    b.Add({{"shared"}, "RealDiv", {d, "count"}, t});                // d(output) / ties
+    // d(tensor) = d(output) [tensor == output] / ties
+    b.Return("tensor", b.Add({{"dtensor"}, "Mul", {"shared", "x_ind"}, t}));
+    b.Add({{"shared_y"}, "GatherNd", {"shared", "indices"}, gather_nd, dep});
+    // d(updates) = (d(output) / ties)[indices] [update == output[index]]
+    b.Return("updates", b.Add({{"dupdates"}, "Mul", {"shared_y", "y_ind"}, t}));
+  }
+  b.NotDifferentiable("indices");
+  return b.Build(g);
+}
+
+// TensorStridedSliceUpdate(input, begin, end, strides, value) = input with the strided slice
+// set to value (broadcast): d(input) = d(output) with the slice zeroed, d(value) = the slice of
+// d(output), summed over the axes value was broadcast along.
+absl::Status TensorStridedSliceUpdateGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TensorStridedSliceUpdate", attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  const grad::FDH::AttrValueWrapper index = grad::Placeholder("Index");
+  const grad::NodeAttrs slice_attrs = b.PassAttrs({"T", "Index", "begin_mask", "end_mask",
+                                                   "ellipsis_mask", "new_axis_mask",
+                                                   "shrink_axis_mask"});
+  const std::string d = grad::GradName("output");
+  b.Add({{"slice_grad"}, "StridedSlice", {d, "begin", "end", "strides"}, slice_attrs});
+  b.Add({{"zeros"}, "ZerosLike", {"slice_grad"}, t});
+  // d(input) = d(output) with the updated slice set to 0
+  b.Return("input", b.Add({{"dinput"}, "TensorStridedSliceUpdate",
+                           {d, "begin", "end", "strides", "zeros"}, slice_attrs}));
+  b.Add({{"slice_shape"}, "Shape", {"slice_grad"}, {{"T", grad::Placeholder("T")},
+                                                    {"out_type", index}}});
+  b.Add({{"value_shape"}, "Shape", {"value"}, {{"T", grad::Placeholder("T")}, {"out_type", index}}});
+  b.Add({{"slice_axes", "value_axes"}, "BroadcastGradientArgs", {"slice_shape", "value_shape"},
+         {{"T", index}}});
+  b.Add({{"summed"}, "Sum", {"slice_grad", "value_axes"},
+         {{"T", grad::Placeholder("T")}, {"Tidx", index}, {"keep_dims", true}}});
+  // d(value) = the slice of d(output), summed over value's broadcast axes
+  b.Return("value", b.Add({{"dvalue"}, "Reshape", {"summed", "value_shape"},
+                           {{"T", grad::Placeholder("T")}, {"Tshape", index}}}));
+  b.NotDifferentiable("begin");
+  b.NotDifferentiable("end");
+  b.NotDifferentiable("strides");
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
@@ -85,5 +284,23 @@ TF_EXT_REGISTER_TF_GRADIENT("EnsureShape", [](const AttrSlice& a, FunctionDef* g
 });
 TF_EXT_REGISTER_TF_GRADIENT("CheckNumericsV2", CheckNumericsV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("PreventGradient", PreventGradientGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Print", PrintGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Gather", GatherGrad);
+TF_EXT_REGISTER_TF_GRADIENT("TensorStridedSliceUpdate", TensorStridedSliceUpdateGrad);
+TF_EXT_REGISTER_TF_GRADIENT("TensorScatterUpdate", [](const AttrSlice& a, FunctionDef* g) {
+  return TensorScatterGrad("TensorScatterUpdate", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("TensorScatterAdd", [](const AttrSlice& a, FunctionDef* g) {
+  return TensorScatterGrad("TensorScatterAdd", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("TensorScatterSub", [](const AttrSlice& a, FunctionDef* g) {
+  return TensorScatterGrad("TensorScatterSub", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("TensorScatterMax", [](const AttrSlice& a, FunctionDef* g) {
+  return TensorScatterGrad("TensorScatterMax", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("TensorScatterMin", [](const AttrSlice& a, FunctionDef* g) {
+  return TensorScatterGrad("TensorScatterMin", a, g);
+});
 
 }  // namespace tensorflow::tf_ext

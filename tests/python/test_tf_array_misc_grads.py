@@ -1,0 +1,119 @@
+"""tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update and Print ops
+(tf_ext/grads/tf/array_grad.cc) against Python's gradients of the same op on the same inputs:
+duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices.
+
+The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
+test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians and
+out-of-range / empty cases: tests/tf_array_misc_grads_test.cc.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+import tf_ext
+from test_tf_nn_math_grads import compare, grid
+
+FLOATS = [np.float32, np.float64]
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def cpp_gradient(build, dys):
+    """The C++ gradient of the node `build` returns (in a fresh graph), for incoming gradients
+    `dys` (numpy arrays)."""
+    with tf.Graph().as_default():
+        tf_ext.library()
+        op = build().op
+        f = attr_value_pb2.NameAttrList(name=op.type)
+        for k, v in op.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        grads = tf.raw_ops.SymbolicGradient(input=list(op.inputs) + list(dys),
+                                            Tout=[t.dtype for t in op.inputs], f=f)
+        with tf.compat.v1.Session() as sess:
+            return sess.run(grads)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gather_with_duplicates(index_dtype, dtype):
+    params = grid((5, 3), dtype, seed=1)
+    indices = np.array([[0, 4], [4, 2], [4, 4]], index_dtype)
+    compare(lambda: tf.raw_ops.Gather(params=params, indices=indices), TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_tensor_scatter_with_duplicates(op, index_dtype, dtype):
+    tensor = grid((5, 3), dtype, seed=2)
+    indices = np.array([[3], [1], [3], [0]], index_dtype)  # row 3 twice
+    updates = grid((4, 3), dtype, seed=3)
+    compare(lambda: getattr(tf.raw_ops, op)(tensor=tensor, indices=indices, updates=updates),
+            TOL[dtype])
+    # element indices (K = 2)
+    indices2 = np.array([[2, 1], [0, 0], [2, 1]], index_dtype)
+    compare(lambda: getattr(tf.raw_ops, op)(tensor=tensor, indices=indices2,
+                                            updates=grid((3,), dtype, seed=4)), TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["TensorScatterMax", "TensorScatterMin"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_tensor_scatter_max_min_ties(op, dtype):
+    """Ties between the tensor and an update, and between two updates of one slot: Python
+    shares the gradient equally among them; so must C++."""
+    tensor = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [0.5, -1.0, 2.0]], dtype)
+    indices = np.array([[0], [2], [0]], np.int32)
+    updates = np.array([[1.0, 7.0, -3.0], [0.5, 3.0, 1.0], [1.0, 7.0, 3.0]], dtype)
+    compare(lambda: getattr(tf.raw_ops, op)(tensor=tensor, indices=indices, updates=updates),
+            TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_tensor_strided_slice_update(dtype):
+    x = grid((5, 4, 3), dtype, seed=5)
+    # x[1:5:2, ::-1, 1] = value, value broadcast from [1, 4]
+    compare(lambda: tf.raw_ops.TensorStridedSliceUpdate(
+        input=x, begin=np.array([1, 0, 1], np.int32), end=np.array([5, 0, 2], np.int32),
+        strides=np.array([2, -1, 1], np.int32), value=grid((1, 4), dtype, seed=6),
+        begin_mask=2, end_mask=2, shrink_axis_mask=4), TOL[dtype])
+    # an ellipsis and a new axis, int64 begin/end/strides
+    compare(lambda: tf.raw_ops.TensorStridedSliceUpdate(
+        input=x, begin=np.array([0, 1], np.int64), end=np.array([0, 3], np.int64),
+        strides=np.array([1, 1], np.int64), value=grid((5, 4, 2), dtype, seed=7),
+        ellipsis_mask=1), TOL[dtype])
+
+
+def test_print_passes_the_gradient_through():
+    """Print(input, data) = input: d(input) = d(output); the data (a string and an integer
+    here) get zeros, where Python returns None."""
+    x = grid((2, 3), np.float32, seed=8)
+    build = lambda: tf.raw_ops.Print(input=x, data=[tf.constant("s"), tf.constant([1, 2])],
+                                     message="m", first_n=1)
+    dy = grid((2, 3), np.float32, seed=9)
+    dx, d_string, d_int = cpp_gradient(build, [dy])
+    np.testing.assert_array_equal(dx, dy)
+    assert d_string == b"" and d_int.tolist() == [0, 0]
+    with tf.Graph().as_default():
+        out = build()
+        (py,) = tf.gradients(out, out.op.inputs[0], grad_ys=tf.constant(dy))
+        with tf.compat.v1.Session() as sess:
+            np.testing.assert_array_equal(sess.run(py), dx)
+
+
+@pytest.mark.parametrize("op", ["TensorScatterAdd", "TensorScatterMin", "Gather"])
+def test_out_of_range_index_names_the_op(op):
+    x = grid((4, 2), np.float32, seed=10)
+    if op == "Gather":
+        build = lambda: tf.raw_ops.Gather(params=x, indices=np.array([1, 7], np.int32))
+        dys = [np.ones((2, 2), np.float32)]
+    else:
+        build = lambda: getattr(tf.raw_ops, op)(tensor=x, indices=np.array([[-2]], np.int32),
+                                                updates=np.ones((1, 2), np.float32))
+        dys = [np.ones((4, 2), np.float32)]
+    # Session errors start "Graph execution error:", then the kernel's message
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"(^|\n){op}: an index is out of range"):
+        cpp_gradient(build, dys)
