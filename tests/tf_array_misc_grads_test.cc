@@ -1,6 +1,8 @@
 // The C++ gradients tf_ext adds for TensorFlow's gather, scatter and strided-update ops
 // (tf_ext/grads/tf/array_grad.cc) against numeric Jacobians (tests/numeric_jacobian.h), plus
-// their hostile cases: out-of-range indices, empty tensors. Comparisons with Python's gradients (duplicate
+// their hostile cases (out-of-range indices, empty tensors); the fake-quantisation ops
+// (quantization_grad.cc: straight-through estimators, against closed forms) and the gamma
+// samplers (random_grad.cc: against RandomGammaGrad of the forward sample). Comparisons with Python's gradients (duplicate
 // indices, ties): tests/python/test_tf_array_misc_grads.py.
 #include <gtest/gtest.h>
 
@@ -8,6 +10,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "tensorflow/cc/framework/gradients.h"
+#include "tensorflow/cc/framework/scope.h"
+#include "tensorflow/cc/ops/array_ops.h"
+#include "tensorflow/cc/ops/const_op.h"
+#include "tensorflow/cc/ops/math_ops.h"
+#include "tensorflow/cc/ops/random_ops.h"
+#include "tensorflow/core/public/session.h"
 #include "tests/numeric_jacobian.h"
 
 namespace tensorflow::tf_ext {
@@ -103,6 +112,116 @@ TEST(ArrayGrads, EmptyTensors) {
                                      {Tensor(DT_FLOAT, {0, 3})});
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ((*g)[0].shape(), TensorShape({0, 3}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fake quantisation: straight-through estimators (no finite difference of the staircase
+// checks them), so closed forms. [-1, 1] with 8 bits nudges to [-128/127.5, 127/127.5].
+
+TEST(QuantizationGrads, FakeQuantWithMinMaxArgsPassesTheRangeThrough) {
+  const Tensor x = AsTensor<float>({-2.0f, -0.5f, 0.3f, 0.99f, 1.5f});
+  const Tensor dy = AsTensor<float>({1, 2, 3, 4, 5});
+  auto r = test::RunSymbolicGradient("FakeQuantWithMinMaxArgs",
+                                     {{"min", -1.0f}, {"max", 1.0f}}, {x}, {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  test::ExpectTensorNear<float>((*r)[0], AsTensor<float>({0, 2, 3, 4, 0}));
+}
+
+TEST(QuantizationGrads, FakeQuantWithMinMaxVarsSendsClampedGradientToTheBounds) {
+  const Tensor x = AsTensor<float>({-2.0f, -0.5f, 0.3f, 0.99f, 1.5f, 3.0f});
+  const Tensor dy = AsTensor<float>({1, 2, 3, 4, 5, 6});
+  auto r = test::RunSymbolicGradient("FakeQuantWithMinMaxVars", {},
+                                     {x, AsTensor<float>({-1.0f}), AsTensor<float>({1.0f})},
+                                     {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  test::ExpectTensorNear<float>((*r)[0], AsTensor<float>({0, 2, 3, 4, 0, 0}));
+  test::ExpectTensorNear<float>((*r)[1], AsTensor<float>({1}));      // below: x = -2
+  test::ExpectTensorNear<float>((*r)[2], AsTensor<float>({5 + 6}));  // above: 1.5, 3
+}
+
+TEST(QuantizationGrads, QuantizeAndDequantizeV2IsStraightThrough) {
+  const Tensor x = AsTensor<double>({-2.0, -0.3, 0.4, 1.7});
+  const Tensor dy = AsTensor<double>({1, 2, 3, 4});
+  auto r = test::RunSymbolicGradient("QuantizeAndDequantizeV2", {{"range_given", true}},
+                                     {x, AsTensor<double>({-1.0}), AsTensor<double>({1.0})}, {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  test::ExpectTensorNear<double>((*r)[0], dy);  // Python: d(input) = d(output)
+  test::ExpectTensorNear<double>((*r)[1], AsTensor<double>({0.0}));
+  test::ExpectTensorNear<double>((*r)[2], AsTensor<double>({0.0}));
+}
+
+// Linear in `gradients`, piecewise constant in the rest: numeric Jacobians away from the
+// range's edges, a scalar range and a per-channel one (axis 1).
+TEST(QuantizationGrads, QuantizeAndDequantizeV4Grad) {
+  ExpectMatchesNumeric({"QuantizeAndDequantizeV4Grad", {},
+                        {Random(DT_DOUBLE, {3, 4}, 20), Random(DT_DOUBLE, {3, 4}, 21),
+                         AsTensor<double>({-0.5}), AsTensor<double>({0.5})}});
+  ExpectMatchesNumeric({"QuantizeAndDequantizeV4Grad", {{"axis", 1}},
+                        {Random(DT_DOUBLE, {3, 4}, 22), Random(DT_DOUBLE, {3, 4}, 23),
+                         AsTensor<double>({-0.5, -0.2, -0.9, 0.1}),
+                         AsTensor<double>({0.5, 0.3, 0.2, 0.7})}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gamma samplers: d(alpha) = sum over the sample axes of d(sample) RandomGammaGrad(alpha,
+// sample), with the sample the forward drew.
+
+// sum over axis 0 of dy * RandomGammaGrad(alpha, sample) for a [n, alpha] sample.
+Tensor ExpectedAlphaGrad(const Tensor& alpha, const Tensor& sample, const Tensor& dy) {
+  const int64_t n = sample.dim_size(0), k = alpha.NumElements();
+  Tensor alpha_b(DT_DOUBLE, sample.shape());
+  for (int64_t i = 0; i < n * k; ++i) alpha_b.flat<double>()(i) = alpha.flat<double>()(i % k);
+  auto partial = test::RunOp("RandomGammaGrad", {}, {alpha_b, sample});
+  EXPECT_TRUE(partial.ok()) << partial.status();
+  Tensor want(DT_DOUBLE, alpha.shape());
+  want.flat<double>().setZero();
+  for (int64_t i = 0; i < n * k; ++i) {
+    want.flat<double>()(i % k) += dy.flat<double>()(i) * (*partial)[0].flat<double>()(i);
+  }
+  return want;
+}
+
+TEST(RandomGrads, StatelessRandomGammaRecomputesTheSample) {
+  const Tensor alpha = AsTensor<double>({0.5, 2.0, 7.5});
+  const Tensor dy = Random(DT_DOUBLE, {4, 3}, 24);
+  const Tensor shape = Ints({4, 3}, {2});
+  const Tensor seed = Ints({7, 11}, {2});
+  auto sample = test::RunOp("StatelessRandomGammaV2", {}, {shape, seed, alpha});
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  auto r = test::RunSymbolicGradient("StatelessRandomGammaV2", {}, {shape, seed, alpha}, {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  test::ExpectTensorNear<double>((*r)[2], ExpectedAlphaGrad(alpha, (*sample)[0], dy), 1e-9);
+  EXPECT_EQ((*r)[0].flat<int32>()(0), 0);
+}
+
+// RandomGamma is stateful: through the client registry (cc AddSymbolicGradients), which passes
+// the forward sample, the gradient uses the very sample the forward drew...
+TEST(RandomGrads, RandomGammaUsesTheForwardSample) {
+  Scope root = Scope::NewRootScope();
+  auto alpha = ops::Const(root, {0.5, 2.0, 7.5});
+  auto sample = ops::RandomGamma(root, ops::Const(root, {4}), alpha,
+                                 ops::RandomGamma::Seed(3).Seed2(5));
+  const Tensor w = Random(DT_DOUBLE, {4, 3}, 25);
+  auto loss = ops::Sum(root, ops::Mul(root, sample, ops::Const(root, w)), {0, 1});
+  std::vector<Output> grads;
+  ASSERT_TRUE(AddSymbolicGradients(root, {loss}, {alpha}, &grads).ok());
+  ASSERT_TRUE(root.status().ok()) << root.status();
+  GraphDef graph;
+  ASSERT_TRUE(root.ToGraphDef(&graph).ok());
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  ASSERT_TRUE(session->Create(graph).ok());
+  std::vector<Tensor> out;
+  ASSERT_TRUE(session->Run({}, {sample.node()->name(), grads[0].name()}, {}, &out).ok());
+  test::ExpectTensorNear<double>(out[1],
+                                 ExpectedAlphaGrad(AsTensor<double>({0.5, 2.0, 7.5}), out[0], w),
+                                 1e-9);
+}
+
+// ... and a bare SymbolicGradient, which would draw a new sample, is refused naming the op.
+TEST(RandomGrads, RandomGammaWithoutTheSampleIsRefused) {
+  auto r = test::RunSymbolicGradient("RandomGamma", {}, {Ints({2}, {1}), AsTensor<double>({1.5})},
+                                     {Random(DT_DOUBLE, {2, 1}, 26)});
+  test::ExpectInvalidArgument(r.status(), "RandomGamma", {"forward sample"});
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 """tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update and Print ops
-(tf_ext/grads/tf/array_grad.cc) against Python's gradients of the same op on the same inputs:
-duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices.
+(tf_ext/grads/tf/array_grad.cc), fake-quantisation ops (quantization_grad.cc) and stateless
+gamma samplers (random_grad.cc) against Python's gradients of the same op on the same inputs:
+duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices,
+inputs outside the quantisation range.
 
 The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
 test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians and
@@ -117,3 +119,72 @@ def test_out_of_range_index_names_the_op(op):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=f"(^|\n){op}: an index is out of range"):
         cpp_gradient(build, dys)
+
+
+# ------------------------------------------------------------------------------------------
+# Fake quantisation (quantization_grad.cc): inputs inside and outside the nudged range.
+
+QUANT_X = np.array([[-2.0, -0.5, 0.3, 0.99], [1.5, 3.0, -1.2, 0.0]], np.float32)
+
+
+@pytest.mark.parametrize("narrow_range", [False, True])
+@pytest.mark.parametrize("num_bits", [8, 4])
+def test_fake_quant_with_min_max_args(num_bits, narrow_range):
+    compare(lambda: tf.raw_ops.FakeQuantWithMinMaxArgs(
+        inputs=QUANT_X, min=-1.0, max=1.0, num_bits=num_bits, narrow_range=narrow_range),
+        TOL[np.float32])
+
+
+@pytest.mark.parametrize("narrow_range", [False, True])
+def test_fake_quant_with_min_max_vars(narrow_range):
+    compare(lambda: tf.raw_ops.FakeQuantWithMinMaxVars(
+        inputs=QUANT_X, min=np.float32(-1.0), max=np.float32(1.0), narrow_range=narrow_range),
+        TOL[np.float32])
+
+
+def test_fake_quant_with_min_max_vars_per_channel():
+    compare(lambda: tf.raw_ops.FakeQuantWithMinMaxVarsPerChannel(
+        inputs=QUANT_X, min=np.array([-1.0, -0.4, 0.0, -3.0], np.float32),
+        max=np.array([1.0, 0.2, 0.5, 0.5], np.float32)), TOL[np.float32])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_quantize_and_dequantize_v2(dtype):
+    compare(lambda: tf.raw_ops.QuantizeAndDequantizeV2(
+        input=QUANT_X.astype(dtype), input_min=dtype(-1.0), input_max=dtype(1.0),
+        range_given=True), TOL[dtype])
+
+
+def test_quantize_and_dequantize_v4_grad():
+    """Python's own gradient of this op cannot run (it fails with a TypeError); C++ gives the
+    derivative: the range mask applied to the incoming gradient, zeros for the rest."""
+    g = grid((2, 4), np.float64, seed=11)
+    build = lambda: tf.raw_ops.QuantizeAndDequantizeV4Grad(
+        gradients=g, input=QUANT_X.astype(np.float64), input_min=np.float64(-1.0),
+        input_max=np.float64(1.0))[0]
+    dz = grid((2, 4), np.float64, seed=12)
+    zeros = np.zeros((), np.float64)
+    dg, dx, dmin, dmax = cpp_gradient(build, [dz, zeros, zeros])
+    inside = (QUANT_X >= -1.0) & (QUANT_X <= 1.0)
+    np.testing.assert_array_equal(dg, np.where(inside, dz, 0.0))
+    assert not dx.any() and dmin == 0 and dmax == 0
+
+
+# ------------------------------------------------------------------------------------------
+# Stateless gamma samplers (random_grad.cc): the gradient recomputes the same sample.
+
+@pytest.mark.parametrize("version", ["V2", "V3"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_stateless_random_gamma(version, dtype):
+    alpha = np.array([[0.5, 2.0, 7.5], [1.0, 0.3, 3.0]], dtype)
+
+    def build():
+        if version == "V2":
+            return tf.raw_ops.StatelessRandomGammaV2(
+                shape=np.array([4, 2, 3], np.int32), seed=np.array([7, 11], np.int64),
+                alpha=alpha)
+        return tf.raw_ops.StatelessRandomGammaV3(
+            shape=np.array([4, 2, 3], np.int64), key=np.array([5], np.uint64),
+            counter=np.array([0, 9], np.uint64), alg=np.int32(1), alpha=alpha)
+    compare(build, 1e-4 if dtype == np.float32 else 1e-10)
+
