@@ -194,6 +194,33 @@ TEST(RandomGrads, StatelessRandomGammaRecomputesTheSample) {
   EXPECT_EQ((*r)[0].flat<int32>()(0), 0);
 }
 
+// StatelessParameterizedTruncatedNormal: d(means) = the sum of d(sample), d(stddevs) = the sum
+// of d(sample) (sample - mean) / stddev, over the extra leading axes (closed forms of the
+// implicit gradient; minval / maxval against Python's gradient).
+TEST(RandomGrads, StatelessTruncatedNormalMeanAndStddev) {
+  const Tensor shape = Ints({4, 3}, {2}), seed = Ints({1, 2}, {2});
+  const Tensor means = AsTensor<double>({0.0, 1.0, -0.5}), stddevs = AsTensor<double>({2.0});
+  const Tensor lo = AsTensor<double>({-1.0}), hi = AsTensor<double>({1.0, 3.0, 0.0});
+  const Tensor dy = Random(DT_DOUBLE, {4, 3}, 27);
+  auto sample = test::RunOp("StatelessParameterizedTruncatedNormal", {},
+                            {shape, seed, means, stddevs, lo, hi});
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  auto r = test::RunSymbolicGradient("StatelessParameterizedTruncatedNormal", {},
+                                     {shape, seed, means, stddevs, lo, hi}, {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> dmean(3, 0.0);
+  double dstd = 0;
+  for (int i = 0; i < 12; ++i) {
+    const double y = (*sample)[0].flat<double>()(i), g = dy.flat<double>()(i);
+    dmean[i % 3] += g;
+    dstd += g * (y - means.flat<double>()(i % 3)) / 2.0;
+  }
+  test::ExpectTensorNear<double>((*r)[2], AsTensor<double>(dmean), 1e-12);
+  test::ExpectTensorNear<double>((*r)[3], AsTensor<double>({dstd}), 1e-12);
+  ASSERT_EQ((*r)[4].shape(), lo.shape());
+  ASSERT_EQ((*r)[5].shape(), hi.shape());
+}
+
 // RandomGamma is stateful: through the client registry (cc AddSymbolicGradients), which passes
 // the forward sample, the gradient uses the very sample the forward drew...
 TEST(RandomGrads, RandomGammaUsesTheForwardSample) {

@@ -1,6 +1,6 @@
 """tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update and Print ops
-(tf_ext/grads/tf/array_grad.cc), fake-quantisation ops (quantization_grad.cc) and stateless
-gamma samplers (random_grad.cc) against Python's gradients of the same op on the same inputs:
+(tf_ext/grads/tf/array_grad.cc), fake-quantisation ops (quantization_grad.cc), stateless
+gamma and truncated-normal samplers (random_grad.cc) and AccumulateNV2 (math_grad.cc) against Python's gradients of the same op on the same inputs:
 duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices,
 inputs outside the quantisation range.
 
@@ -188,3 +188,24 @@ def test_stateless_random_gamma(version, dtype):
             counter=np.array([0, 9], np.uint64), alg=np.int32(1), alpha=alpha)
     compare(build, 1e-4 if dtype == np.float32 else 1e-10)
 
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_stateless_parameterized_truncated_normal(dtype):
+    """Parameters broadcast against each other ([3], [2, 1], scalars) and against extra leading
+    sample axes; one narrow interval far in the tail."""
+    means = np.array([0.0, 1.0, -0.5], dtype)
+    stddevs = np.array([[1.0], [0.5]], dtype)
+    minvals = np.array([-1.0, 0.5, -3.0], dtype)
+    maxvals = dtype(2.0)
+    compare(lambda: tf.raw_ops.StatelessParameterizedTruncatedNormal(
+        shape=np.array([5, 2, 3], np.int32), seed=np.array([3, 4], np.int32), means=means,
+        stddevs=stddevs, minvals=minvals, maxvals=maxvals),
+        2e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_accumulate_n_v2(dtype):
+    """AccumulateNV2 (math_grad.cc): every input gets the incoming gradient, as AddN's."""
+    xs = [grid((2, 3), dtype, seed=20 + i) for i in range(3)]
+    compare(lambda: tf.raw_ops.AccumulateNV2(inputs=xs, shape=[2, 3]), TOL[dtype])

@@ -7,9 +7,11 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry.h"
@@ -809,6 +811,33 @@ absl::Status UnsortedSegmentProdGrad(const AttrSlice& attrs, FunctionDef* g) {
   return SegmentProdGradOf("UnsortedSegmentProd", attrs, g);
 }
 
+// AccumulateNV2(inputs: N x T) = their sum (AddN that need not hold every input at once):
+// d(inputs_i) = d(sum), as Python (math_ops.py). Concrete for the node's N and T, one argument
+// per list element (the flattened convention SymbolicGradient uses).
+absl::Status AccumulateNV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  int64_t n = 0;
+  DataType t;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "N", &n));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "T", &t));
+  if (n < 1 || n > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("AccumulateNV2: N must be in [1, 4096], got ", n));
+  }
+  const std::string type = DataTypeString(t);
+  std::vector<std::string> in_def, out_def;
+  std::vector<FunctionDefHelper::Node> nodes;
+  std::vector<std::pair<std::string, std::string>> ret;
+  for (int64_t i = 0; i < n; ++i) in_def.push_back(absl::StrCat("inputs_", i, ": ", type));
+  in_def.push_back(absl::StrCat("d_sum: ", type));
+  for (int64_t i = 0; i < n; ++i) {
+    out_def.push_back(absl::StrCat("d_inputs_", i, ": ", type));
+    // d(inputs_i) = d(sum)
+    nodes.push_back({{absl::StrCat("dx_", i)}, "Identity", {"d_sum"}, {{"T", t}}});
+    ret.push_back({absl::StrCat("d_inputs_", i), absl::StrCat("dx_", i, ":output:0")});
+  }
+  *g = FunctionDefHelper::Create("AccumulateNV2Grad", in_def, out_def, {}, nodes, ret);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("Erfc", ErfcGrad);
@@ -869,5 +898,6 @@ TF_EXT_REGISTER_TF_GRADIENT("SegmentMax", SegmentMaxGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SegmentMin", SegmentMinGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SegmentProd", SegmentProdGrad);
 TF_EXT_REGISTER_TF_GRADIENT("UnsortedSegmentProd", UnsortedSegmentProdGrad);
+TF_EXT_REGISTER_TF_GRADIENT("AccumulateNV2", AccumulateNV2Grad);
 
 }  // namespace tensorflow::tf_ext
