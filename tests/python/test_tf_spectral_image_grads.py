@@ -163,3 +163,12 @@ def test_rgb_to_hsv(dtype):
                 [0.6, 0.0, 0.0], [1.0, 1.0, 0.0]]
     x = np.array(colours, dtype).reshape(5, 6, 3)
     compare(lambda: tf.raw_ops.RGBToHSV(images=x), 5e-5 if dtype == np.float32 else 1e-11)
+
+
+def test_image_ops_empty_inputs():
+    """No pixels / no images: empty gradients of the inputs' shapes, as Python's."""
+    compare(lambda: tf.raw_ops.RGBToHSV(images=np.zeros((0, 3), np.float32)), 0, min_nonzero=0)
+    compare(lambda: tf.raw_ops.ImageProjectiveTransformV3(
+        images=np.zeros((0, 4, 5, 2), np.float32), transforms=np.zeros((0, 8), np.float32),
+        output_shape=np.array([3, 3], np.int32), fill_value=np.float32(0.0),
+        interpolation="BILINEAR", fill_mode="CONSTANT"), 0, min_nonzero=0)
