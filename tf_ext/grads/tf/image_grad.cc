@@ -23,8 +23,6 @@ using grad::GradName;
 using grad::NodeAttrs;
 using grad::Placeholder;
 
-const NodeAttrs kI32 = {{"T", DT_INT32}};
-
 // ExtractImagePatches(images [B, R, C, D]) / ExtractVolumePatches(input [B, P, R, C, D]) copy
 // input pixels (or padding zeros) into patches [B, ..., k*D]; the gradient sums each patch
 // entry's incoming gradient back onto the pixel it came from. Which pixel: the same op applied
