@@ -532,8 +532,7 @@ absl::Status MaxPoolWithArgmaxGrad(const AttrSlice& attrs, FunctionDef* g) {
 
 // TopKV2(input, k) = (values, indices) along the last axis: d(input) = d(values) scattered
 // to the positions in indices (row r, column indices[r, j] of input viewed as [rows, n]); k is
-// an integer; the indices output's gradient is ignored. (TopK, v1, has no gradient here:
-// TensorFlow 2.21 runs no TopK node, its kernel requires an index_type attr TopK lacks.)
+// an integer; the indices output's gradient is ignored.
 absl::Status TopKV2Grad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TopKV2", attrs);
   const grad::FDH::AttrValueWrapper index_type = grad::Placeholder("index_type");
@@ -574,6 +573,27 @@ absl::Status TopKV2Grad(const AttrSlice& attrs, FunctionDef* g) {
   b.Return("input", b.Add({{"dinput"}, "Reshape", {"scattered", "in_shape"},
                            {{"T", grad::Placeholder("T")}, {"Tshape", DT_INT64}}}));
   b.NotDifferentiable("k");
+  return b.Build(g);
+}
+
+// TopK(input; k) (v1, k an attr) = TopKV2(input, k): TopKV2's gradient (one SymbolicGradient
+// node), which recomputes the indices with TopKV2. TensorFlow 2.21 runs no TopK node (its kernel
+// requires an index_type attr TopK lacks), so the gradient must not recompute TopK itself.
+absl::Status TopKGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("TopK", attrs);
+  const DataType t = b.GetAttr<DataType>("T");
+  const int k = b.GetAttr<int>("k");
+  const bool sorted = b.GetAttr<bool>("sorted");
+  b.Add(grad::FDH::Const<int32>("k_value", k));
+  // d(input) = TopKV2's gradient for k
+  b.Add({{"dinput", "dk"}, "SymbolicGradient",
+         {"input", "k_value", GradName("values"), GradName("indices")},
+         {{"Tin", DataTypeVector{t, DT_INT32, t, DT_INT32}},
+          {"Tout", DataTypeVector{t, DT_INT32}},
+          {"f", grad::FDH::FunctionRef("TopKV2", {{"T", t}, {"sorted", sorted},
+                                                  {"Tk", DT_INT32},
+                                                  {"index_type", DT_INT32}})}}});
+  b.Return("input", "dinput");
   return b.Build(g);
 }
 
@@ -706,6 +726,7 @@ TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGrad", MaxPool3DGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGradGrad", MaxPool3DGradGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPoolWithArgmax", MaxPoolWithArgmaxGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TopKV2", TopKV2Grad);
+TF_EXT_REGISTER_TF_GRADIENT("TopK", TopKGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Dilation2D", Dilation2DGrad);
 TF_EXT_REGISTER_TF_GRADIENT("NthElement", NthElementGrad);
 TF_EXT_REGISTER_TF_GRADIENT("IsotonicRegression", IsotonicRegressionGrad);
