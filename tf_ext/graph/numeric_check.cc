@@ -56,7 +56,7 @@ absl::Status NumericCheck(const GradientRequest& request, const GradientResult& 
   Session* session = result.session.get();
   std::unique_ptr<Session> numeric_session;
   if (!check->surrogates.empty()) {
-    numeric_session.reset(NewSession(GradientSessionOptions(options.optimize_graph)));
+    numeric_session.reset(NewSession(BackwardSessionOptions(options.optimize_graph)));
     if (numeric_session == nullptr) return absl::InternalError("could not create a Session");
     TF_RETURN_IF_ERROR(numeric_session->Create(numeric));
     session = numeric_session.get();

@@ -5,7 +5,7 @@
 
 namespace tensorflow::tf_ext {
 
-SessionOptions GradientSessionOptions(bool optimize) {
+SessionOptions BackwardSessionOptions(bool optimize) {
   SessionOptions options;
   options.config.mutable_experimental()->set_optimize_for_static_graph(true);
   if (!optimize) {

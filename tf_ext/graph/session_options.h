@@ -13,7 +13,7 @@ namespace tensorflow::tf_ext {
 // model's weights instead of holding them in Const nodes (gradient_request.h): Keras ResNet50
 // at batch 1 then peaks about 0.2 GB above its loaded size, against 1.2 GB with Const weights
 // and 1.7 GB for Python's tf.function gradient of the same graph.
-SessionOptions GradientSessionOptions(bool optimize);
+SessionOptions BackwardSessionOptions(bool optimize);
 
 }  // namespace tensorflow::tf_ext
 

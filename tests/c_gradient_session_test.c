@@ -1,0 +1,241 @@
+/* TfExtGradientSession (tf_ext/graph/c_gradient_session.h) from C, on a graph holding a
+ * StatelessWhile and a StatelessIf (tests/data/control_flow_graph.pb: x [3] float64, outputs
+ * "y" and "h"). One session, ys y (incoming gradient ones) and h (incoming gradient fed as
+ * "d_h"): its vector-Jacobian products at points taking each branch against central
+ * differences of y + <d_h, h> computed from the session's own y and h outputs; then 4 pthreads
+ * sending mixed valid and hostile requests, every valid answer compared with the serial one;
+ * then hostile calls. Exits non-zero on any mismatch. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensorflow/c/c_api.h"
+#include "tf_ext/graph/c_gradient_session.h"
+
+static int failures = 0;
+
+#define CHECK_OK(s, what)                                    \
+  do {                                                       \
+    if (TF_GetCode(s) != TF_OK) {                            \
+      fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s)); \
+      exit(1);                                               \
+    }                                                        \
+  } while (0)
+
+static void* ReadFile(const char* path, size_t* len) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    fprintf(stderr, "FAIL cannot open %s\n", path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void* data = malloc(n);
+  if (fread(data, 1, n, f) != (size_t)n) exit(1);
+  fclose(f);
+  *len = (size_t)n;
+  return data;
+}
+
+static TF_Tensor* Vec(TF_DataType type, const double* v, int n) {
+  int64_t dims[1] = {n};
+  const size_t size = type == TF_DOUBLE ? sizeof(double) : sizeof(float);
+  TF_Tensor* t = TF_AllocateTensor(type, dims, 1, n * size);
+  for (int i = 0; i < n; ++i) {
+    if (type == TF_DOUBLE) {
+      ((double*)TF_TensorData(t))[i] = v[i];
+    } else {
+      ((float*)TF_TensorData(t))[i] = (float)v[i];
+    }
+  }
+  return t;
+}
+
+/* Runs with x and d_h; out: y (1), h (3), dx (3). Returns the status code. */
+static TF_Code Run(const TfExtGradientSession* session, const double* x, const double* dh,
+                   double* out, TF_Status* s) {
+  const char* names[2] = {"x", "d_h"};
+  TF_Tensor* feeds[2] = {Vec(TF_DOUBLE, x, 3), Vec(TF_DOUBLE, dh, 3)};
+  TF_Tensor* ys[2] = {NULL, NULL};
+  TF_Tensor* dxs[1] = {NULL};
+  TfExtGradientSessionRun(session, names, feeds, 2, ys, dxs, s);
+  TF_DeleteTensor(feeds[0]);
+  TF_DeleteTensor(feeds[1]);
+  const TF_Code code = TF_GetCode(s);
+  if (code != TF_OK) return code;
+  memcpy(out, TF_TensorData(ys[0]), sizeof(double));
+  memcpy(out + 1, TF_TensorData(ys[1]), 3 * sizeof(double));
+  memcpy(out + 4, TF_TensorData(dxs[0]), 3 * sizeof(double));
+  TF_DeleteTensor(ys[0]);
+  TF_DeleteTensor(ys[1]);
+  TF_DeleteTensor(dxs[0]);
+  return TF_OK;
+}
+
+static void ExpectCode(const char* what, TF_Status* s, TF_Code code, const char* needle) {
+  if (TF_GetCode(s) != code || strstr(TF_Message(s), needle) == NULL) {
+    fprintf(stderr, "FAIL %s: code %d, message '%s' (want %d and '%s')\n", what,
+            (int)TF_GetCode(s), TF_Message(s), (int)code, needle);
+    ++failures;
+  } else {
+    printf("ok %s\n", what);
+  }
+}
+
+/* The two points (one per branch of the If) and incoming gradients. */
+static const double kPoints[2][3] = {{0.5, -0.3, 0.8}, {-1.2, -0.7, -2.0}};
+static const double kDh[3] = {0.3, -1.1, 0.6};
+static double expected[2][7];
+
+struct Worker {
+  const TfExtGradientSession* session;
+  int id;
+  int failed;
+};
+
+static void* Work(void* arg) {
+  struct Worker* w = (struct Worker*)arg;
+  TF_Status* s = TF_NewStatus();
+  for (int i = 0; i < 30 && !w->failed; ++i) {
+    const int kind = (w->id * 3 + i) % 5;
+    double out[7];
+    if (kind <= 1) {
+      if (Run(w->session, kPoints[kind], kDh, out, s) != TF_OK) {
+        fprintf(stderr, "FAIL thread %d: %s\n", w->id, TF_Message(s));
+        w->failed = 1;
+      }
+      for (int k = 0; k < 7; ++k) {
+        if (out[k] != expected[kind][k]) {
+          fprintf(stderr, "FAIL thread %d: output %d = %.17g, serially %.17g\n", w->id, k, out[k],
+                  expected[kind][k]);
+          w->failed = 1;
+        }
+      }
+    } else {
+      /* float x, a d_h of 4 values, no d_h */
+      const char* names[2] = {"x", "d_h"};
+      TF_Tensor* feeds[2] = {Vec(kind == 2 ? TF_FLOAT : TF_DOUBLE, kPoints[0], 3),
+                             Vec(TF_DOUBLE, kPoints[1], kind == 3 ? 2 : 3)};
+      TF_Tensor* ys[2] = {NULL, NULL};
+      TF_Tensor* dxs[1] = {NULL};
+      TfExtGradientSessionRun(w->session, names, feeds, kind == 4 ? 1 : 2, ys, dxs, s);
+      if (TF_GetCode(s) != TF_INVALID_ARGUMENT || strstr(TF_Message(s), "GradientSession: ") == NULL ||
+          ys[0] != NULL || dxs[0] != NULL) {
+        fprintf(stderr, "FAIL thread %d hostile %d: %s\n", w->id, kind, TF_Message(s));
+        w->failed = 1;
+      }
+      TF_DeleteTensor(feeds[0]);
+      TF_DeleteTensor(feeds[1]);
+    }
+  }
+  TF_DeleteStatus(s);
+  return NULL;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s control_flow_graph.pb\n", argv[0]);
+    return 2;
+  }
+  TF_Status* s = TF_NewStatus();
+  size_t len = 0;
+  void* graph = ReadFile(argv[1], &len);
+  const char* ys[2] = {"y", "h"};
+  const char* xs[1] = {"x"};
+  const unsigned char incoming[2] = {0, 1};
+  TfExtGradientSession* session =
+      TfExtNewGradientSession(graph, len, ys, 2, xs, 1, incoming, 0, s);
+  CHECK_OK(s, "create");
+  if (TfExtGradientSessionNumInputs(session) != 2 ||
+      strcmp(TfExtGradientSessionInputName(session, 0), "x") != 0 ||
+      strcmp(TfExtGradientSessionInputName(session, 1), "d_h") != 0 ||
+      TfExtGradientSessionInputType(session, 1) != TF_DOUBLE ||
+      TfExtGradientSessionInputName(session, 2) != NULL) {
+    fprintf(stderr, "FAIL inputs\n");
+    ++failures;
+  }
+
+  /* d(y + <dh, h>)/dx against central differences of the session's own outputs. */
+  for (int p = 0; p < 2; ++p) {
+    if (Run(session, kPoints[p], kDh, expected[p], s) != TF_OK) CHECK_OK(s, "run");
+    for (int i = 0; i < 3; ++i) {
+      const double eps = 1e-6;
+      double up[3], down[3], ou[7], od[7];
+      memcpy(up, kPoints[p], sizeof(up));
+      memcpy(down, kPoints[p], sizeof(down));
+      up[i] += eps;
+      down[i] -= eps;
+      Run(session, up, kDh, ou, s);
+      Run(session, down, kDh, od, s);
+      double fu = ou[0], fd = od[0];
+      for (int k = 0; k < 3; ++k) {
+        fu += kDh[k] * ou[1 + k];
+        fd += kDh[k] * od[1 + k];
+      }
+      const double numeric = (fu - fd) / (2 * eps);
+      const double grad = expected[p][4 + i];
+      if (fabs(grad - numeric) > 1e-6 * fmax(1.0, fabs(numeric)) || grad == 0) {
+        fprintf(stderr, "FAIL point %d: dx[%d] = %.12g, central difference %.12g\n", p, i, grad,
+                numeric);
+        ++failures;
+      }
+    }
+  }
+  printf("ok vector-Jacobian products against central differences\n");
+
+  /* 4 threads of mixed valid and hostile requests on the one session. */
+  pthread_t threads[4];
+  struct Worker workers[4];
+  for (int t = 0; t < 4; ++t) {
+    workers[t].session = session;
+    workers[t].id = t;
+    workers[t].failed = 0;
+    pthread_create(&threads[t], NULL, Work, &workers[t]);
+  }
+  for (int t = 0; t < 4; ++t) {
+    pthread_join(threads[t], NULL);
+    failures += workers[t].failed;
+  }
+  printf("ok 4 threads\n");
+
+  /* Hostile calls. */
+  TfExtGradientSession* bad = TfExtNewGradientSession("not a graph", 11, ys, 2, xs, 1, NULL, 0, s);
+  ExpectCode("garbage graph", s, TF_INVALID_ARGUMENT, "not a GraphDef");
+  if (bad != NULL) ++failures;
+  bad = TfExtNewGradientSession(NULL, 0, ys, 2, xs, 1, NULL, 0, s);
+  ExpectCode("NULL graph", s, TF_INVALID_ARGUMENT, "not a GraphDef");
+  const char* missing[1] = {"nope"};
+  bad = TfExtNewGradientSession(graph, len, missing, 1, xs, 1, NULL, 0, s);
+  ExpectCode("unknown y", s, TF_NOT_FOUND, "y 'nope:0'");
+  bad = TfExtNewGradientSession(graph, len, ys, 2, NULL, 0, NULL, 0, s);
+  ExpectCode("no xs", s, TF_INVALID_ARGUMENT, "no xs");
+  const char* null_name[1] = {NULL};
+  bad = TfExtNewGradientSession(graph, len, null_name, 1, xs, 1, NULL, 0, s);
+  ExpectCode("NULL y", s, TF_INVALID_ARGUMENT, "ys[0] is NULL");
+  bad = TfExtNewGradientSessionFromSavedModel("/nonexistent", NULL, ys, 1, xs, 1, NULL, 0, s);
+  if (TF_GetCode(s) == TF_OK || bad != NULL) {
+    fprintf(stderr, "FAIL missing SavedModel accepted\n");
+    ++failures;
+  }
+  TF_Tensor* out[2] = {NULL, NULL};
+  TfExtGradientSessionRun(NULL, NULL, NULL, 0, out, out, s);
+  ExpectCode("NULL session", s, TF_INVALID_ARGUMENT, "required");
+  const char* names[1] = {"x"};
+  TF_Tensor* none[1] = {NULL};
+  TfExtGradientSessionRun(session, names, none, 1, out, out, s);
+  ExpectCode("NULL feed", s, TF_INVALID_ARGUMENT, "feed 0 has no name or value");
+  TfExtDeleteGradientSession(NULL);
+
+  TfExtDeleteGradientSession(session);
+  free(graph);
+  TF_DeleteStatus(s);
+  if (failures) {
+    fprintf(stderr, "%d failures\n", failures);
+    return 1;
+  }
+  printf("all passed\n");
+  return 0;
+}

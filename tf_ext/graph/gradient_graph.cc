@@ -1,0 +1,307 @@
+#include "tf_ext/graph/gradient_graph.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/tensor.pb.h"
+#include "tensorflow/core/graph/algorithm.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/graph/node_builder.h"
+#include "tensorflow/core/graph/optimizer_cse.h"
+#include "tf_ext/graph/backprop.h"
+#include "tf_ext/graph/control_flow.h"
+#include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/workarounds.h"
+#include "tf_ext/testing/tensor_doubles.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+absl::StatusOr<Node*> FindNode(const std::map<std::string, Node*>& nodes, const TensorRef& ref,
+                               const std::string& role) {
+  auto it = nodes.find(ref.node);
+  if (it == nodes.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(role, " '", ref.ToString(), "': no node named '", ref.node, "' in the graph"));
+  }
+  if (ref.index < 0 || ref.index >= it->second->num_outputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(role, " '", ref.ToString(), "': node has ",
+                                                   it->second->num_outputs(), " outputs"));
+  }
+  return it->second;
+}
+
+// x (output `index` of `n`) read through an Identity that takes over all of its consumers: the
+// gradient of x alone, not of n's other outputs (which may depend on x too, through n's
+// inputs). Feeding or fetching x by its own name still works.
+absl::StatusOr<Node*> ReadThroughIdentity(Graph* g, const std::string& prefix, Node* n,
+                                          int index) {
+  std::vector<std::pair<Node*, int>> consumers;  // (node, input)
+  for (const Edge* e : n->out_edges()) {
+    if (!e->IsControlEdge() && e->src_output() == index) {
+      consumers.push_back({e->dst(), e->dst_input()});
+    }
+  }
+  Node* read = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/x"), "Identity")
+                         .Input(n, index)
+                         .Finalize(g, &read));
+  for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(g->UpdateEdge(read, 0, dst, input));
+  return read;
+}
+
+// "tf_ext_grad", or "tf_ext_grad_2", ...: the first that no node's name is or begins with (a
+// backward graph differentiated again holds the first pass's nodes).
+std::string UnusedPrefix(const Graph& g) {
+  for (int i = 1;; ++i) {
+    const std::string prefix = i == 1 ? "tf_ext_grad" : absl::StrCat("tf_ext_grad_", i);
+    bool used = false;
+    for (const Node* n : g.nodes()) {
+      if (n->name() == prefix || absl::StartsWith(n->name(), prefix + "/")) {
+        used = true;
+        break;
+      }
+    }
+    if (!used) return prefix;
+  }
+}
+
+// A hint for an import error, only where its cause is known.
+std::string ImportHint(const absl::Status& s) {
+  if (absl::StrContains(s.message(), "Op type not registered")) {
+    return " (is the op library that defines it loaded?)";
+  }
+  if (absl::StrContains(s.message(), "cycle")) {
+    return " (a cycle outside any while loop frame: the GraphDef itself is malformed)";
+  }
+  return "";
+}
+
+Node* AddConst(Graph* g, const std::string& name, const Tensor& value) {
+  Node* n = nullptr;
+  TF_CHECK_OK(NodeBuilder(g->NewName(name), "Const")
+                  .Attr("dtype", value.dtype())
+                  .Attr("value", value)
+                  .Finalize(g, &n));
+  return n;
+}
+
+// A fed incoming gradient for y: a Placeholder of y's dtype, passed on only once a run has
+// checked that it has y's shape (a smaller one would broadcast through the backward graph into
+// wrong gradients). The check compares [rank(dy), shape(dy), rank(y), shape(y)] with
+// [rank(y), shape(y), rank(dy), shape(dy)]: equal exactly when the shapes are.
+absl::StatusOr<GraphTensor> AddCheckedIncomingGradient(Graph* g, const std::string& prefix,
+                                                       Node* y, int index, const std::string& what,
+                                                       std::string* placeholder_name) {
+  const DataType dtype = y->output_type(index);
+  Node* dy = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy"), "Placeholder")
+                         .Attr("dtype", dtype)
+                         .Finalize(g, &dy));
+  *placeholder_name = dy->name();
+  auto shape = [&](Node* n, int i, Node** out) {
+    return NodeBuilder(g->NewName(prefix + "/dy_check/shape"), "Shape")
+        .Input(n, i)
+        .Attr("out_type", DT_INT64)
+        .Finalize(g, out);
+  };
+  Node *dy_shape = nullptr, *y_shape = nullptr;
+  TF_RETURN_IF_ERROR(shape(dy, 0, &dy_shape));
+  TF_RETURN_IF_ERROR(shape(y, index, &y_shape));
+  Node* zero = AddConst(g, prefix + "/dy_check/zero", Tensor(0));
+  auto rank = [&](Node* s, Node** out) -> absl::Status {  // [rank] = [size(shape)]
+    Node* size = nullptr;
+    TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy_check/rank"), "Size")
+                           .Input(s)
+                           .Attr("out_type", DT_INT64)
+                           .Finalize(g, &size));
+    return NodeBuilder(g->NewName(prefix + "/dy_check/rank"), "ExpandDims")
+        .Input(size)
+        .Input(zero)
+        .Finalize(g, out);
+  };
+  Node *dy_rank = nullptr, *y_rank = nullptr;
+  TF_RETURN_IF_ERROR(rank(dy_shape, &dy_rank));
+  TF_RETURN_IF_ERROR(rank(y_shape, &y_rank));
+  auto concat = [&](std::vector<NodeBuilder::NodeOut> parts, Node** out) {
+    return NodeBuilder(g->NewName(prefix + "/dy_check/concat"), "ConcatV2")
+        .Input(parts)
+        .Input(zero)
+        .Finalize(g, out);
+  };
+  Node *a = nullptr, *b = nullptr;
+  TF_RETURN_IF_ERROR(concat({{dy_rank, 0}, {dy_shape, 0}, {y_rank, 0}, {y_shape, 0}}, &a));
+  TF_RETURN_IF_ERROR(concat({{y_rank, 0}, {y_shape, 0}, {dy_rank, 0}, {dy_shape, 0}}, &b));
+  Node *equal = nullptr, *all = nullptr, *check = nullptr, *checked = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy_check/equal"), "Equal")
+                         .Input(a)
+                         .Input(b)
+                         .Finalize(g, &equal));
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy_check/all"), "All")
+                         .Input(equal)
+                         .Input(zero)
+                         .Finalize(g, &all));
+  Tensor message(DT_STRING, TensorShape({}));
+  message.scalar<tstring>()() =
+      absl::StrCat(what, " must have the shape of y; got its shape, then y's:");
+  Node* text = AddConst(g, prefix + "/dy_check/message", message);
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy_check/assert"), "Assert")
+                         .Input(all)
+                         .Input(std::vector<NodeBuilder::NodeOut>{{text, 0}, {dy_shape, 0}, {y_shape, 0}})
+                         .Finalize(g, &check));
+  TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/dy_checked"), "Identity")
+                         .Input(dy)
+                         .ControlInput(check)
+                         .Finalize(g, &checked));
+  return GraphTensor{checked, 0};
+}
+
+}  // namespace
+
+absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec,
+                                const GradientOptions& options, GradientResult* result,
+                                GradientGraph* out) {
+  const std::string& role = spec.role_prefix;
+  if (spec.ys.empty()) return absl::InvalidArgumentError(absl::StrCat("no ", role, "y given"));
+  if (spec.xs.empty()) return absl::InvalidArgumentError(absl::StrCat("no ", role, "x given"));
+  if (!spec.incoming_gradients.empty() && spec.incoming_gradients.size() != spec.ys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(role, "incoming gradients: ",
+                                                   spec.incoming_gradients.size(), " flags for ",
+                                                   spec.ys.size(), " ys"));
+  }
+  // Lowered loops and conditionals back to While and If (control_flow.h).
+  auto functionalized = FunctionalizeV1ControlFlow(forward);
+  if (!functionalized.ok()) return functionalized.status();
+  result->converted_v1_control_flow = *functionalized;
+  Graph g(OpRegistry::Global());
+  GraphConstructorOptions opts;
+  absl::Status s = ConvertGraphDefToGraph(opts, *forward, &g);
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("cannot import the graph: ", s.message(), ImportHint(s)));
+  }
+  if (options.release_forward_graph) GraphDef().Swap(forward);
+  auto inlined = InlineFunctionCalls(&g);
+  if (!inlined.ok()) return inlined.status();
+  result->inlined_calls = *inlined;
+  auto workarounds = WorkAroundGradientBugs(&g);
+  if (!workarounds.ok()) return workarounds.status();
+  result->workarounds = *workarounds;
+  std::map<std::string, Node*> nodes;
+  for (Node* n : g.op_nodes()) nodes[n->name()] = n;
+  const std::string prefix = UnusedPrefix(g);
+  out->prefix = prefix;
+
+  // Each y is read through an Identity, so that an x that is a y itself (rerouted below) still
+  // reaches it. d sum(y) / dx: the incoming gradient is ones, unless fed.
+  std::vector<GraphTensor> y_reads, dys;
+  for (size_t i = 0; i < spec.ys.size(); ++i) {
+    const TensorRef& ref = spec.ys[i];
+    auto y = FindNode(nodes, ref, role + "y");
+    if (!y.ok()) return y.status();
+    const DataType dtype = (*y)->output_type(ref.index);
+    if (!test::IsFloatingPoint(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(role, "y '", ref.ToString(), "' is ",
+                                                     DataTypeString(dtype),
+                                                     "; only floating-point tensors have gradients"));
+    }
+    Node* y_ret = nullptr;
+    TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(prefix + "/y"), "Identity")
+                           .Input(*y, ref.index)
+                           .Finalize(&g, &y_ret));
+    y_reads.push_back({y_ret, 0});
+    out->y_names.push_back(ref.ToString());
+    if (!spec.incoming_gradients.empty() && spec.incoming_gradients[i]) {
+      std::string name;
+      auto dy = AddCheckedIncomingGradient(
+          &g, prefix, *y, ref.index,
+          absl::StrCat(role, "the incoming gradient of y ", ref.ToString()), &name);
+      if (!dy.ok()) return dy.status();
+      dys.push_back(*dy);
+      out->dy_names.push_back(name + ":0");
+    } else {
+      Node* ones = nullptr;
+      TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(prefix + "/dy"), "OnesLike")
+                             .Input(*y, ref.index)
+                             .Finalize(&g, &ones));
+      dys.push_back({ones, 0});
+      out->dy_names.push_back("");
+    }
+  }
+  std::vector<std::pair<Node*, int>> x_outputs;
+  for (const TensorRef& ref : spec.xs) {
+    auto x = FindNode(nodes, ref, role + "x");
+    if (!x.ok()) return x.status();
+    x_outputs.push_back({*x, ref.index});
+  }
+  // Created after the ys' nodes, so that x = y reroutes them too.
+  std::vector<GraphTensor> xs, dxs;
+  for (const auto& [node, index] : x_outputs) {
+    auto read = ReadThroughIdentity(&g, prefix, node, index);
+    if (!read.ok()) return read.status();
+    xs.push_back({*read, 0});
+  }
+  // One pass for all xs: each x's total derivative (backprop.h).
+  BackpropOptions backprop;
+  backprop.inline_gradients = options.inline_gradients;
+  backprop.name_prefix = prefix;
+  BackpropStats stats;
+  TF_RETURN_IF_ERROR(AddGradients(&g, y_reads, dys, xs, &dxs, backprop, &stats));
+  result->gradient_nodes = stats.gradient_nodes;
+  result->inlined_gradients = stats.inlined;
+  result->loops = stats.loops;
+  result->conditionals = stats.conditionals;
+  result->accumulators = stats.accumulators;
+  for (const GraphTensor& dx : dxs) {
+    out->dx_names.push_back(absl::StrCat(dx.node->name(), ":", dx.index));
+  }
+  if (options.inline_gradients) {
+    // An inlined gradient body that recomputes its op's forward (a client gradient converted
+    // by unify.h reads the op's outputs so) holds a copy of a forward node: merge equal nodes.
+    // Not constants (hashing frozen weights costs time and saves nothing), and not the nodes
+    // a run feeds or fetches by name.
+    std::set<std::string> keep = spec.named_nodes;
+    for (const TensorRef& ref : spec.ys) keep.insert(ref.node);
+    for (const TensorRef& ref : spec.xs) keep.insert(ref.node);
+    FixupSourceAndSinkEdges(&g);  // CSE walks the graph from its source node
+    OptimizeCSE(&g, [&keep, &prefix](const Node* n) {
+      return !n->IsConstant() && !absl::StartsWith(n->name(), prefix + "/") &&
+             keep.count(n->name()) == 0;
+    });
+  }
+  g.ToGraphDef(&out->graph);
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, Tensor>> HoistConstants(const std::set<std::string>& keep,
+                                                           GraphDef* graph) {
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (NodeDef& n : *graph->mutable_node()) {
+    if (n.op() != "Const" || keep.count(n.name()) || !n.attr().contains("value")) continue;
+    const TensorProto& proto = n.attr().at("value").tensor();
+    if (!DataTypeIsFloating(proto.dtype())) continue;
+    int64_t elements = 1;
+    for (const auto& d : proto.tensor_shape().dim()) elements *= d.size();
+    if (elements < 4096) continue;
+    Tensor value;
+    if (!value.FromProto(proto)) continue;
+    n.set_op("Placeholder");
+    n.clear_attr();
+    AttrValue dtype, shape;
+    dtype.set_type(value.dtype());
+    value.shape().AsProto(shape.mutable_shape());
+    (*n.mutable_attr())["dtype"] = dtype;
+    (*n.mutable_attr())["shape"] = shape;
+    feeds.push_back({n.name() + ":0", std::move(value)});
+  }
+  return feeds;
+}
+
+}  // namespace tensorflow::tf_ext

@@ -1,0 +1,48 @@
+// The library's one SavedModel loader: a signature of a SavedModel as a forward graph to
+// differentiate, with no Python. GradientSession (gradient_session.h) builds on it, and the
+// C API's TfExtNewGradientSessionFromSavedModel (c_gradient_session.h).
+//
+// LoadSavedModelSignature loads the directory with TensorFlow's own loader (LoadSavedModel, tag
+// "serve": SavedModels written by tf.saved_model.save, Keras's model.export and TF1's builder
+// alike), keeps the nodes the signature's outputs need, inlines the function calls (TF2
+// signatures are calls of functions that take the variables as resource inputs), and freezes
+// the variables: each ReadVariableOp becomes a constant of the value restored from variables/,
+// each ResourceGather/ResourceGatherNd a GatherV2/GatherNd of that constant. A variable used in
+// any other way (assigned, or read inside a loop body or conditional branch) is refused, naming
+// the node.
+#ifndef TF_EXT_GRAPH_SAVED_MODEL_H_
+#define TF_EXT_GRAPH_SAVED_MODEL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tf_ext/graph/gradient_session.h"
+#include "tf_ext/graph/tensor_ref.h"
+
+namespace tensorflow::tf_ext {
+
+struct SavedModelSignature {
+  GraphDef graph;                              // frozen, calls inlined
+  std::map<std::string, TensorRef> inputs;     // signature key -> placeholder of `graph`
+  std::map<std::string, TensorRef> outputs;    // signature key -> tensor of `graph`
+  int variables = 0;                           // variables frozen into constants
+};
+
+absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& export_dir,
+                                                            const std::string& signature_key,
+                                                            const std::string& tag = "serve");
+
+// A GradientSession of a signature: ys and xs are its output and input keys (an x must be an
+// input), requests feed the inputs by key, and incoming gradients as "d_<output key>".
+absl::StatusOr<std::unique_ptr<GradientSession>> GradientSessionFromSavedModel(
+    const std::string& export_dir, const std::string& signature_key,
+    const std::vector<std::string>& y_keys, const std::vector<std::string>& x_keys,
+    const std::vector<bool>& incoming_gradients = {}, const GradientSessionOptions& options = {});
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_SAVED_MODEL_H_
