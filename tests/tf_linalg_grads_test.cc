@@ -76,20 +76,28 @@ Tensor Ints(std::vector<int32> v, TensorShape shape = {}) { return test::AsTenso
 // convention that float32 and float64 kernels need not share: the float32 gradient is compared
 // with the float64 one for incoming gradients whose columns are flipped as the float32 vectors
 // are (the loss is then the same function). Outputs in `unused` (U, V when compute_uv is false)
-// get zero incoming gradients and are left out of the loss.
+// get zero incoming gradients and are left out of the loss. Inputs in `fixed` keep their type
+// in the float32 run and are not differentiated (MatrixSolveLs's double l2_regularizer; its
+// gradient must be zero).
 struct SpectralCheck {
   std::string op;
   OpAttrs attrs;
-  Tensor input;                // float64 / complex128
+  std::vector<Tensor> inputs;  // float64 / complex128
   std::vector<int> vectors;    // outputs whose columns have a sign convention
   std::vector<int> unused = {};
+  std::vector<int> fixed = {};
+  bool compare_float = true;   // false: the float32 outputs need not match in order (Eig)
 };
+
+bool Contains(const std::vector<int>& v, size_t i) {
+  return std::find(v.begin(), v.end(), static_cast<int>(i)) != v.end();
+}
 
 double SpectralLoss(const std::vector<Tensor>& ys, const std::vector<Tensor>& vs,
                     const std::vector<int>& unused) {
   double s = 0;
   for (size_t o = 0; o < ys.size(); ++o) {
-    if (std::find(unused.begin(), unused.end(), o) != unused.end()) continue;
+    if (Contains(unused, o)) continue;
     for (int64_t i = 0; i < ys[o].NumElements(); ++i) {
       s += (std::conj(Get(vs[o], i)) * Get(ys[o], i)).real();
     }
@@ -99,46 +107,58 @@ double SpectralLoss(const std::vector<Tensor>& ys, const std::vector<Tensor>& vs
 
 void ExpectSpectralMatchesNumeric(const SpectralCheck& c) {
   SCOPED_TRACE(c.op);
-  const auto is_unused = [&](size_t o) {
-    return std::find(c.unused.begin(), c.unused.end(), o) != c.unused.end();
-  };
-  auto ys = test::RunOp(c.op, c.attrs, {c.input});
+  auto ys = test::RunOp(c.op, c.attrs, c.inputs);
   ASSERT_TRUE(ys.ok()) << ys.status();
   std::vector<Tensor> vs;
   for (size_t o = 0; o < ys->size(); ++o) {
     vs.push_back(Random((*ys)[o].dtype(), (*ys)[o].shape(), 100 + o));
-    if (!is_unused(o)) continue;
+    if (!Contains(c.unused, o)) continue;
     for (int64_t i = 0; i < vs.back().NumElements(); ++i) Set(&vs.back(), i, 0);
   }
-  auto grads = test::RunSymbolicGradient(c.op, c.attrs, {c.input}, vs);
+  auto grads = test::RunSymbolicGradient(c.op, c.attrs, c.inputs, vs);
   ASSERT_TRUE(grads.ok()) << grads.status();
-  const Tensor& g = (*grads)[0];
-  ASSERT_EQ(g.shape(), c.input.shape());
-  const bool cplx = test::IsComplex(c.input.dtype());
+  ASSERT_EQ(grads->size(), c.inputs.size());
   const double delta = 1e-6;
-  for (int64_t i = 0; i < c.input.NumElements(); ++i) {
-    for (const cd dir : cplx ? std::vector<cd>{1, cd(0, 1)} : std::vector<cd>{1}) {
-      Tensor plus = tensor::DeepCopy(c.input), minus = tensor::DeepCopy(c.input);
-      Set(&plus, i, Get(c.input, i) + delta * dir);
-      Set(&minus, i, Get(c.input, i) - delta * dir);
-      auto yp = test::RunOp(c.op, c.attrs, {plus}, {test::RunPath::kKernel});
-      auto ym = test::RunOp(c.op, c.attrs, {minus}, {test::RunPath::kKernel});
-      ASSERT_TRUE(yp.ok() && ym.ok());
-      const double numeric =
-          (SpectralLoss(*yp, vs, c.unused) - SpectralLoss(*ym, vs, c.unused)) / (2 * delta);
-      const double symbolic = dir == cd(1) ? Get(g, i).real() : Get(g, i).imag();
-      EXPECT_NEAR(symbolic, numeric, 1e-7 * std::max(1.0, std::abs(numeric)))
-          << "element " << i << (dir == cd(1) ? " (real)" : " (imag)");
+  bool cplx = false;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    const Tensor& g = (*grads)[k];
+    ASSERT_EQ(g.shape(), c.inputs[k].shape()) << "input " << k;
+    if (Contains(c.fixed, k)) {
+      for (int64_t i = 0; i < g.NumElements(); ++i) EXPECT_EQ(Get(g, i), cd(0)) << "input " << k;
+      continue;
+    }
+    cplx = cplx || test::IsComplex(c.inputs[k].dtype());
+    const bool ck = test::IsComplex(c.inputs[k].dtype());
+    for (int64_t i = 0; i < c.inputs[k].NumElements(); ++i) {
+      for (const cd dir : ck ? std::vector<cd>{1, cd(0, 1)} : std::vector<cd>{1}) {
+        std::vector<Tensor> plus = c.inputs, minus = c.inputs;
+        plus[k] = tensor::DeepCopy(c.inputs[k]);
+        minus[k] = tensor::DeepCopy(c.inputs[k]);
+        Set(&plus[k], i, Get(c.inputs[k], i) + delta * dir);
+        Set(&minus[k], i, Get(c.inputs[k], i) - delta * dir);
+        auto yp = test::RunOp(c.op, c.attrs, plus, {test::RunPath::kKernel});
+        auto ym = test::RunOp(c.op, c.attrs, minus, {test::RunPath::kKernel});
+        ASSERT_TRUE(yp.ok() && ym.ok());
+        const double numeric =
+            (SpectralLoss(*yp, vs, c.unused) - SpectralLoss(*ym, vs, c.unused)) / (2 * delta);
+        const double symbolic = dir == cd(1) ? Get(g, i).real() : Get(g, i).imag();
+        EXPECT_NEAR(symbolic, numeric, 1e-7 * std::max(1.0, std::abs(numeric)))
+            << "input " << k << " element " << i << (dir == cd(1) ? " (real)" : " (imag)");
+      }
     }
   }
-  if (cplx) return;  // phases, not signs: float32 is compared with Python's gradient instead
-  const Tensor x32 = test::Convert(c.input, DT_FLOAT);
-  auto ys32 = test::RunOp(c.op, c.attrs, {x32});
+  // phases, not signs, for complex types: float32 is compared with Python's gradient instead
+  if (cplx || !c.compare_float) return;
+  std::vector<Tensor> x32;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    x32.push_back(Contains(c.fixed, k) ? c.inputs[k] : test::Convert(c.inputs[k], DT_FLOAT));
+  }
+  auto ys32 = test::RunOp(c.op, c.attrs, x32);
   ASSERT_TRUE(ys32.ok()) << ys32.status();
   std::vector<Tensor> vs32;
   for (size_t o = 0; o < vs.size(); ++o) {
-    vs32.push_back(test::Convert(vs[o], DT_FLOAT));
-    if (std::find(c.vectors.begin(), c.vectors.end(), o) == c.vectors.end()) continue;
+    vs32.push_back(test::Convert(vs[o], test::Single(vs[o].dtype())));
+    if (!Contains(c.vectors, o)) continue;
     const Tensor& y64 = (*ys)[o];
     const Tensor& y32 = (*ys32)[o];
     const int64_t rows = y64.dim_size(y64.dims() - 2), cols = y64.dim_size(y64.dims() - 1);
@@ -155,12 +175,15 @@ void ExpectSpectralMatchesNumeric(const SpectralCheck& c) {
       }
     }
   }
-  auto g32 = test::RunSymbolicGradient(c.op, c.attrs, {x32}, vs32);
+  auto g32 = test::RunSymbolicGradient(c.op, c.attrs, x32, vs32);
   ASSERT_TRUE(g32.ok()) << g32.status();
-  for (int64_t i = 0; i < g.NumElements(); ++i) {
-    const double want = Get(g, i).real();
-    EXPECT_NEAR(Get((*g32)[0], i).real(), want, 1e-4 * std::max(1.0, std::abs(want)))
-        << "float element " << i;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    if (Contains(c.fixed, k)) continue;
+    for (int64_t i = 0; i < (*grads)[k].NumElements(); ++i) {
+      const double want = Get((*grads)[k], i).real();
+      EXPECT_NEAR(Get((*g32)[k], i).real(), want, 1e-4 * std::max(1.0, std::abs(want)))
+          << "float input " << k << " element " << i;
+    }
   }
 }
 
@@ -396,12 +419,59 @@ TEST(LinalgGrads, QrTallFullMatricesIsInvalidArgument) {
 // Distinct eigenvalues (the eigenvectors are then differentiable); only the lower triangle is
 // read, which the gradient keeps to. compute_v = false: d(e) alone.
 TEST(LinalgGrads, SelfAdjointEigV2) {
-  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, Hermitian(DT_DOUBLE, {2, 3, 3}, 43), {1}});
-  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, Hermitian(DT_DOUBLE, {4, 4}, 44), {1}});
+  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, {Hermitian(DT_DOUBLE, {2, 3, 3}, 43)}, {1}});
+  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, {Hermitian(DT_DOUBLE, {4, 4}, 44)}, {1}});
   ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {{"compute_v", false}},
-                                Hermitian(DT_DOUBLE, {2, 3, 3}, 45), {}, {1}});
+                                {Hermitian(DT_DOUBLE, {2, 3, 3}, 45)}, {}, {1}});
   ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {{"compute_v", false}},
-                                Hermitian(DT_COMPLEX128, {3, 3}, 46), {}, {1}});
+                                {Hermitian(DT_COMPLEX128, {3, 3}, 46)}, {}, {1}});
+}
+
+// Square, tall and wide (the two kinds of normal equations), with and without regularisation.
+TEST(LinalgGrads, MatrixSolveLs) {
+  struct Case { TensorShape a, b; double l2; };
+  for (const Case& k : std::vector<Case>{{{2, 3, 3}, {2, 3, 2}, 0.0}, {{2, 4, 3}, {2, 4, 2}, 0.0},
+                                         {{4, 3}, {4, 1}, 0.5}, {{2, 3, 4}, {2, 3, 2}, 0.0},
+                                         {{3, 5}, {3, 2}, 0.25}}) {
+    SCOPED_TRACE(k.a.DebugString());
+    const Tensor l2 = test::AsTensor<double>({k.l2});
+    ExpectSpectralMatchesNumeric({"MatrixSolveLs", {},
+                                  {Random(DT_DOUBLE, k.a, 63), Random(DT_DOUBLE, k.b, 64), l2},
+                                  {}, {}, {2}});
+    ExpectSpectralMatchesNumeric({"MatrixSolveLs", {},
+                                  {Random(DT_COMPLEX128, k.a, 65), Random(DT_COMPLEX128, k.b, 66),
+                                   l2},
+                                  {}, {}, {2}});
+  }
+}
+
+TEST(LinalgGrads, MatrixSolveLsSlowPathIsInvalidArgument) {
+  auto r = test::RunSymbolicGradient(
+      "MatrixSolveLs", {{"fast", false}},
+      {Random(DT_DOUBLE, {3, 2}, 67), Random(DT_DOUBLE, {3, 1}, 68), test::AsTensor<double>({0})},
+      {Random(DT_DOUBLE, {2, 1}, 69)});
+  test::ExpectInvalidArgument(r.status(), "MatrixSolveLs", {"fast=False"});
+}
+
+// Symmetric (Hermitian) positive definite matrices, whose square roots are well conditioned;
+// and a non-symmetric one near the identity. Complex: the derivative (R^H), where Python uses R^T.
+TEST(LinalgGrads, MatrixSquareRoot) {
+  ExpectMatchesNumeric({"MatrixSquareRoot", {}, {SymmetricPositiveDefinite({2, 3, 3}, 70)}});
+  ExpectMatchesNumeric({"MatrixSquareRoot", {}, {Conditioned(DT_DOUBLE, {3, 3}, 71, 4)}});
+  ExpectMatchesNumeric({"MatrixSquareRoot", {}, {Conditioned(DT_COMPLEX128, {2, 3, 3}, 72, 4)}});
+}
+
+// Eigenvalues only (the eigenvectors' phases are a convention, which random d(V) would make the
+// loss depend on; Python's comparison covers them): real and complex matrices, complex
+// eigenvalue pairs included.
+TEST(LinalgGrads, Eig) {
+  ExpectSpectralMatchesNumeric({"Eig", {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
+                                {Random(DT_DOUBLE, {2, 3, 3}, 73)}, {}, {1}, {}, false});
+  ExpectSpectralMatchesNumeric({"Eig", {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
+                                {Random(DT_COMPLEX128, {3, 3}, 74)}, {}, {1}});
+  // compute_v with d(V) = 0: the eigenvalues' gradient through the other formula
+  ExpectSpectralMatchesNumeric({"Eig", {{"Tout", DT_COMPLEX128}},
+                                {Random(DT_DOUBLE, {2, 3, 3}, 75)}, {}, {1}, {}, false});
 }
 
 // Tall, square and wide, reduced and (|m - n| <= 1) full; compute_uv = false. Real only: a
@@ -410,13 +480,13 @@ TEST(LinalgGrads, SelfAdjointEigV2) {
 TEST(LinalgGrads, Svd) {
   for (const TensorShape& shape : {TensorShape({2, 4, 3}), TensorShape({2, 3, 3}),
                                    TensorShape({3, 5})}) {
-    ExpectSpectralMatchesNumeric({"Svd", {}, Random(DT_DOUBLE, shape, 47), {1, 2}});
-    ExpectSpectralMatchesNumeric({"Svd", {{"compute_uv", false}}, Random(DT_DOUBLE, shape, 48),
+    ExpectSpectralMatchesNumeric({"Svd", {}, {Random(DT_DOUBLE, shape, 47)}, {1, 2}});
+    ExpectSpectralMatchesNumeric({"Svd", {{"compute_uv", false}}, {Random(DT_DOUBLE, shape, 48)},
                                   {}, {1, 2}});
   }
   for (const TensorShape& shape : {TensorShape({2, 4, 3}), TensorShape({3, 3}),
                                    TensorShape({2, 3, 4})}) {
-    ExpectSpectralMatchesNumeric({"Svd", {{"full_matrices", true}}, Random(DT_DOUBLE, shape, 49),
+    ExpectSpectralMatchesNumeric({"Svd", {{"full_matrices", true}}, {Random(DT_DOUBLE, shape, 49)},
                                   {1, 2}});
   }
 }

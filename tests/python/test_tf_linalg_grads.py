@@ -264,3 +264,44 @@ def test_tridiagonal_solve(pivoting, dtype):
     b = values((2, 4, 2), dtype, 35)
     compare(lambda: tf.raw_ops.TridiagonalSolve(diagonals=d, rhs=b, partial_pivoting=pivoting),
             TOL[dtype])
+
+
+@pytest.mark.parametrize("shape_a,shape_b,l2", [((2, 3, 3), (2, 3, 2), 0.0),
+                                                ((2, 4, 3), (2, 4, 2), 0.0),
+                                                ((4, 3), (4, 1), 0.5),
+                                                ((2, 3, 4), (2, 3, 2), 0.0),
+                                                ((3, 5), (3, 2), 0.25)])
+@pytest.mark.parametrize("dtype", REAL)
+def test_matrix_solve_ls(shape_a, shape_b, l2, dtype):
+    """Python's two kinds of normal equations (chosen from the static shape there, at run time
+    in C++). Real types: for complex ones Python's first kind is not the derivative."""
+    a, b = values(shape_a, dtype, 36), values(shape_b, dtype, 37)
+    compare(lambda: tf.raw_ops.MatrixSolveLs(matrix=a, rhs=b, l2_regularizer=np.float64(l2)),
+            TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_matrix_solve_ls_complex_wide(dtype):
+    """The second kind (a wide matrix) is Python's for complex types too."""
+    a, b = values((2, 3, 4), dtype, 38), values((2, 3, 2), dtype, 39)
+    compare(lambda: tf.raw_ops.MatrixSolveLs(matrix=a, rhs=b, l2_regularizer=np.float64(0.1)),
+            TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", REAL)
+def test_matrix_square_root(dtype):
+    """Real types (for complex ones Python's Sylvester system uses R^T where the derivative
+    needs R^H; the C++ gradient is checked numerically)."""
+    compare(lambda: tf.raw_ops.MatrixSquareRoot(input=spd((2, 3, 3), dtype, 40)), TOL[dtype] * 10)
+    compare(lambda: tf.raw_ops.MatrixSquareRoot(input=conditioned((3, 3), dtype, 41, 4.0)),
+            TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("compute_v", [True, False])
+@pytest.mark.parametrize("dtype", ALL)
+def test_eig(compute_v, dtype):
+    """Real matrices (complex eigenvalue pairs among them) and complex ones."""
+    a = values((2, 3, 3), dtype, 42)
+    tout = np.complex64 if dtype in (np.float32, np.complex64) else np.complex128
+    compare(lambda: tf.raw_ops.Eig(input=a, Tout=tout, compute_v=compute_v),
+            TOL[dtype] * 10)

@@ -46,8 +46,12 @@ const NodeAttrs kI32 = {{"T", DT_INT32}};
 // Matrix expressions over the forward's element type T, each node named uniquely after a hint.
 class Linalg {
  public:
-  explicit Linalg(grad::GradBuilder& b)
-      : b_(b), t_(b.PassAttrs({"T"})), type_(b.GetAttr<DataType>("T")) {}
+  // Nodes are of the forward's type attr `type_attr` (T, or Eig's Tout).
+  explicit Linalg(grad::GradBuilder& b, const std::string& type_attr = "T")
+      : b_(b),
+        attr_(type_attr),
+        t_({{"T", Placeholder(type_attr)}}),
+        type_(b.GetAttr<DataType>(type_attr)) {}
 
   grad::GradBuilder& b() { return b_; }
   const NodeAttrs& t() const { return t_; }
@@ -74,7 +78,7 @@ class Linalg {
     return b_.Add(FDH::Const<int32>(Name("i32v"), v));
   }
   // A scalar of type T.
-  std::string Scalar(double v) { return b_.TypedConst(Name("scalar"), v); }
+  std::string Scalar(double v) { return b_.TypedConst(Name("scalar"), v, attr_); }
 
   // x @ y with x, y optionally conjugate-transposed; batch axes broadcast.
   std::string MatMul(const std::string& hint, const std::string& x, const std::string& y,
@@ -83,6 +87,10 @@ class Linalg {
   }
   // x^H (the last two axes swapped, conjugated for complex T).
   std::string Adjoint(const std::string& hint, const std::string& x) {
+    return Transpose(hint, x, complex());
+  }
+  // x^T (the last two axes swapped), conjugated if `conjugate`.
+  std::string Transpose(const std::string& hint, const std::string& x, bool conjugate) {
     const std::string rank = b_.Add({{Name("rank")}, "Rank", {x}, t_});
     const std::string r2 = I32("rank_minus_2", "Sub", {rank, ConstI32(2)});
     const std::string r1 = I32("rank_minus_1", "Sub", {rank, ConstI32(1)});
@@ -92,7 +100,7 @@ class Linalg {
                                      {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});
     const std::string perm = b_.Add({{Name("perm")}, "ConcatV2", {head, tail, ConstI32(0)},
                                      {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
-    return Op(hint, complex() ? "ConjugateTranspose" : "Transpose", {x, perm},
+    return Op(hint, conjugate ? "ConjugateTranspose" : "Transpose", {x, perm},
               {{"Tperm", DT_INT32}});
   }
   // The band of x from `lower` diagonals below to `upper` above (-1: all).
@@ -128,7 +136,7 @@ class Linalg {
   // shape(x)[from:to] (int32; to = 0: to the end) / shape(x)[i] (int32 scalar).
   std::string ShapeSlice(const std::string& x, int32 from, int32 to) {
     const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder("T")}, {"out_type", DT_INT32}}});
+        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
     return b_.Add({{Name("shape_slice")}, "StridedSlice",
                    {shape, ConstI32(std::vector<int32>{from}), ConstI32(std::vector<int32>{to}),
                     ConstI32(std::vector<int32>{1})},
@@ -136,7 +144,7 @@ class Linalg {
   }
   std::string Dim(const std::string& x, int32 i) {
     const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder("T")}, {"out_type", DT_INT32}}});
+        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
     return b_.Add({{Name("dim")}, "StridedSlice",
                    {shape, ConstI32(std::vector<int32>{i}), ConstI32(std::vector<int32>{i + 1}),
                     ConstI32(std::vector<int32>{1})},
@@ -159,7 +167,7 @@ class Linalg {
   // x reshaped to [..., 1, 1] (a scalar per matrix, for broadcasting against matrices).
   std::string PerMatrix(const std::string& hint, const std::string& x) {
     const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder("T")}, {"out_type", DT_INT32}}});
+        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
     const std::string to = b_.Add({{Name("shape_11")}, "ConcatV2",
                                    {shape, ConstI32(std::vector<int32>{1, 1}), ConstI32(0)},
                                    {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
@@ -206,6 +214,32 @@ class Linalg {
   std::string Conj(const std::string& x) {
     return complex() ? Op(x + "_conj", "Conj", {x}) : x;
   }
+  // Kronecker products x (x) y of batches of m x m matrices ([..., m*m, m*m]); `batch` is their
+  // shape[:-2], m an int32 scalar.
+  std::string Kron(const std::string& hint, const std::string& x, const std::string& y,
+                   const std::string& batch, const std::string& m) {
+    const std::string one = ConstI32(std::vector<int32>{1});
+    const std::string mv = b_.Add({{Name("m_v")}, "Pack", {m}, {{"N", 1}, {"T", DT_INT32}, {"axis", 0}}});
+    const NodeAttrs cat5 = {{"N", 5}, {"T", DT_INT32}, {"Tidx", DT_INT32}};
+    const std::string sx = b_.Add({{Name("shape_x")}, "ConcatV2", {batch, mv, one, mv, one, ConstI32(0)}, cat5});
+    const std::string sy = b_.Add({{Name("shape_y")}, "ConcatV2", {batch, one, mv, one, mv, ConstI32(0)}, cat5});
+    const NodeAttrs reshape = {{"Tshape", DT_INT32}};
+    // (x (x) y)[(i, k), (j, l)] = x_ij y_kl: [..., i, k, j, l], then flattened pairwise
+    const std::string prod = Op(hint + "_prod", "Mul", {Op(hint + "_x", "Reshape", {x, sx}, reshape),
+                                                       Op(hint + "_y", "Reshape", {y, sy}, reshape)});
+    const std::string mm = I32("mm", "Mul", {m, m});
+    const std::string sk = b_.Add({{Name("shape_k")}, "ConcatV2",
+                                   {batch, b_.Add({{Name("mm_mm")}, "Pack", {mm, mm},
+                                                   {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
+                                    ConstI32(0)},
+                                   {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
+    return Op(hint, "Reshape", {prod, sk}, reshape);
+  }
+  // The solution Y of C Y = r, C = L L^H (L lower triangular): cholesky_solve.
+  std::string CholeskySolve(const std::string& hint, const std::string& chol,
+                            const std::string& rhs) {
+    return TriSolve(hint, chol, TriSolve(hint + "_half", chol, rhs, true, false), true, true);
+  }
   // A node that fails the gradient with `message` (an InvalidArgument) unless bool scalar `ok`;
   // returns its name, for control dependencies.
   std::string Require(const std::string& ok, const std::string& message) {
@@ -220,6 +254,7 @@ class Linalg {
 
  private:
   grad::GradBuilder& b_;
+  std::string attr_;
   NodeAttrs t_;
   DataType type_;
   int counter_ = 0;
@@ -419,6 +454,89 @@ absl::Status TridiagonalSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
                                  {{"N", 3}, {"axis", -2}});
   b.Return("diagonals", l.Op("d_diagonals", "Neg", {grads}));
   b.Return("rhs", db);
+  return b.Build(g);
+}
+
+// MatrixSolveLs(A, B, l2) (fast): the regularised least-squares solution, through the normal
+// equations of the first kind for a square or tall A, X = (A^H A + l2 I)^-1 A^H B, and of the
+// second kind for a wide one, X = A^H (A A^H + l2 I)^-1 B. With C the regularised Gramian of the
+// kind used and the solves through its Cholesky factor:
+//   first kind:  Z = C^-1 d(X); d(A) = -A (X Z^H + Z X^H) + B Z^H, d(B) = A Z;
+//   second kind: d(B) = C^-1 A d(X), T = C^-1 B; d(A) = -d(B) T^H A + T (d(X) - A^H d(B))^H.
+// Python picks the kind from the static shape; here both are computed (the Gramian of the kind
+// not used gets + I, so that its Cholesky factorisation cannot fail) and the shape picks at run
+// time. For real types the first kind is Python's; for complex ones Python's X Z^H + (X Z^H)^T
+// is not the derivative, X Z^H + Z X^H is. fast = false: refused, as Python. l2: zeros (Python's
+// None).
+absl::Status MatrixSolveLsGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MatrixSolveLs", attrs);
+  if (!b.GetAttr<bool>("fast")) {
+    return absl::InvalidArgumentError(
+        "MatrixSolveLs: gradient not defined for fast=False (as Python's)");
+  }
+  Linalg l(b);
+  const std::string a = "matrix", rhs = "rhs", dx = GradName("output");
+  const std::string l2 = b.Add({{l.Name("l2")}, "Cast", {"l2_regularizer"},
+                                {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder("T")}}});
+  const std::string tall = b.Add({{l.Name("tall")}, "GreaterEqual",
+                                  {l.Dim(a, -2), l.Dim(a, -1)}, kI32});   // m >= n
+  const std::string zero = l.Scalar(0), one = l.Scalar(1);
+  // C = gram + (l2 + (the kind unused ? 1 : 0)) I, factorised
+  const auto chol = [&](const std::string& hint, const std::string& gram, bool first_kind) {
+    const std::string extra = l.Op(hint + "_extra", "SelectV2",
+                                   {tall, first_kind ? zero : one, first_kind ? one : zero});
+    const std::string shift = l.Op(hint + "_shift", "AddV2", {l2, extra});
+    const std::string c = l.Op(hint + "_c", "AddV2",
+                               {gram, l.Op(hint + "_ridge", "Mul", {l.EyeLike(gram), shift})});
+    return l.Op(hint, "Cholesky", {c});
+  };
+  // first kind (square or tall A)
+  const std::string chol1 = chol("chol_first", l.MatMul("ah_a", a, a, true, false), true);
+  const std::string z = l.CholeskySolve("z", chol1, dx);
+  const std::string xzh = l.MatMul("x_zh", "output", z, false, true);
+  const std::string sym = l.Op("xzh_sym", "AddV2", {xzh, l.Adjoint("xzh_h", xzh)});
+  const std::string da1 = l.Op("d_a_first", "Sub", {l.MatMul("b_zh", rhs, z, false, true),
+                                                    l.MatMul("a_sym", a, sym)});
+  const std::string db1 = l.MatMul("d_b_first", a, z);
+  // second kind (wide A)
+  const std::string chol2 = chol("chol_second", l.MatMul("a_ah", a, a, false, true), false);
+  const std::string db2 = l.CholeskySolve("d_b_second", chol2, l.MatMul("a_dx", a, dx));
+  const std::string t = l.CholeskySolve("t", chol2, rhs);
+  const std::string a1 = l.MatMul("db_th_a", db2, l.MatMul("th_a", t, a, true, false));
+  const std::string a2 = l.MatMul("t_rest", t, l.Op("rest", "Sub", {dx, l.MatMul("ah_db", a, db2, true, false)}),
+                                  false, true);
+  const std::string da2 = l.Op("d_a_second", "Sub", {a2, a1});
+  b.Return("matrix", l.Op("d_a", "SelectV2", {tall, da1, da2}));
+  b.Return("rhs", l.Op("d_b", "SelectV2", {tall, db1, db2}));
+  b.NotDifferentiable("l2_regularizer");
+  return b.Build(g);
+}
+
+// MatrixSquareRoot(A) = R, R R = A: R dR + dR R = dA, a Sylvester equation. Its adjoint gives
+// d(A) = Z solving R^H Z + Z R^H = d(R), solved as Python does, through Kronecker products on
+// column-major vec: (I (x) R^H + conj(R) (x) I) vec(Z) = vec(d(R)). For real types this is
+// Python's system; for complex ones Python's (R^T, not R^H) is not the derivative.
+absl::Status MatrixSquareRootGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MatrixSquareRoot", attrs);
+  Linalg l(b);
+  const std::string r = "output";
+  const std::string batch = l.ShapeSlice(r, 0, -2), m = l.Dim(r, -1);
+  const std::string eye = l.EyeLike(r);
+  const std::string k = l.Op("sylvester", "AddV2", {l.Kron("k_left", eye, l.Adjoint("r_h", r), batch, m),
+                                                    l.Kron("k_right", l.Conj(r), eye, batch, m)});
+  // column-major vec(d(R)) = row-major flattening of d(R)^T, as a [..., m*m, 1] column
+  const std::string mm = l.I32("mm", "Mul", {m, m});
+  const std::string col_shape = b.Add({{l.Name("col_shape")}, "ConcatV2",
+                                       {batch, b.Add({{l.Name("mm_1")}, "Pack", {mm, l.ConstI32(1)},
+                                                      {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
+                                        l.ConstI32(0)},
+                                       {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
+  const NodeAttrs reshape = {{"Tshape", DT_INT32}};
+  const std::string vec = l.Op("vec_dr", "Reshape",
+                               {l.Transpose("dr_t", GradName("output"), false), col_shape}, reshape);
+  const std::string sol = l.Op("vec_z", "MatrixSolve", {k, vec}, {{"adjoint", false}});
+  const std::string zt = l.Op("z_t", "Reshape", {sol, l.ShapeSlice(r, 0, 0)}, reshape);
+  b.Return("input", l.Transpose("d_a", zt, false));
   return b.Build(g);
 }
 
@@ -704,6 +822,46 @@ absl::Status SvdGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// Eig(A) = (e, V), A V = V diag(e) (complex e, V, unit-norm columns; A real or complex), after
+// Boeddeker et al. eq. 4.77, as Python: with F_ij = conj(1/(e_j - e_i)) off the diagonal
+// (broadened), 0 on it,
+//   d(A) = V^-H (diag(d(e)) + F * (V^H d(V) - V^H V diag(Re diag(V^H d(V))))) V^H
+// (compute_v false: d(V) = 0, V recomputed), solved rather than inverted, then cast to A's type
+// (the real part for a real A).
+absl::Status EigGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Eig", attrs);
+  Linalg l(b, "Tout");
+  const FDH::AttrValueWrapper tout = Placeholder("Tout");
+  std::string v = "v";
+  std::string mid = l.Diag("diag_de", GradName("e"));
+  if (b.GetAttr<bool>("compute_v")) {
+    const NodeAttrs dim = {{"Tdim", DT_INT32}};
+    const std::string row = l.Op("e_row", "ExpandDims", {"e", l.ConstI32(-2)}, dim);  // e_j
+    const std::string col = l.Op("e_col", "ExpandDims", {"e", l.ConstI32(-1)}, dim);  // e_i
+    const std::string f = l.Op("f", "Conj", {l.SetDiag("f_raw",
+                                                       l.SafeReciprocal("f_full", l.Op("gaps", "Sub", {row, col})),
+                                                       l.Op("zero_diag", "ZerosLike", {"e"}))});
+    const std::string vgv = l.MatMul("vh_dv", "v", GradName("v"), true, false);   // V^H d(V)
+    const DataType real = l.real_type();
+    const std::string re = b.Add({{l.Name("re_vgv")}, "Real", {vgv}, {{"T", tout}, {"Tout", real}}});
+    const std::string re_c = b.Add({{l.Name("re_vgv_c")}, "Cast", {re}, {{"SrcT", real}, {"DstT", tout}}});
+    const std::string diag_re = l.Diag("diag_re", l.DiagPart("re_diag", re_c));
+    const std::string vhv = l.MatMul("vh_v", "v", "v", true, false);
+    const std::string inner = l.Op("inner", "Sub", {vgv, l.MatMul("vhv_diag", vhv, diag_re)});
+    mid = l.Op("mid", "AddV2", {mid, l.Op("f_inner", "Mul", {f, inner})});
+  } else {
+    const std::string e2 = l.Name("eig_e"), v2 = l.Name("eig_v");
+    b.Add({{e2, v2}, "Eig", {"input"},
+           {{"T", Placeholder("T")}, {"Tout", tout}, {"compute_v", true}}});
+    v = v2;
+  }
+  const std::string vh = l.Adjoint("v_h", v);
+  const std::string ga = l.Op("d_a_complex", "MatrixSolve", {vh, l.MatMul("mid_vh", mid, vh)},
+                              {{"adjoint", false}});
+  b.Return("input", b.Add({{l.Name("d_a")}, "Cast", {ga}, {{"SrcT", tout}, {"DstT", Placeholder("T")}}}));
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("MatrixInverse", MatrixInverseGrad);
@@ -735,6 +893,9 @@ TF_EXT_REGISTER_TF_GRADIENT("MatrixSetDiagV3", [](const AttrSlice& a, FunctionDe
 TF_EXT_REGISTER_TF_GRADIENT("Qr", QrGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SelfAdjointEigV2", SelfAdjointEigV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("Svd", SvdGrad);
+TF_EXT_REGISTER_TF_GRADIENT("Eig", EigGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MatrixSolveLs", MatrixSolveLsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("MatrixSquareRoot", MatrixSquareRootGrad);
 TF_EXT_REGISTER_TF_GRADIENT("BandedTriangularSolve", BandedTriangularSolveGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TridiagonalMatMul", TridiagonalMatMulGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TridiagonalSolve", TridiagonalSolveGrad);
