@@ -19,6 +19,7 @@
 #include "tensorflow/cc/framework/gradients.h"
 #include "tensorflow/cc/framework/scope.h"
 #include "tensorflow/cc/ops/const_op.h"
+#include "tensorflow/cc/ops/math_ops.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/framework/node_def_builder.h"
 #include "tensorflow/core/public/session.h"
@@ -126,6 +127,8 @@ void ExpectNumeric(const SparseCheck& c) {
 // Sparse ops. A [3, 4] sparse matrix with 5 entries in row-major order.
 
 const std::vector<int64_t> kIdx = {0, 1, 0, 3, 1, 2, 2, 0, 2, 3};
+// CTC labels of a batch of 2: [1, 2] and [0, 0, 2]
+const std::vector<int64_t> kLabelIdx = {0, 0, 0, 1, 1, 0, 1, 1, 1, 2};
 
 TEST(SparseGrads, SparseReorder) {
   // out of order, a 3-D shape
@@ -334,11 +337,96 @@ TEST(SparseGrads, UnimplementedAsInPython) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The client registry (cc AddSymbolicGradients, TF_AddGradients) passes the forward outputs to
+// the gradients that read them (SparseAdd, SparseSlice, SparseSoftmax, SparseFillEmptyRows,
+// CTCLoss): that gradient function must equal the one SymbolicGradient runs, which recomputes
+// the outputs.
+
+// d(sum(w * output[k])) / d(inputs[wrt]) through cc AddSymbolicGradients, against the
+// SymbolicGradient of the op for the incoming gradient w at output k (zeros elsewhere).
+void ExpectClientGradientMatches(const std::string& op, const std::vector<Tensor>& inputs,
+                                 int k, const std::vector<int>& wrt) {
+  SCOPED_TRACE(op);
+  auto ys = RunOp(op, {}, inputs, {RunPath::kKernel});
+  ASSERT_TRUE(ys.ok()) << ys.status();
+  const Tensor w = Random((*ys)[k].dtype(), (*ys)[k].shape(), 41);
+  std::vector<Tensor> dys;
+  for (size_t o = 0; o < ys->size(); ++o) {
+    dys.push_back(static_cast<int>(o) == k ? w : ZerosOf((*ys)[o].dtype(), (*ys)[o].shape()));
+  }
+  auto want = RunSymbolicGradient(op, {}, inputs, dys);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  Scope root = Scope::NewRootScope();
+  std::vector<Output> in;
+  std::vector<NodeBuilder::NodeOut> node_in;
+  for (const Tensor& t : inputs) {
+    in.push_back(ops::Const(root, t));
+    node_in.push_back({in.back().node(), 0});
+  }
+  Node* forward = nullptr;
+  NodeBuilder builder("forward", op);
+  for (const auto& x : node_in) builder.Input(x);
+  ASSERT_TRUE(builder.Finalize(root.graph(), &forward).ok());
+  Output y(forward, k);
+  auto loss = ops::Sum(root, ops::Mul(root, y, ops::Const(root, w)), ops::Const(root, 0));
+  std::vector<Output> xs, grads;
+  for (int i : wrt) xs.push_back(in[i]);
+  ASSERT_TRUE(AddSymbolicGradients(root, {loss}, xs, &grads).ok());
+  ASSERT_TRUE(root.status().ok()) << root.status();
+  GraphDef graph;
+  ASSERT_TRUE(root.ToGraphDef(&graph).ok());
+  // the forward outputs were passed: a call of the gradient function taking them, no
+  // SymbolicGradient (which would recompute them)
+  int calls = 0;
+  for (const NodeDef& n : graph.node()) {
+    EXPECT_NE(n.op(), "SymbolicGradient") << n.name();
+    calls += n.op() == "PartitionedCall";
+  }
+  EXPECT_EQ(calls, 1);
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  ASSERT_TRUE(session->Create(graph).ok());
+  std::vector<std::string> names;
+  for (const Output& g : grads) names.push_back(g.name());
+  std::vector<Tensor> got;
+  ASSERT_TRUE(session->Run({}, names, {}, &got).ok());
+  for (size_t j = 0; j < wrt.size(); ++j) {
+    test::ExpectTensorNear<double>(got[j], (*want)[wrt[j]], 1e-12);
+    double largest = 0;
+    for (int64_t i = 0; i < got[j].NumElements(); ++i) {
+      largest = std::max(largest, std::abs(got[j].flat<double>()(i)));
+    }
+    EXPECT_GT(largest, 0.0) << "input " << wrt[j];
+  }
+}
+
+TEST(SparseGrads, ClientRegistryPassesTheForwardOutputs) {
+  ExpectClientGradientMatches("SparseAdd",
+                              {I64(kIdx, {5, 2}), Random(DT_DOUBLE, {5}, 42), I64({3, 4}),
+                               I64({0, 0, 0, 3, 2, 0}, {3, 2}), Random(DT_DOUBLE, {3}, 43),
+                               I64({3, 4}), AsTensor<double>({0.0})},
+                              1, {1, 4});
+  ExpectClientGradientMatches("SparseSlice",
+                              {I64(kIdx, {5, 2}), Random(DT_DOUBLE, {5}, 44), I64({3, 4}),
+                               I64({1, 1}), I64({2, 3})},
+                              1, {1});
+  ExpectClientGradientMatches("SparseSoftmax",
+                              {I64(kIdx, {5, 2}), Random(DT_DOUBLE, {5}, 45), I64({3, 4})}, 0,
+                              {1});
+  ExpectClientGradientMatches("SparseFillEmptyRows",
+                              {I64({0, 1, 0, 2, 2, 0, 4, 1}, {4, 2}), Random(DT_DOUBLE, {4}, 46),
+                               I64({5, 3}), AsTensor<double>({0.25})},
+                              1, {1, 3});
+  ExpectClientGradientMatches("CTCLoss",
+                              {Random(DT_DOUBLE, {5, 2, 4}, 47, -2, 2), I64(kLabelIdx, {5, 2}),
+                               Ints({1, 2, 0, 0, 2}, {5}), Ints({5, 4}, {2})},
+                              0, {0});
+}
+
+// ---------------------------------------------------------------------------------------------
 // CTC. inputs [time 5, batch 2, classes 4], blank 3 (CTCLoss) or 0 (CTCLossV2). CTCLoss's
 // kernel computes in single precision even for double inputs (its loss is exact to ~1e-8
 // only), so its numeric Jacobian takes a large step and a loose tolerance.
-
-const std::vector<int64_t> kLabelIdx = {0, 0, 0, 1, 1, 0, 1, 1, 1, 2};
 
 TEST(CtcGrads, CTCLossMatchesNumericJacobian) {
   for (bool merge : {true, false}) {

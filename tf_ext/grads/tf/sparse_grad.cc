@@ -446,6 +446,12 @@ TF_EXT_REGISTER_TF_GRADIENT("SparseDenseCwiseDiv", [](const AttrSlice& a, Functi
 TF_EXT_REGISTER_TF_GRADIENT("SparseSoftmax", SparseSoftmaxGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseFillEmptyRows", SparseFillEmptyRowsGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseToDense", SparseToDenseGrad);
+// Front ends that have the forward node pass the outputs these gradients read (no
+// recomputation): the sum's / slice's indices, the softmax, the reverse index map.
+static const bool sparse_reads_outputs [[maybe_unused]] =
+    (DeclareReadsForwardOutputs("SparseAdd"), DeclareReadsForwardOutputs("SparseSlice"),
+     DeclareReadsForwardOutputs("SparseSoftmax"),
+     DeclareReadsForwardOutputs("SparseFillEmptyRows"), true);
 // Not differentiable, as in Python.
 TF_EXT_REGISTER_TF_GRADIENT("SparseAddGrad", nullptr);
 TF_EXT_REGISTER_TF_GRADIENT("SparseConcat", nullptr);
