@@ -502,5 +502,42 @@ TEST(LinalgGrads, SvdFullMatricesFarFromSquareIsInvalidArgument) {
   }
 }
 
+// An empty batch: every gradient runs and has its input's shape (BandedTriangularSolve's forward
+// refuses empty inputs).
+TEST(LinalgGrads, EmptyBatches) {
+  struct Case { std::string op; OpAttrs attrs; std::vector<Tensor> inputs; };
+  const auto z = [](TensorShape s) { return Random(DT_DOUBLE, s, 76); };
+  const Tensor l2 = test::AsTensor<double>({0.5});
+  for (const Case& c : std::vector<Case>{
+           {"MatrixInverse", {}, {z({0, 3, 3})}},
+           {"MatrixDeterminant", {}, {z({0, 3, 3})}},
+           {"LogMatrixDeterminant", {}, {z({0, 3, 3})}},
+           {"MatrixSolve", {}, {z({0, 3, 3}), z({0, 3, 2})}},
+           {"MatrixTriangularSolve", {}, {z({0, 3, 3}), z({0, 3, 2})}},
+           {"MatrixSolveLs", {}, {z({0, 4, 3}), z({0, 4, 2}), l2}},
+           {"MatrixSolveLs", {}, {z({0, 3, 4}), z({0, 3, 2}), l2}},
+           {"Cholesky", {}, {z({0, 3, 3})}},
+           {"MatrixSquareRoot", {}, {z({0, 3, 3})}},
+           {"Qr", {}, {z({0, 4, 3})}},
+           {"Qr", {{"full_matrices", true}}, {z({0, 3, 5})}},
+           {"SelfAdjointEigV2", {}, {z({0, 3, 3})}},
+           {"Svd", {}, {z({0, 4, 3})}},
+           {"Svd", {{"full_matrices", true}}, {z({0, 3, 4})}},
+           {"Eig", {{"Tout", DT_COMPLEX128}}, {z({0, 3, 3})}},
+           {"TridiagonalSolve", {}, {z({0, 3, 4}), z({0, 4, 2})}},
+           {"TridiagonalMatMul", {}, {z({0, 1, 4}), z({0, 1, 4}), z({0, 1, 4}), z({0, 4, 2})}},
+           {"MatrixSetDiagV3", {}, {z({0, 4, 3}), z({0, 3}), Ints({0})}}}) {
+    SCOPED_TRACE(c.op);
+    auto ys = test::RunOp(c.op, c.attrs, c.inputs);
+    ASSERT_TRUE(ys.ok()) << ys.status();
+    auto g = test::RunSymbolicGradient(c.op, c.attrs, c.inputs, *ys);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (size_t k = 0; k < c.inputs.size(); ++k) {
+      EXPECT_EQ((*g)[k].shape(), c.inputs[k].shape()) << "input " << k;
+      EXPECT_EQ((*g)[k].dtype(), c.inputs[k].dtype()) << "input " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tensorflow::tf_ext
