@@ -70,7 +70,9 @@ Tensor SymmetricPositiveDefinite(const TensorShape& shape, uint64_t seed) {
   return t;
 }
 
-Tensor Ints(std::vector<int32> v, TensorShape shape = {}) { return test::AsTensor<int32>(v, shape); }
+Tensor Ints(std::vector<int32> v, TensorShape shape = {}) {
+  return test::AsTensor<int32>(v, shape);
+}
 
 // ExpectMatchesNumeric for the eigen- and singular-vector ops, whose vectors' signs are a
 // convention that float32 and float64 kernels need not share: the float32 gradient is compared
@@ -86,7 +88,7 @@ struct SpectralCheck {
   std::vector<int> vectors;    // outputs whose columns have a sign convention
   std::vector<int> unused = {};
   std::vector<int> fixed = {};
-  bool compare_float = true;   // false: the float32 outputs need not match in order (Eig)
+  bool compare_float = true;  // false: the float32 outputs need not match in order (Eig)
 };
 
 bool Contains(const std::vector<int>& v, size_t i) {
@@ -193,10 +195,10 @@ void ExpectSpectralMatchesNumeric(const SpectralCheck& c) {
 TEST(LinalgGrads, MatrixInverse) {
   for (const bool adjoint : {false, true}) {
     SCOPED_TRACE(adjoint);
-    ExpectMatchesNumeric({"MatrixInverse", {{"adjoint", adjoint}},
-                          {Conditioned(DT_DOUBLE, {2, 3, 3}, 1)}});
-    ExpectMatchesNumeric({"MatrixInverse", {{"adjoint", adjoint}},
-                          {Conditioned(DT_COMPLEX128, {2, 3, 3}, 2)}});
+    ExpectMatchesNumeric(
+        {"MatrixInverse", {{"adjoint", adjoint}}, {Conditioned(DT_DOUBLE, {2, 3, 3}, 1)}});
+    ExpectMatchesNumeric(
+        {"MatrixInverse", {{"adjoint", adjoint}}, {Conditioned(DT_COMPLEX128, {2, 3, 3}, 2)}});
   }
 }
 
@@ -218,11 +220,13 @@ TEST(LinalgGrads, LogMatrixDeterminant) {
 TEST(LinalgGrads, MatrixSolve) {
   for (const bool adjoint : {false, true}) {
     SCOPED_TRACE(adjoint);
-    ExpectMatchesNumeric({"MatrixSolve", {{"adjoint", adjoint}},
+    ExpectMatchesNumeric({"MatrixSolve",
+                          {{"adjoint", adjoint}},
                           {Conditioned(DT_DOUBLE, {2, 3, 3}, 8), Random(DT_DOUBLE, {2, 3, 2}, 9)}});
-    ExpectMatchesNumeric({"MatrixSolve", {{"adjoint", adjoint}},
-                          {Conditioned(DT_COMPLEX128, {3, 3}, 10),
-                           Random(DT_COMPLEX128, {3, 4}, 11)}});
+    ExpectMatchesNumeric(
+        {"MatrixSolve",
+         {{"adjoint", adjoint}},
+         {Conditioned(DT_COMPLEX128, {3, 3}, 10), Random(DT_COMPLEX128, {3, 4}, 11)}});
   }
 }
 
@@ -233,15 +237,18 @@ TEST(LinalgGrads, MatrixTriangularSolve) {
     for (const bool adjoint : {false, true}) {
       SCOPED_TRACE(absl::StrCat("lower ", lower, " adjoint ", adjoint));
       const OpAttrs attrs = {{"lower", lower}, {"adjoint", adjoint}};
-      ExpectMatchesNumeric({"MatrixTriangularSolve", attrs,
-                            {Conditioned(DT_DOUBLE, {2, 3, 3}, 12),
-                             Random(DT_DOUBLE, {2, 3, 2}, 13)}});
-      ExpectMatchesNumeric({"MatrixTriangularSolve", attrs,
-                            {Conditioned(DT_DOUBLE, {2, 1, 3, 3}, 14),
-                             Random(DT_DOUBLE, {3, 3, 2}, 15)}});
-      ExpectMatchesNumeric({"MatrixTriangularSolve", attrs,
-                            {Conditioned(DT_COMPLEX128, {3, 3}, 16),
-                             Random(DT_COMPLEX128, {2, 3, 1}, 17)}});
+      ExpectMatchesNumeric(
+          {"MatrixTriangularSolve",
+           attrs,
+           {Conditioned(DT_DOUBLE, {2, 3, 3}, 12), Random(DT_DOUBLE, {2, 3, 2}, 13)}});
+      ExpectMatchesNumeric(
+          {"MatrixTriangularSolve",
+           attrs,
+           {Conditioned(DT_DOUBLE, {2, 1, 3, 3}, 14), Random(DT_DOUBLE, {3, 3, 2}, 15)}});
+      ExpectMatchesNumeric(
+          {"MatrixTriangularSolve",
+           attrs,
+           {Conditioned(DT_COMPLEX128, {3, 3}, 16), Random(DT_COMPLEX128, {2, 3, 1}, 17)}});
     }
   }
 }
@@ -264,15 +271,18 @@ TEST(LinalgGrads, BandedTriangularSolve) {
     for (const bool adjoint : {false, true}) {
       SCOPED_TRACE(absl::StrCat("lower ", lower, " adjoint ", adjoint));
       const OpAttrs attrs = {{"lower", lower}, {"adjoint", adjoint}};
-      ExpectMatchesNumeric({"BandedTriangularSolve", attrs,
-                            {Banded(DT_DOUBLE, {2, 2, 4}, lower, 51),
-                             Random(DT_DOUBLE, {2, 4, 2}, 52)}});
-      ExpectMatchesNumeric({"BandedTriangularSolve", attrs,
-                            {Banded(DT_DOUBLE, {2, 1, 3, 4}, lower, 53),
-                             Random(DT_DOUBLE, {3, 4, 1}, 54)}});
-      ExpectMatchesNumeric({"BandedTriangularSolve", attrs,
-                            {Banded(DT_COMPLEX128, {3, 4}, lower, 55),
-                             Random(DT_COMPLEX128, {4, 2}, 56)}});
+      ExpectMatchesNumeric(
+          {"BandedTriangularSolve",
+           attrs,
+           {Banded(DT_DOUBLE, {2, 2, 4}, lower, 51), Random(DT_DOUBLE, {2, 4, 2}, 52)}});
+      ExpectMatchesNumeric(
+          {"BandedTriangularSolve",
+           attrs,
+           {Banded(DT_DOUBLE, {2, 1, 3, 4}, lower, 53), Random(DT_DOUBLE, {3, 4, 1}, 54)}});
+      ExpectMatchesNumeric(
+          {"BandedTriangularSolve",
+           attrs,
+           {Banded(DT_COMPLEX128, {3, 4}, lower, 55), Random(DT_COMPLEX128, {4, 2}, 56)}});
     }
   }
 }
@@ -280,7 +290,8 @@ TEST(LinalgGrads, BandedTriangularSolve) {
 // The superdiagonal's last and the subdiagonal's first entries are unused: zero gradient.
 TEST(LinalgGrads, TridiagonalMatMul) {
   for (const DataType t : {DT_DOUBLE, DT_COMPLEX128}) {
-    ExpectMatchesNumeric({"TridiagonalMatMul", {},
+    ExpectMatchesNumeric({"TridiagonalMatMul",
+                          {},
                           {Random(t, {2, 1, 4}, 57), Random(t, {2, 1, 4}, 58),
                            Random(t, {2, 1, 4}, 59), Random(t, {2, 4, 3}, 60)}});
   }
@@ -295,8 +306,8 @@ TEST(LinalgGrads, TridiagonalSolve) {
       for (int64_t b = 0; b < 2; ++b) {
         for (int64_t i = 0; i < 4; ++i) Set(&d, b * 12 + 4 + i, Get(d, b * 12 + 4 + i) + 3.0);
       }
-      ExpectMatchesNumeric({"TridiagonalSolve", {{"partial_pivoting", pivoting}},
-                            {d, Random(t, {2, 4, 2}, 62)}});
+      ExpectMatchesNumeric(
+          {"TridiagonalSolve", {{"partial_pivoting", pivoting}}, {d, Random(t, {2, 4, 2}, 62)}});
     }
   }
 }
@@ -329,8 +340,8 @@ TEST(LinalgGrads, Cholesky) {
           loss[sign] = test::Loss(*y, {v});
         }
         const double numeric = (loss[0] - loss[1]) / (2 * delta);
-        const double symbolic = s.flat<double>()(b + i * n + j) +
-                                (i != j ? s.flat<double>()(b + j * n + i) : 0.0);
+        const double symbolic =
+            s.flat<double>()(b + i * n + j) + (i != j ? s.flat<double>()(b + j * n + i) : 0.0);
         EXPECT_NEAR(symbolic, numeric, 1e-7 * std::max(1.0, std::abs(numeric)))
             << "batch " << b / (n * n) << " (" << i << ", " << j << ")";
       }
@@ -351,10 +362,10 @@ TEST(LinalgGrads, Cholesky) {
 
 TEST(LinalgGrads, MatrixDiagV1) {
   ExpectMatchesNumeric({"MatrixDiagPart", {}, {Random(DT_DOUBLE, {2, 3, 4}, 21)}});
-  ExpectMatchesNumeric({"MatrixSetDiag", {}, {Random(DT_DOUBLE, {2, 4, 3}, 22),
-                                               Random(DT_DOUBLE, {2, 3}, 23)}});
-  ExpectMatchesNumeric({"MatrixSetDiag", {}, {Random(DT_COMPLEX128, {3, 3}, 24),
-                                               Random(DT_COMPLEX128, {3}, 25)}});
+  ExpectMatchesNumeric(
+      {"MatrixSetDiag", {}, {Random(DT_DOUBLE, {2, 4, 3}, 22), Random(DT_DOUBLE, {2, 3}, 23)}});
+  ExpectMatchesNumeric(
+      {"MatrixSetDiag", {}, {Random(DT_COMPLEX128, {3, 3}, 24), Random(DT_COMPLEX128, {3}, 25)}});
 }
 
 // A band of diagonals k = [-1, 1] with num_rows / num_cols larger than needed (padding in the
@@ -363,30 +374,36 @@ TEST(LinalgGrads, MatrixDiagV2V3) {
   for (const char* align : {"LEFT_LEFT", "LEFT_RIGHT", "RIGHT_LEFT", "RIGHT_RIGHT"}) {
     SCOPED_TRACE(align);
     const OpAttrs a = {{"align", align}};
-    ExpectMatchesNumeric({"MatrixDiagV3", a,
+    ExpectMatchesNumeric({"MatrixDiagV3",
+                          a,
                           {Random(DT_DOUBLE, {2, 3, 3}, 26), Ints({-1, 1}, {2}), Ints({4}),
                            Ints({3}), test::AsTensor<double>({0.5})},
                           {1, 2, 3, 4}});
-    ExpectMatchesNumeric({"MatrixDiagPartV3", a,
-                          {Random(DT_DOUBLE, {2, 4, 3}, 27), Ints({-1, 1}, {2}),
-                           test::AsTensor<double>({0.5})},
-                          {1, 2}});
-    ExpectMatchesNumeric({"MatrixSetDiagV3", a,
-                          {Random(DT_DOUBLE, {2, 4, 3}, 28), Random(DT_DOUBLE, {2, 3, 3}, 29),
-                           Ints({-1, 1}, {2})},
-                          {2}});
+    ExpectMatchesNumeric(
+        {"MatrixDiagPartV3",
+         a,
+         {Random(DT_DOUBLE, {2, 4, 3}, 27), Ints({-1, 1}, {2}), test::AsTensor<double>({0.5})},
+         {1, 2}});
+    ExpectMatchesNumeric(
+        {"MatrixSetDiagV3",
+         a,
+         {Random(DT_DOUBLE, {2, 4, 3}, 28), Random(DT_DOUBLE, {2, 3, 3}, 29), Ints({-1, 1}, {2})},
+         {2}});
   }
-  ExpectMatchesNumeric({"MatrixDiagV2", {},
-                        {Random(DT_DOUBLE, {2, 3, 3}, 30), Ints({-1, 1}, {2}), Ints({4}),
-                         Ints({3}), test::AsTensor<double>({0.5})},
+  ExpectMatchesNumeric({"MatrixDiagV2",
+                        {},
+                        {Random(DT_DOUBLE, {2, 3, 3}, 30), Ints({-1, 1}, {2}), Ints({4}), Ints({3}),
+                         test::AsTensor<double>({0.5})},
                         {1, 2, 3, 4}});
-  ExpectMatchesNumeric({"MatrixDiagPartV2", {},
+  ExpectMatchesNumeric({"MatrixDiagPartV2",
+                        {},
                         {Random(DT_DOUBLE, {4, 3}, 31), Ints({1}), test::AsTensor<double>({0})},
                         {1, 2}});
-  ExpectMatchesNumeric({"MatrixSetDiagV2", {},
-                        {Random(DT_DOUBLE, {2, 4, 3}, 32), Random(DT_DOUBLE, {2, 3, 3}, 33),
-                         Ints({-1, 1}, {2})},
-                        {2}});
+  ExpectMatchesNumeric(
+      {"MatrixSetDiagV2",
+       {},
+       {Random(DT_DOUBLE, {2, 4, 3}, 32), Random(DT_DOUBLE, {2, 3, 3}, 33), Ints({-1, 1}, {2})},
+       {2}});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,38 +427,53 @@ TEST(LinalgGrads, Qr) {
 // As Python: no gradient of a tall matrix's full factorisation.
 TEST(LinalgGrads, QrTallFullMatricesIsInvalidArgument) {
   const Tensor a = Random(DT_DOUBLE, {2, 4, 3}, 40);
-  auto r = test::RunSymbolicGradient("Qr", {{"full_matrices", true}}, {a},
-                                     {Random(DT_DOUBLE, {2, 4, 4}, 41),
-                                      Random(DT_DOUBLE, {2, 4, 3}, 42)});
+  auto r = test::RunSymbolicGradient(
+      "Qr", {{"full_matrices", true}}, {a},
+      {Random(DT_DOUBLE, {2, 4, 4}, 41), Random(DT_DOUBLE, {2, 4, 3}, 42)});
   test::ExpectInvalidArgument(r.status(), "Qr", {"more rows than columns"});
 }
 
 // Distinct eigenvalues (the eigenvectors are then differentiable); only the lower triangle is
 // read, which the gradient keeps to. compute_v = false: d(e) alone.
 TEST(LinalgGrads, SelfAdjointEigV2) {
-  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, {Hermitian(DT_DOUBLE, {2, 3, 3}, 43)}, {1}});
+  ExpectSpectralMatchesNumeric(
+      {"SelfAdjointEigV2", {}, {Hermitian(DT_DOUBLE, {2, 3, 3}, 43)}, {1}});
   ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {}, {Hermitian(DT_DOUBLE, {4, 4}, 44)}, {1}});
-  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {{"compute_v", false}},
-                                {Hermitian(DT_DOUBLE, {2, 3, 3}, 45)}, {}, {1}});
-  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2", {{"compute_v", false}},
-                                {Hermitian(DT_COMPLEX128, {3, 3}, 46)}, {}, {1}});
+  ExpectSpectralMatchesNumeric(
+      {"SelfAdjointEigV2", {{"compute_v", false}}, {Hermitian(DT_DOUBLE, {2, 3, 3}, 45)}, {}, {1}});
+  ExpectSpectralMatchesNumeric({"SelfAdjointEigV2",
+                                {{"compute_v", false}},
+                                {Hermitian(DT_COMPLEX128, {3, 3}, 46)},
+                                {},
+                                {1}});
 }
 
 // Square, tall and wide (the two kinds of normal equations), with and without regularisation.
 TEST(LinalgGrads, MatrixSolveLs) {
-  struct Case { TensorShape a, b; double l2; };
-  for (const Case& k : std::vector<Case>{{{2, 3, 3}, {2, 3, 2}, 0.0}, {{2, 4, 3}, {2, 4, 2}, 0.0},
-                                         {{4, 3}, {4, 1}, 0.5}, {{2, 3, 4}, {2, 3, 2}, 0.0},
+  struct Case {
+    TensorShape a, b;
+    double l2;
+  };
+  for (const Case& k : std::vector<Case>{{{2, 3, 3}, {2, 3, 2}, 0.0},
+                                         {{2, 4, 3}, {2, 4, 2}, 0.0},
+                                         {{4, 3}, {4, 1}, 0.5},
+                                         {{2, 3, 4}, {2, 3, 2}, 0.0},
                                          {{3, 5}, {3, 2}, 0.25}}) {
     SCOPED_TRACE(k.a.DebugString());
     const Tensor l2 = test::AsTensor<double>({k.l2});
-    ExpectSpectralMatchesNumeric({"MatrixSolveLs", {},
+    ExpectSpectralMatchesNumeric({"MatrixSolveLs",
+                                  {},
                                   {Random(DT_DOUBLE, k.a, 63), Random(DT_DOUBLE, k.b, 64), l2},
-                                  {}, {}, {2}});
-    ExpectSpectralMatchesNumeric({"MatrixSolveLs", {},
-                                  {Random(DT_COMPLEX128, k.a, 65), Random(DT_COMPLEX128, k.b, 66),
-                                   l2},
-                                  {}, {}, {2}});
+                                  {},
+                                  {},
+                                  {2}});
+    ExpectSpectralMatchesNumeric(
+        {"MatrixSolveLs",
+         {},
+         {Random(DT_COMPLEX128, k.a, 65), Random(DT_COMPLEX128, k.b, 66), l2},
+         {},
+         {},
+         {2}});
   }
 }
 
@@ -465,29 +497,37 @@ TEST(LinalgGrads, MatrixSquareRoot) {
 // loss depend on; Python's comparison covers them): real and complex matrices, complex
 // eigenvalue pairs included.
 TEST(LinalgGrads, Eig) {
-  ExpectSpectralMatchesNumeric({"Eig", {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
-                                {Random(DT_DOUBLE, {2, 3, 3}, 73)}, {}, {1}, {}, false});
-  ExpectSpectralMatchesNumeric({"Eig", {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
-                                {Random(DT_COMPLEX128, {3, 3}, 74)}, {}, {1}});
+  ExpectSpectralMatchesNumeric({"Eig",
+                                {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
+                                {Random(DT_DOUBLE, {2, 3, 3}, 73)},
+                                {},
+                                {1},
+                                {},
+                                false});
+  ExpectSpectralMatchesNumeric({"Eig",
+                                {{"compute_v", false}, {"Tout", DT_COMPLEX128}},
+                                {Random(DT_COMPLEX128, {3, 3}, 74)},
+                                {},
+                                {1}});
   // compute_v with d(V) = 0: the eigenvalues' gradient through the other formula
-  ExpectSpectralMatchesNumeric({"Eig", {{"Tout", DT_COMPLEX128}},
-                                {Random(DT_DOUBLE, {2, 3, 3}, 75)}, {}, {1}, {}, false});
+  ExpectSpectralMatchesNumeric(
+      {"Eig", {{"Tout", DT_COMPLEX128}}, {Random(DT_DOUBLE, {2, 3, 3}, 75)}, {}, {1}, {}, false});
 }
 
 // Tall, square and wide, reduced and (|m - n| <= 1) full; compute_uv = false. Real only: a
 // complex singular vector's phase is a convention, so random d(U), d(V) give a loss the maths
 // cannot differentiate (the comparison with Python covers complex types).
 TEST(LinalgGrads, Svd) {
-  for (const TensorShape& shape : {TensorShape({2, 4, 3}), TensorShape({2, 3, 3}),
-                                   TensorShape({3, 5})}) {
+  for (const TensorShape& shape :
+       {TensorShape({2, 4, 3}), TensorShape({2, 3, 3}), TensorShape({3, 5})}) {
     ExpectSpectralMatchesNumeric({"Svd", {}, {Random(DT_DOUBLE, shape, 47)}, {1, 2}});
-    ExpectSpectralMatchesNumeric({"Svd", {{"compute_uv", false}}, {Random(DT_DOUBLE, shape, 48)},
-                                  {}, {1, 2}});
+    ExpectSpectralMatchesNumeric(
+        {"Svd", {{"compute_uv", false}}, {Random(DT_DOUBLE, shape, 48)}, {}, {1, 2}});
   }
-  for (const TensorShape& shape : {TensorShape({2, 4, 3}), TensorShape({3, 3}),
-                                   TensorShape({2, 3, 4})}) {
-    ExpectSpectralMatchesNumeric({"Svd", {{"full_matrices", true}}, {Random(DT_DOUBLE, shape, 49)},
-                                  {1, 2}});
+  for (const TensorShape& shape :
+       {TensorShape({2, 4, 3}), TensorShape({3, 3}), TensorShape({2, 3, 4})}) {
+    ExpectSpectralMatchesNumeric(
+        {"Svd", {{"full_matrices", true}}, {Random(DT_DOUBLE, shape, 49)}, {1, 2}});
   }
 }
 
@@ -505,7 +545,11 @@ TEST(LinalgGrads, SvdFullMatricesFarFromSquareIsInvalidArgument) {
 // An empty batch: every gradient runs and has its input's shape (BandedTriangularSolve's forward
 // refuses empty inputs).
 TEST(LinalgGrads, EmptyBatches) {
-  struct Case { std::string op; OpAttrs attrs; std::vector<Tensor> inputs; };
+  struct Case {
+    std::string op;
+    OpAttrs attrs;
+    std::vector<Tensor> inputs;
+  };
   const auto z = [](TensorShape s) { return Random(DT_DOUBLE, s, 76); };
   const Tensor l2 = test::AsTensor<double>({0.5});
   for (const Case& c : std::vector<Case>{

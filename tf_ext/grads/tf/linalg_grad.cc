@@ -74,9 +74,7 @@ class Linalg {
     return b_.Add({{Name(hint)}, op, std::move(args), kI32});
   }
   std::string ConstI32(int32 v) { return b_.Add(FDH::Const<int32>(Name("i32"), v)); }
-  std::string ConstI32(std::vector<int32> v) {
-    return b_.Add(FDH::Const<int32>(Name("i32v"), v));
-  }
+  std::string ConstI32(std::vector<int32> v) { return b_.Add(FDH::Const<int32>(Name("i32v"), v)); }
   // A scalar of type T.
   std::string Scalar(double v) { return b_.TypedConst(Name("scalar"), v, attr_); }
 
@@ -94,11 +92,13 @@ class Linalg {
     const std::string rank = b_.Add({{Name("rank")}, "Rank", {x}, t_});
     const std::string r2 = I32("rank_minus_2", "Sub", {rank, ConstI32(2)});
     const std::string r1 = I32("rank_minus_1", "Sub", {rank, ConstI32(1)});
-    const std::string head = b_.Add({{Name("batch_axes")}, "Range", {ConstI32(0), r2, ConstI32(1)},
-                                     {{"Tidx", DT_INT32}}});
-    const std::string tail = b_.Add({{Name("swapped")}, "Pack", {r1, r2},
-                                     {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});
-    const std::string perm = b_.Add({{Name("perm")}, "ConcatV2", {head, tail, ConstI32(0)},
+    const std::string head = b_.Add(
+        {{Name("batch_axes")}, "Range", {ConstI32(0), r2, ConstI32(1)}, {{"Tidx", DT_INT32}}});
+    const std::string tail =
+        b_.Add({{Name("swapped")}, "Pack", {r1, r2}, {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});
+    const std::string perm = b_.Add({{Name("perm")},
+                                     "ConcatV2",
+                                     {head, tail, ConstI32(0)},
                                      {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
     return Op(hint, conjugate ? "ConjugateTranspose" : "Transpose", {x, perm},
               {{"Tperm", DT_INT32}});
@@ -135,17 +135,19 @@ class Linalg {
   }
   // shape(x)[from:to] (int32; to = 0: to the end) / shape(x)[i] (int32 scalar).
   std::string ShapeSlice(const std::string& x, int32 from, int32 to) {
-    const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
-    return b_.Add({{Name("shape_slice")}, "StridedSlice",
+    const std::string shape = b_.Add(
+        {{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
+    return b_.Add({{Name("shape_slice")},
+                   "StridedSlice",
                    {shape, ConstI32(std::vector<int32>{from}), ConstI32(std::vector<int32>{to}),
                     ConstI32(std::vector<int32>{1})},
                    {{"T", DT_INT32}, {"Index", DT_INT32}, {"end_mask", to == 0 ? 1 : 0}}});
   }
   std::string Dim(const std::string& x, int32 i) {
-    const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
-    return b_.Add({{Name("dim")}, "StridedSlice",
+    const std::string shape = b_.Add(
+        {{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
+    return b_.Add({{Name("dim")},
+                   "StridedSlice",
                    {shape, ConstI32(std::vector<int32>{i}), ConstI32(std::vector<int32>{i + 1}),
                     ConstI32(std::vector<int32>{1})},
                    {{"T", DT_INT32}, {"Index", DT_INT32}, {"shrink_axis_mask", 1}}});
@@ -154,21 +156,23 @@ class Linalg {
   std::string Columns(const std::string& hint, const std::string& x, const std::string& k,
                       bool before) {
     const std::string zero = ConstI32(0);
-    const std::string bound = b_.Add({{Name("bound")}, "Pack", {zero, k},
-                                      {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});  // [0, k]
+    const std::string bound = b_.Add(
+        {{Name("bound")}, "Pack", {zero, k}, {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});  // [0, k]
     const std::string zeros = ConstI32(std::vector<int32>{0, 0});
-    return Op(hint, "StridedSlice",
-              {x, before ? zeros : bound, before ? bound : zeros, ConstI32(std::vector<int32>{1, 1})},
-              {{"Index", DT_INT32},
-               {"ellipsis_mask", 1},
-               {"begin_mask", before ? 2 : 0},
-               {"end_mask", before ? 0 : 2}});
+    return Op(
+        hint, "StridedSlice",
+        {x, before ? zeros : bound, before ? bound : zeros, ConstI32(std::vector<int32>{1, 1})},
+        {{"Index", DT_INT32},
+         {"ellipsis_mask", 1},
+         {"begin_mask", before ? 2 : 0},
+         {"end_mask", before ? 0 : 2}});
   }
   // x reshaped to [..., 1, 1] (a scalar per matrix, for broadcasting against matrices).
   std::string PerMatrix(const std::string& hint, const std::string& x) {
-    const std::string shape =
-        b_.Add({{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
-    const std::string to = b_.Add({{Name("shape_11")}, "ConcatV2",
+    const std::string shape = b_.Add(
+        {{Name("shape")}, "Shape", {x}, {{"T", Placeholder(attr_)}, {"out_type", DT_INT32}}});
+    const std::string to = b_.Add({{Name("shape_11")},
+                                   "ConcatV2",
                                    {shape, ConstI32(std::vector<int32>{1, 1}), ConstI32(0)},
                                    {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
     return Op(hint, "Reshape", {x, to}, {{"Tshape", DT_INT32}});
@@ -189,15 +193,13 @@ class Linalg {
   }
   // x[..., from:to] along the last axis (axis = -1) or x[..., from:to, :] (axis = -2); to = 0:
   // to the end.
-  std::string Slice(const std::string& hint, const std::string& x, int axis, int32 from,
-                    int32 to) {
+  std::string Slice(const std::string& hint, const std::string& x, int axis, int32 from, int32 to) {
     const int n = axis == -1 ? 2 : 3;  // the spec: ..., [rows,] columns
     std::vector<int32> begin(n, 0), end(n, 0), strides(n, 1);
     begin[n + axis] = from;
     end[n + axis] = to;
     const int other = axis == -1 ? 0 : 1 << 2;  // the untouched last axis of a row slice
-    return Op(hint, "StridedSlice",
-              {x, ConstI32(begin), ConstI32(end), ConstI32(strides)},
+    return Op(hint, "StridedSlice", {x, ConstI32(begin), ConstI32(end), ConstI32(strides)},
               {{"Index", DT_INT32},
                {"ellipsis_mask", 1},
                {"begin_mask", other},
@@ -205,34 +207,39 @@ class Linalg {
   }
   // x shifted by one along `axis` (-1 or -2), zero filled: towards index 0 (up) or away.
   std::string Shift(const std::string& hint, const std::string& x, int axis, bool up) {
-    const std::string body = up ? Slice(hint + "_body", x, axis, 1, 0)
-                                : Slice(hint + "_body", x, axis, 0, -1);
-    const std::string zero = Op(hint + "_zero", "ZerosLike", {Slice(hint + "_edge", x, axis, 0, 1)});
+    const std::string body =
+        up ? Slice(hint + "_body", x, axis, 1, 0) : Slice(hint + "_body", x, axis, 0, -1);
+    const std::string zero =
+        Op(hint + "_zero", "ZerosLike", {Slice(hint + "_edge", x, axis, 0, 1)});
     return Op(hint, "ConcatV2", {up ? body : zero, up ? zero : body, ConstI32(axis)},
               {{"N", 2}, {"Tidx", DT_INT32}});
   }
-  std::string Conj(const std::string& x) {
-    return complex() ? Op(x + "_conj", "Conj", {x}) : x;
-  }
+  std::string Conj(const std::string& x) { return complex() ? Op(x + "_conj", "Conj", {x}) : x; }
   // Kronecker products x (x) y of batches of m x m matrices ([..., m*m, m*m]); `batch` is their
   // shape[:-2], m an int32 scalar.
   std::string Kron(const std::string& hint, const std::string& x, const std::string& y,
                    const std::string& batch, const std::string& m) {
     const std::string one = ConstI32(std::vector<int32>{1});
-    const std::string mv = b_.Add({{Name("m_v")}, "Pack", {m}, {{"N", 1}, {"T", DT_INT32}, {"axis", 0}}});
+    const std::string mv =
+        b_.Add({{Name("m_v")}, "Pack", {m}, {{"N", 1}, {"T", DT_INT32}, {"axis", 0}}});
     const NodeAttrs cat5 = {{"N", 5}, {"T", DT_INT32}, {"Tidx", DT_INT32}};
-    const std::string sx = b_.Add({{Name("shape_x")}, "ConcatV2", {batch, mv, one, mv, one, ConstI32(0)}, cat5});
-    const std::string sy = b_.Add({{Name("shape_y")}, "ConcatV2", {batch, one, mv, one, mv, ConstI32(0)}, cat5});
+    const std::string sx =
+        b_.Add({{Name("shape_x")}, "ConcatV2", {batch, mv, one, mv, one, ConstI32(0)}, cat5});
+    const std::string sy =
+        b_.Add({{Name("shape_y")}, "ConcatV2", {batch, one, mv, one, mv, ConstI32(0)}, cat5});
     const NodeAttrs reshape = {{"Tshape", DT_INT32}};
     // (x (x) y)[(i, k), (j, l)] = x_ij y_kl: [..., i, k, j, l], then flattened pairwise
-    const std::string prod = Op(hint + "_prod", "Mul", {Op(hint + "_x", "Reshape", {x, sx}, reshape),
-                                                       Op(hint + "_y", "Reshape", {y, sy}, reshape)});
+    const std::string prod = Op(hint + "_prod", "Mul",
+                                {Op(hint + "_x", "Reshape", {x, sx}, reshape),
+                                 Op(hint + "_y", "Reshape", {y, sy}, reshape)});
     const std::string mm = I32("mm", "Mul", {m, m});
-    const std::string sk = b_.Add({{Name("shape_k")}, "ConcatV2",
-                                   {batch, b_.Add({{Name("mm_mm")}, "Pack", {mm, mm},
-                                                   {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
-                                    ConstI32(0)},
-                                   {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
+    const std::string sk = b_.Add(
+        {{Name("shape_k")},
+         "ConcatV2",
+         {batch,
+          b_.Add({{Name("mm_mm")}, "Pack", {mm, mm}, {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
+          ConstI32(0)},
+         {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
     return Op(hint, "Reshape", {prod, sk}, reshape);
   }
   // The solution Y of C Y = r, C = L L^H (L lower triangular): cholesky_solve.
@@ -248,8 +255,8 @@ class Linalg {
         b_.Add(FDH::Const<float>(Name("fail"), std::numeric_limits<float>::quiet_NaN()));
     const std::string flag =
         b_.Add({{Name("flag")}, "Select", {ok, pass, fail}, {{"T", DT_FLOAT}}});
-    return b_.Add({{Name("check")}, "CheckNumerics", {flag},
-                   {{"T", DT_FLOAT}, {"message", message}}});
+    return b_.Add(
+        {{Name("check")}, "CheckNumerics", {flag}, {{"T", DT_FLOAT}, {"message", message}}});
   }
 
  private:
@@ -283,7 +290,7 @@ absl::Status MatrixDeterminantGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("MatrixDeterminant", attrs);
   Linalg l(b);
   const std::string c = l.complex() ? l.Op("conj_det", "Conj", {"output"}) : "output";
-  const std::string k = l.Op("dc_c", "Mul", {GradName("output"), c});           // d(c) conj(c)
+  const std::string k = l.Op("dc_c", "Mul", {GradName("output"), c});  // d(c) conj(c)
   const std::string inv_h = l.Op("a_inv_h", "MatrixInverse", {"input"}, {{"adjoint", true}});
   b.Return("input", l.Op("d_a", "Mul", {l.PerMatrix("per_matrix", k), inv_h}));  // ... A^-H
   return b.Build(g);
@@ -301,12 +308,14 @@ absl::Status LogMatrixDeterminantGrad(const AttrSlice& attrs, FunctionDef* g) {
   std::string k = du;
   if (l.complex()) {
     const NodeAttrs to_real = {{"Tout", l.real_type()}};
-    const std::string re_du = l.Op("re_du", "Real", {du}, to_real);             // Re d(u)
+    const std::string re_du = l.Op("re_du", "Real", {du}, to_real);  // Re d(u)
     const std::string ds_s =
         l.Op("conj_ds_s", "Mul", {l.Op("conj_ds", "Conj", {GradName("sign")}), "sign"});
-    const std::string im = l.Op("im_ds_s", "Imag", {ds_s}, to_real);            // Im(conj(ds) s)
+    const std::string im = l.Op("im_ds_s", "Imag", {ds_s}, to_real);  // Im(conj(ds) s)
     const std::string neg_im = b.Add({{l.Name("neg_im")}, "Neg", {im}, {{"T", l.real_type()}}});
-    k = b.Add({{l.Name("multiplier")}, "Complex", {re_du, neg_im},
+    k = b.Add({{l.Name("multiplier")},
+               "Complex",
+               {re_du, neg_im},
                {{"T", l.real_type()}, {"Tout", Placeholder("T")}}});
   }
   const std::string inv_h = l.Op("a_inv_h", "MatrixInverse", {"input"}, {{"adjoint", true}});
@@ -340,7 +349,7 @@ absl::Status MatrixTriangularSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
   const std::string db = l.TriSolve("d_b_full", "matrix", GradName("output"), lower, !adj);
   const std::string prod = adj ? l.MatMul("c_dbh", "output", db, false, true)
                                : l.MatMul("db_ch", db, "output", false, true);
-  const std::string neg = l.Op("neg", "Neg", {prod});                    // -d(B) C^H / -C d(B)^H
+  const std::string neg = l.Op("neg", "Neg", {prod});  // -d(B) C^H / -C d(B)^H
   const std::string da = lower ? l.Band("tril", neg, -1, 0) : l.Band("triu", neg, 0, -1);
   const auto [da_r, db_r] = l.UnbroadcastBatch("matrix", "rhs", da, db);
   b.Return("matrix", da_r);
@@ -355,8 +364,8 @@ absl::Status CholeskyGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("Cholesky", attrs);
   Linalg l(b);
   const std::string L = "output";
-  const std::string l_inv = l.TriSolve("l_inv", L, l.EyeLike(L), true, false);     // L^-1
-  const std::string mid = l.MatMul("lh_dl", L, GradName("output"), true, false);   // L^H d(L)
+  const std::string l_inv = l.TriSolve("l_inv", L, l.EyeLike(L), true, false);    // L^-1
+  const std::string mid = l.MatMul("lh_dl", L, GradName("output"), true, false);  // L^H d(L)
   const std::string half_diag =
       l.Op("half_diag", "Mul", {l.DiagPart("mid_diag", mid), l.Scalar(0.5)});
   const std::string phi = l.Band("phi", l.SetDiag("mid_half", mid, half_diag), -1, 0);
@@ -378,16 +387,19 @@ absl::Status BandedTriangularSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
                               {{"lower", lower}, {"adjoint", !adj}});
   const std::string prod = adj ? l.MatMul("c_dbh", "output", db, false, true)
                                : l.MatMul("db_ch", db, "output", false, true);
-  const std::string neg = l.Op("neg", "Neg", {prod});                    // -d(B) C^H / -C d(B)^H
+  const std::string neg = l.Op("neg", "Neg", {prod});  // -d(B) C^H / -C d(B)^H
   // diagonals k = -(num_bands - 1) .. 0 (lower) or 0 .. num_bands - 1 (upper)
   const std::string reach = l.I32("reach", "Sub", {l.Dim("matrix", -2), l.ConstI32(1)});
-  const std::string k =
-      lower ? b.Add({{l.Name("k")}, "Pack", {l.I32("minus_reach", "Neg", {reach}), l.ConstI32(0)},
-                     {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}})
-            : b.Add({{l.Name("k")}, "Pack", {l.ConstI32(0), reach},
-                     {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});
-  const std::string da = l.Op("d_a_bands", "MatrixDiagPartV3", {neg, k, l.Scalar(0)},
-                              {{"align", "LEFT_RIGHT"}});
+  const std::string k = lower ? b.Add({{l.Name("k")},
+                                       "Pack",
+                                       {l.I32("minus_reach", "Neg", {reach}), l.ConstI32(0)},
+                                       {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}})
+                              : b.Add({{l.Name("k")},
+                                       "Pack",
+                                       {l.ConstI32(0), reach},
+                                       {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}});
+  const std::string da =
+      l.Op("d_a_bands", "MatrixDiagPartV3", {neg, k, l.Scalar(0)}, {{"align", "LEFT_RIGHT"}});
   const auto [da_r, db_r] = l.UnbroadcastBatch("matrix", "rhs", da, db);
   b.Return("matrix", da_r);
   b.Return("rhs", db_r);
@@ -397,8 +409,8 @@ absl::Status BandedTriangularSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
 // TridiagonalMatMul(p, d, q, B) = A B with A's superdiagonal p, diagonal d, subdiagonal q (each
 // [..., 1, M]): (A B)_i = p_i B_{i+1} + d_i B_i + q_i B_{i-1}. So, with B shifted up / down
 // a row (zero filled) and sums over B's columns,
-//   d(p) = sum conj(B_{i+1}) d(Y)_i,  d(d) = sum conj(B_i) d(Y)_i,  d(q) = sum conj(B_{i-1}) d(Y)_i,
-//   d(B) = shift_down(conj(p)^T d(Y)) + conj(d)^T d(Y) + shift_up(conj(q)^T d(Y)).
+//   d(p) = sum conj(B_{i+1}) d(Y)_i,  d(d) = sum conj(B_i) d(Y)_i,  d(q) = sum conj(B_{i-1})
+//   d(Y)_i, d(B) = shift_down(conj(p)^T d(Y)) + conj(d)^T d(Y) + shift_up(conj(q)^T d(Y)).
 absl::Status TridiagonalMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TridiagonalMatMul", attrs);
   Linalg l(b);
@@ -407,8 +419,9 @@ absl::Status TridiagonalMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   const NodeAttrs sum = {{"Tidx", DT_INT32}, {"keep_dims", false}};
   // sum over the columns of x * d(Y), as a [..., 1, M] row
   const auto row_sum = [&](const std::string& hint, const std::string& x) {
-    const std::string col = l.Op(hint + "_sum", "Sum", {l.Op(hint + "_prod", "Mul", {x, dy}),
-                                                        l.ConstI32(-1)}, sum);  // [..., M]
+    const std::string col =
+        l.Op(hint + "_sum", "Sum", {l.Op(hint + "_prod", "Mul", {x, dy}), l.ConstI32(-1)},
+             sum);  // [..., M]
     return l.Op(hint, "ExpandDims", {col, l.ConstI32(-2)}, {{"Tdim", DT_INT32}});
   };
   b.Return("superdiag", row_sum("d_superdiag", l.Shift("rhs_up", rhs, -2, true)));
@@ -419,8 +432,8 @@ absl::Status TridiagonalMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
                     q = l.Adjoint("q_h", "subdiag");
   const std::string from_p = l.Shift("from_p", l.Op("p_dy", "Mul", {p, dy}), -2, false);
   const std::string from_q = l.Shift("from_q", l.Op("q_dy", "Mul", {q, dy}), -2, true);
-  b.Return("rhs", l.Op("d_rhs", "AddV2", {l.Op("from_pd", "AddV2", {from_p, l.Op("d_dy", "Mul", {d, dy})}),
-                                          from_q}));
+  b.Return("rhs", l.Op("d_rhs", "AddV2",
+                       {l.Op("from_pd", "AddV2", {from_p, l.Op("d_dy", "Mul", {d, dy})}), from_q}));
   return b.Build(g);
 }
 
@@ -435,12 +448,11 @@ absl::Status TridiagonalSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TridiagonalSolve", attrs);
   Linalg l(b);
   const std::string p = l.Name("p"), d = l.Name("d"), q = l.Name("q");
-  b.Add({{p, d, q}, "Unpack", {"diagonals"},
-         {{"T", Placeholder("T")}, {"num", 3}, {"axis", -2}}});
+  b.Add({{p, d, q}, "Unpack", {"diagonals"}, {{"T", Placeholder("T")}, {"num", 3}, {"axis", -2}}});
   // A^T: superdiagonal q shifted left, subdiagonal p shifted right
-  const std::string pack = l.Op("diagonals_t", "Pack",
-                                {l.Shift("q_left", q, -1, true), d, l.Shift("p_right", p, -1, false)},
-                                {{"N", 3}, {"axis", -2}});
+  const std::string pack = l.Op(
+      "diagonals_t", "Pack", {l.Shift("q_left", q, -1, true), d, l.Shift("p_right", p, -1, false)},
+      {{"N", 3}, {"axis", -2}});
   const std::string db = l.Op("d_rhs", "TridiagonalSolve", {l.Conj(pack), GradName("output")},
                               {{"partial_pivoting", Placeholder("partial_pivoting")}});
   const std::string x = l.Conj("output");
@@ -476,18 +488,20 @@ absl::Status MatrixSolveLsGrad(const AttrSlice& attrs, FunctionDef* g) {
   }
   Linalg l(b);
   const std::string a = "matrix", rhs = "rhs", dx = GradName("output");
-  const std::string l2 = b.Add({{l.Name("l2")}, "Cast", {"l2_regularizer"},
+  const std::string l2 = b.Add({{l.Name("l2")},
+                                "Cast",
+                                {"l2_regularizer"},
                                 {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder("T")}}});
-  const std::string tall = b.Add({{l.Name("tall")}, "GreaterEqual",
-                                  {l.Dim(a, -2), l.Dim(a, -1)}, kI32});   // m >= n
+  const std::string tall =
+      b.Add({{l.Name("tall")}, "GreaterEqual", {l.Dim(a, -2), l.Dim(a, -1)}, kI32});  // m >= n
   const std::string zero = l.Scalar(0), one = l.Scalar(1);
   // C = gram + (l2 + (the kind unused ? 1 : 0)) I, factorised
   const auto chol = [&](const std::string& hint, const std::string& gram, bool first_kind) {
-    const std::string extra = l.Op(hint + "_extra", "SelectV2",
-                                   {tall, first_kind ? zero : one, first_kind ? one : zero});
+    const std::string extra =
+        l.Op(hint + "_extra", "SelectV2", {tall, first_kind ? zero : one, first_kind ? one : zero});
     const std::string shift = l.Op(hint + "_shift", "AddV2", {l2, extra});
-    const std::string c = l.Op(hint + "_c", "AddV2",
-                               {gram, l.Op(hint + "_ridge", "Mul", {l.EyeLike(gram), shift})});
+    const std::string c =
+        l.Op(hint + "_c", "AddV2", {gram, l.Op(hint + "_ridge", "Mul", {l.EyeLike(gram), shift})});
     return l.Op(hint, "Cholesky", {c});
   };
   // first kind (square or tall A)
@@ -495,16 +509,16 @@ absl::Status MatrixSolveLsGrad(const AttrSlice& attrs, FunctionDef* g) {
   const std::string z = l.CholeskySolve("z", chol1, dx);
   const std::string xzh = l.MatMul("x_zh", "output", z, false, true);
   const std::string sym = l.Op("xzh_sym", "AddV2", {xzh, l.Adjoint("xzh_h", xzh)});
-  const std::string da1 = l.Op("d_a_first", "Sub", {l.MatMul("b_zh", rhs, z, false, true),
-                                                    l.MatMul("a_sym", a, sym)});
+  const std::string da1 =
+      l.Op("d_a_first", "Sub", {l.MatMul("b_zh", rhs, z, false, true), l.MatMul("a_sym", a, sym)});
   const std::string db1 = l.MatMul("d_b_first", a, z);
   // second kind (wide A)
   const std::string chol2 = chol("chol_second", l.MatMul("a_ah", a, a, false, true), false);
   const std::string db2 = l.CholeskySolve("d_b_second", chol2, l.MatMul("a_dx", a, dx));
   const std::string t = l.CholeskySolve("t", chol2, rhs);
   const std::string a1 = l.MatMul("db_th_a", db2, l.MatMul("th_a", t, a, true, false));
-  const std::string a2 = l.MatMul("t_rest", t, l.Op("rest", "Sub", {dx, l.MatMul("ah_db", a, db2, true, false)}),
-                                  false, true);
+  const std::string a2 = l.MatMul(
+      "t_rest", t, l.Op("rest", "Sub", {dx, l.MatMul("ah_db", a, db2, true, false)}), false, true);
   const std::string da2 = l.Op("d_a_second", "Sub", {a2, a1});
   b.Return("matrix", l.Op("d_a", "SelectV2", {tall, da1, da2}));
   b.Return("rhs", l.Op("d_b", "SelectV2", {tall, db1, db2}));
@@ -522,18 +536,23 @@ absl::Status MatrixSquareRootGrad(const AttrSlice& attrs, FunctionDef* g) {
   const std::string r = "output";
   const std::string batch = l.ShapeSlice(r, 0, -2), m = l.Dim(r, -1);
   const std::string eye = l.EyeLike(r);
-  const std::string k = l.Op("sylvester", "AddV2", {l.Kron("k_left", eye, l.Adjoint("r_h", r), batch, m),
-                                                    l.Kron("k_right", l.Conj(r), eye, batch, m)});
+  const std::string k = l.Op("sylvester", "AddV2",
+                             {l.Kron("k_left", eye, l.Adjoint("r_h", r), batch, m),
+                              l.Kron("k_right", l.Conj(r), eye, batch, m)});
   // column-major vec(d(R)) = row-major flattening of d(R)^T, as a [..., m*m, 1] column
   const std::string mm = l.I32("mm", "Mul", {m, m});
-  const std::string col_shape = b.Add({{l.Name("col_shape")}, "ConcatV2",
-                                       {batch, b.Add({{l.Name("mm_1")}, "Pack", {mm, l.ConstI32(1)},
-                                                      {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
+  const std::string col_shape = b.Add({{l.Name("col_shape")},
+                                       "ConcatV2",
+                                       {batch,
+                                        b.Add({{l.Name("mm_1")},
+                                               "Pack",
+                                               {mm, l.ConstI32(1)},
+                                               {{"N", 2}, {"T", DT_INT32}, {"axis", 0}}}),
                                         l.ConstI32(0)},
                                        {{"N", 2}, {"T", DT_INT32}, {"Tidx", DT_INT32}}});
   const NodeAttrs reshape = {{"Tshape", DT_INT32}};
-  const std::string vec = l.Op("vec_dr", "Reshape",
-                               {l.Transpose("dr_t", GradName("output"), false), col_shape}, reshape);
+  const std::string vec = l.Op(
+      "vec_dr", "Reshape", {l.Transpose("dr_t", GradName("output"), false), col_shape}, reshape);
   const std::string sol = l.Op("vec_z", "MatrixSolve", {k, vec}, {{"adjoint", false}});
   const std::string zt = l.Op("z_t", "Reshape", {sol, l.ShapeSlice(r, 0, 0)}, reshape);
   b.Return("input", l.Transpose("d_a", zt, false));
@@ -549,8 +568,8 @@ absl::Status MatrixSquareRootGrad(const AttrSlice& attrs, FunctionDef* g) {
 absl::Status MatrixDiagPartGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("MatrixDiagPart", attrs);
   Linalg l(b);
-  b.Return("input", l.SetDiag("d_input", l.Op("zeros", "ZerosLike", {"input"}),
-                              GradName("diagonal")));
+  b.Return("input",
+           l.SetDiag("d_input", l.Op("zeros", "ZerosLike", {"input"}), GradName("diagonal")));
   return b.Build(g);
 }
 
@@ -587,16 +606,15 @@ absl::Status MatrixDiagVnGrad(const std::string& op, const AttrSlice& attrs, Fun
 
 // MatrixDiagPartV2/V3(x, k, padding): d(x) = zeros with d(output)'s diagonals k set (its
 // padding positions dropped).
-absl::Status MatrixDiagPartVnGrad(const std::string& op, const AttrSlice& attrs,
-                                  FunctionDef* g) {
+absl::Status MatrixDiagPartVnGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(op, attrs);
   Linalg l(b);
   const bool v3 = op == "MatrixDiagPartV3";
   NodeAttrs align;
   if (v3) align.push_back({"align", Placeholder("align")});
-  b.Return("input", l.Op("d_input", v3 ? "MatrixSetDiagV3" : "MatrixSetDiagV2",
-                         {l.Op("zeros", "ZerosLike", {"input"}), GradName("diagonal"), "k"},
-                         align));
+  b.Return("input",
+           l.Op("d_input", v3 ? "MatrixSetDiagV3" : "MatrixSetDiagV2",
+                {l.Op("zeros", "ZerosLike", {"input"}), GradName("diagonal"), "k"}, align));
   b.NotDifferentiable("k");
   b.NotDifferentiable("padding_value");
   return b.Build(g);
@@ -611,11 +629,10 @@ absl::Status MatrixSetDiagVnGrad(const std::string& op, const AttrSlice& attrs, 
   NodeAttrs align;
   if (v3) align.push_back({"align", Placeholder("align")});
   const std::string dy = GradName("output");
-  b.Return("input", l.Op("d_input", op, {dy, l.Op("zeros", "ZerosLike", {"diagonal"}), "k"},
-                         align));
-  b.Return("diagonal",
-           l.Op("d_diagonal", v3 ? "MatrixDiagPartV3" : "MatrixDiagPartV2",
-                {dy, "k", l.Scalar(0)}, align));
+  b.Return("input",
+           l.Op("d_input", op, {dy, l.Op("zeros", "ZerosLike", {"diagonal"}), "k"}, align));
+  b.Return("diagonal", l.Op("d_diagonal", v3 ? "MatrixDiagPartV3" : "MatrixDiagPartV2",
+                            {dy, "k", l.Scalar(0)}, align));
   b.NotDifferentiable("k");
   return b.Build(g);
 }
@@ -636,15 +653,15 @@ std::string RightSolveUpperH(Linalg& l, const std::string& hint, const std::stri
 // plus, for complex types, (Q C^H) R^-H with C = i Im(diag(R dR^H - (Q^H dQ)^H)).
 std::string QrSquareOrTall(Linalg& l, const std::string& q, const std::string& r,
                            const std::string& dq, const std::string& dr) {
-  const std::string qdq = l.MatMul("qh_dq", q, dq, true, false);                  // Q^H dQ
-  const std::string rdr = l.MatMul("r_drh", r, dr, false, true);                  // R dR^H
+  const std::string qdq = l.MatMul("qh_dq", q, dq, true, false);  // Q^H dQ
+  const std::string rdr = l.MatMul("r_drh", r, dr, false, true);  // R dR^H
   const std::string qdq_h = l.Adjoint("qh_dq_h", qdq);
-  const std::string skew = l.Op("skew", "AddV2", {l.Op("qdq_skew", "Sub", {qdq, qdq_h}),
-                                                  l.Op("rdr_skew", "Sub",
-                                                       {rdr, l.Adjoint("r_drh_h", rdr)})});
+  const std::string skew = l.Op("skew", "AddV2",
+                                {l.Op("qdq_skew", "Sub", {qdq, qdq_h}),
+                                 l.Op("rdr_skew", "Sub", {rdr, l.Adjoint("r_drh_h", rdr)})});
   const std::string m = l.Band("tril", skew, -1, 0);
-  const std::string term_a = l.MatMul(
-      "q_term", q, l.Op("dr_plus", "AddV2", {dr, RightSolveUpperH(l, "m_rinvh", m, r)}));
+  const std::string term_a =
+      l.MatMul("q_term", q, l.Op("dr_plus", "AddV2", {dr, RightSolveUpperH(l, "m_rinvh", m, r)}));
   const std::string proj = l.Op("dq_perp", "Sub", {dq, l.MatMul("q_qdq", q, qdq)});
   std::string sum = l.Op("qr_grad", "AddV2", {term_a, RightSolveUpperH(l, "perp_rinvh", proj, r)});
   if (l.complex()) {
@@ -652,9 +669,11 @@ std::string QrSquareOrTall(Linalg& l, const std::string& q, const std::string& r
     const std::string diag = l.DiagPart("corr_diag", l.Op("corr_m", "Sub", {rdr, qdq_h}));
     const NodeAttrs to_real = {{"Tout", l.real_type()}};
     const std::string im = l.Op("corr_im", "Imag", {diag}, to_real);
-    const std::string zeros = l.b().Add(
-        {{l.Name("corr_zero")}, "ZerosLike", {im}, {{"T", l.real_type()}}});
-    const std::string i_im = l.b().Add({{l.Name("corr_i_im")}, "Complex", {zeros, im},
+    const std::string zeros =
+        l.b().Add({{l.Name("corr_zero")}, "ZerosLike", {im}, {{"T", l.real_type()}}});
+    const std::string i_im = l.b().Add({{l.Name("corr_i_im")},
+                                        "Complex",
+                                        {zeros, im},
                                         {{"T", l.real_type()}, {"Tout", Placeholder("T")}}});
     const std::string corr = l.Diag("corr", i_im);
     const std::string q_ch = l.MatMul("q_corr_h", q, corr, false, true);
@@ -673,26 +692,27 @@ absl::Status QrGrad(const AttrSlice& attrs, FunctionDef* g) {
   Linalg l(b);
   std::string a = "input", q = "q", r = "r", dq = GradName("q"), dr = GradName("r");
   if (b.GetAttr<bool>("full_matrices")) {
-    const std::string ok = b.Add({{l.Name("wide_or_square")}, "LessEqual",
-                                  {l.Dim("input", -2), l.Dim("input", -1)}, kI32});
-    const std::string check = l.Require(
-        ok, "Qr: gradient not implemented when the matrix has more rows than columns and "
-            "full_matrices is true (as Python's QrGrad)");
+    const std::string ok = b.Add(
+        {{l.Name("wide_or_square")}, "LessEqual", {l.Dim("input", -2), l.Dim("input", -1)}, kI32});
+    const std::string check =
+        l.Require(ok,
+                  "Qr: gradient not implemented when the matrix has more rows than columns and "
+                  "full_matrices is true (as Python's QrGrad)");
     // every later node waits for the check (a tall R would fail a solve with another message)
     for (std::string* v : {&a, &q, &r, &dq, &dr}) {
       *v = l.Op(*v + "_checked", "Identity", {*v}, {}, {check});
     }
   }
   const std::string m = l.Dim(q, -2);
-  const std::string y = l.Columns("y", a, m, false);              // A[..., m:]
-  const std::string u = l.Columns("u", r, m, true);               // R[..., :m]
+  const std::string y = l.Columns("y", a, m, false);  // A[..., m:]
+  const std::string u = l.Columns("u", r, m, true);   // R[..., :m]
   const std::string dv = l.Columns("dv", dr, m, false);
   const std::string du = l.Columns("du", dr, m, true);
-  const std::string dy = l.MatMul("d_y", q, dv);                  // Q dV
+  const std::string dy = l.MatMul("d_y", q, dv);  // Q dV
   const std::string dq_x = l.Op("dq_x", "AddV2", {dq, l.MatMul("y_dvh", y, dv, false, true)});
   const std::string dx = QrSquareOrTall(l, q, u, dq_x, du);
-  b.Return("input", l.Op("d_a", "ConcatV2", {dx, dy, l.ConstI32(-1)},
-                         {{"N", 2}, {"Tidx", DT_INT32}}));
+  b.Return("input",
+           l.Op("d_a", "ConcatV2", {dx, dy, l.ConstI32(-1)}, {{"N", 2}, {"Tidx", DT_INT32}}));
   return b.Build(g);
 }
 
@@ -712,13 +732,13 @@ absl::Status SelfAdjointEigV2Grad(const AttrSlice& attrs, FunctionDef* g) {
     const std::string row = l.Op("e_row", "ExpandDims", {"e", l.ConstI32(-2)}, dim);  // e_j
     const std::string col = l.Op("e_col", "ExpandDims", {"e", l.ConstI32(-1)}, dim);  // e_i
     const std::string f_full = l.SafeReciprocal("f_full", l.Op("gaps", "Sub", {row, col}));
-    const std::string f =
-        l.SetDiag("f", f_full, l.Op("zero_diag", "ZerosLike", {"e"}));
+    const std::string f = l.SetDiag("f", f_full, l.Op("zero_diag", "ZerosLike", {"e"}));
     const std::string vdv = l.MatMul("vh_dv", "v", GradName("v"), true, false);
     mid = l.Op("mid", "AddV2", {mid, l.Op("f_vdv", "Mul", {f, vdv})});
   } else {
     const std::string e2 = l.Name("eig_e"), v2 = l.Name("eig_v");
-    b.Add({{e2, v2}, "SelfAdjointEigV2", {"input"}, {{"T", Placeholder("T")}, {"compute_v", true}}});
+    b.Add(
+        {{e2, v2}, "SelfAdjointEigV2", {"input"}, {{"T", Placeholder("T")}, {"compute_v", true}}});
     v = v2;
   }
   const std::string ga = l.MatMul("v_mid_vh", v, l.MatMul("mid_vh", mid, v, false, true));
@@ -748,7 +768,9 @@ absl::Status SvdGrad(const AttrSlice& attrs, FunctionDef* g) {
   const std::string ds_in = GradName("s");
   if (!b.GetAttr<bool>("compute_uv")) {
     const std::string s2 = l.Name("svd_s"), u2 = l.Name("svd_u"), v2 = l.Name("svd_v");
-    b.Add({{s2, u2, v2}, "Svd", {"input"},
+    b.Add({{s2, u2, v2},
+           "Svd",
+           {"input"},
            {{"T", Placeholder("T")}, {"compute_uv", true}, {"full_matrices", false}}});
     const std::string sv = l.MatMul("ds_vh", l.Diag("ds", ds_in), v2, false, true);
     b.Return("input", l.MatMul("d_a", u2, sv));
@@ -758,17 +780,18 @@ absl::Status SvdGrad(const AttrSlice& attrs, FunctionDef* g) {
               dv = GradName("v");
   if (b.GetAttr<bool>("full_matrices")) {
     const std::string gap = l.I32("m_minus_n", "Sub", {l.Dim(a, -2), l.Dim(a, -1)});
-    const std::string ok = b.Add({{l.Name("gap_ok")}, "LessEqual",
-                                  {l.I32("abs_gap", "Abs", {gap}), l.ConstI32(1)}, kI32});
-    const std::string check = l.Require(
-        ok, "Svd: gradient not implemented for abs(m - n) > 1 when full_matrices is true (as "
-            "Python's SvdGrad)");
+    const std::string ok = b.Add(
+        {{l.Name("gap_ok")}, "LessEqual", {l.I32("abs_gap", "Abs", {gap}), l.ConstI32(1)}, kI32});
+    const std::string check =
+        l.Require(ok,
+                  "Svd: gradient not implemented for abs(m - n) > 1 when full_matrices is true (as "
+                  "Python's SvdGrad)");
     for (std::string* x : {&a, &s, &u, &v, &ds, &du, &dv}) {
       *x = l.Op(*x + "_checked", "Identity", {*x}, {}, {check});
     }
   }
-  const std::string tall = b.Add({{l.Name("tall")}, "Greater",
-                                  {l.Dim(a, -2), l.Dim(a, -1)}, kI32});   // m > n
+  const std::string tall =
+      b.Add({{l.Name("tall")}, "Greater", {l.Dim(a, -2), l.Dim(a, -1)}, kI32});  // m > n
   const std::string k = l.Dim(s, -1);
   const std::string u1 = l.Columns("u1", u, k, true), u2 = l.Columns("u2", u, k, false);
   const std::string v1 = l.Columns("v1", v, k, true), v2 = l.Columns("v2", v, k, false);
@@ -778,45 +801,47 @@ absl::Status SvdGrad(const AttrSlice& attrs, FunctionDef* g) {
   const std::string s_inv = l.Diag("s_inv", l.SafeReciprocal("s_recip", s));
   const NodeAttrs dim = {{"Tdim", DT_INT32}};
   const std::string s2 = l.Op("s2", "Mul", {s, s});
-  const std::string gaps = l.Op("gaps", "Sub", {l.Op("s2_row", "ExpandDims", {s2, l.ConstI32(-2)}, dim),
-                                               l.Op("s2_col", "ExpandDims", {s2, l.ConstI32(-1)}, dim)});
+  const std::string gaps = l.Op("gaps", "Sub",
+                                {l.Op("s2_row", "ExpandDims", {s2, l.ConstI32(-2)}, dim),
+                                 l.Op("s2_col", "ExpandDims", {s2, l.ConstI32(-1)}, dim)});
   const std::string f = l.SetDiag("f", l.SafeReciprocal("f_full", gaps),
-                                  l.Op("zero_diag", "ZerosLike", {s}));   // 1/(s_j^2 - s_i^2)
-  const std::string uhdu = l.MatMul("uh_du", u1, du1, true, false);       // U1^H dU1
-  const std::string vhdv = l.MatMul("vh_dv", v1, dv1, true, false);       // V1^H dV1
+                                  l.Op("zero_diag", "ZerosLike", {s}));  // 1/(s_j^2 - s_i^2)
+  const std::string uhdu = l.MatMul("uh_du", u1, du1, true, false);      // U1^H dU1
+  const std::string vhdv = l.MatMul("vh_dv", v1, dv1, true, false);      // V1^H dV1
   const std::string fu =
       l.Op("f_u", "Mul", {f, l.Op("uhdu_skew", "Sub", {uhdu, l.Adjoint("uhdu_h", uhdu)})});
   const std::string fv =
       l.Op("f_v", "Mul", {f, l.Op("vhdv_skew", "Sub", {vhdv, l.Adjoint("vhdv_h", vhdv)})});
   std::string ds_eff = ds;
   if (l.complex()) ds_eff = l.Op("ds_eff", "SelectV2", {tall, l.Op("ds_conj", "Conj", {ds}), ds});
-  std::string inner = l.Op("inner", "AddV2",
-                           {l.Op("inner_s", "AddV2", {l.Diag("ds_mat", ds_eff),
-                                                      l.MatMul("fu_s", fu, s_mat)}),
-                            l.MatMul("s_fv", s_mat, fv)});
+  std::string inner =
+      l.Op("inner", "AddV2",
+           {l.Op("inner_s", "AddV2", {l.Diag("ds_mat", ds_eff), l.MatMul("fu_s", fu, s_mat)}),
+            l.MatMul("s_fv", s_mat, fv)});
   if (l.complex()) {
     const std::string lu = l.Diag("l_u", l.DiagPart("uhdu_diag", uhdu));
     const std::string lv = l.Diag("l_v", l.DiagPart("vhdv_diag", vhdv));
     const std::string d_tall = l.Op("d_tall", "Sub", {lu, l.Adjoint("l_u_h", lu)});
     const std::string d_wide = l.Op("d_wide", "Sub", {l.Adjoint("l_v_h", lv), lv});
     const std::string d = l.Op("d_imag", "SelectV2", {tall, d_tall, d_wide});
-    inner = l.Op("inner_c", "AddV2",
-                 {inner, l.Op("half_s_inv_d", "Mul", {l.MatMul("s_inv_d", s_inv, d), l.Scalar(0.5)})});
+    inner =
+        l.Op("inner_c", "AddV2",
+             {inner, l.Op("half_s_inv_d", "Mul", {l.MatMul("s_inv_d", s_inv, d), l.Scalar(0.5)})});
   }
   const std::string term1 = l.MatMul("term1", u1, l.MatMul("inner_vh", inner, v1, false, true));
   // dV1^H - (dV1^H V1) V1^H - (V1^H dV2) V2^H
-  const std::string pv = l.Op(
-      "perp_v", "Sub",
-      {l.Op("perp_v1", "Sub", {l.Adjoint("dv1_h", dv1),
-                               l.MatMul("dvhv_vh", l.MatMul("dv1h_v1", dv1, v1, true, false), v1,
-                                        false, true)}),
-       l.MatMul("vhdv2_v2h", l.MatMul("v1h_dv2", v1, dv2, true, false), v2, false, true)});
+  const std::string pv =
+      l.Op("perp_v", "Sub",
+           {l.Op("perp_v1", "Sub",
+                 {l.Adjoint("dv1_h", dv1),
+                  l.MatMul("dvhv_vh", l.MatMul("dv1h_v1", dv1, v1, true, false), v1, false, true)}),
+            l.MatMul("vhdv2_v2h", l.MatMul("v1h_dv2", v1, dv2, true, false), v2, false, true)});
   const std::string term_v = l.MatMul("term_v", l.MatMul("u_s_inv", u1, s_inv), pv);
   // dU1 - U1 (U1^H dU1) - U2 (dU2^H U1)
-  const std::string pu = l.Op(
-      "perp_u", "Sub",
-      {l.Op("perp_u1", "Sub", {du1, l.MatMul("u_uhdu", u1, uhdu)}),
-       l.MatMul("u2_du2hu1", u2, l.MatMul("du2h_u1", du2, u1, true, false))});
+  const std::string pu =
+      l.Op("perp_u", "Sub",
+           {l.Op("perp_u1", "Sub", {du1, l.MatMul("u_uhdu", u1, uhdu)}),
+            l.MatMul("u2_du2hu1", u2, l.MatMul("du2h_u1", du2, u1, true, false))});
   const std::string term_u = l.MatMul("term_u", l.MatMul("pu_s_inv", pu, s_inv), v1, false, true);
   b.Return("input", l.Op("d_a", "AddV2", {l.Op("terms_1v", "AddV2", {term1, term_v}), term_u}));
   return b.Build(g);
@@ -838,27 +863,33 @@ absl::Status EigGrad(const AttrSlice& attrs, FunctionDef* g) {
     const NodeAttrs dim = {{"Tdim", DT_INT32}};
     const std::string row = l.Op("e_row", "ExpandDims", {"e", l.ConstI32(-2)}, dim);  // e_j
     const std::string col = l.Op("e_col", "ExpandDims", {"e", l.ConstI32(-1)}, dim);  // e_i
-    const std::string f = l.Op("f", "Conj", {l.SetDiag("f_raw",
-                                                       l.SafeReciprocal("f_full", l.Op("gaps", "Sub", {row, col})),
-                                                       l.Op("zero_diag", "ZerosLike", {"e"}))});
-    const std::string vgv = l.MatMul("vh_dv", "v", GradName("v"), true, false);   // V^H d(V)
+    const std::string f =
+        l.Op("f", "Conj",
+             {l.SetDiag("f_raw", l.SafeReciprocal("f_full", l.Op("gaps", "Sub", {row, col})),
+                        l.Op("zero_diag", "ZerosLike", {"e"}))});
+    const std::string vgv = l.MatMul("vh_dv", "v", GradName("v"), true, false);  // V^H d(V)
     const DataType real = l.real_type();
-    const std::string re = b.Add({{l.Name("re_vgv")}, "Real", {vgv}, {{"T", tout}, {"Tout", real}}});
-    const std::string re_c = b.Add({{l.Name("re_vgv_c")}, "Cast", {re}, {{"SrcT", real}, {"DstT", tout}}});
+    const std::string re =
+        b.Add({{l.Name("re_vgv")}, "Real", {vgv}, {{"T", tout}, {"Tout", real}}});
+    const std::string re_c =
+        b.Add({{l.Name("re_vgv_c")}, "Cast", {re}, {{"SrcT", real}, {"DstT", tout}}});
     const std::string diag_re = l.Diag("diag_re", l.DiagPart("re_diag", re_c));
     const std::string vhv = l.MatMul("vh_v", "v", "v", true, false);
     const std::string inner = l.Op("inner", "Sub", {vgv, l.MatMul("vhv_diag", vhv, diag_re)});
     mid = l.Op("mid", "AddV2", {mid, l.Op("f_inner", "Mul", {f, inner})});
   } else {
     const std::string e2 = l.Name("eig_e"), v2 = l.Name("eig_v");
-    b.Add({{e2, v2}, "Eig", {"input"},
+    b.Add({{e2, v2},
+           "Eig",
+           {"input"},
            {{"T", Placeholder("T")}, {"Tout", tout}, {"compute_v", true}}});
     v = v2;
   }
   const std::string vh = l.Adjoint("v_h", v);
-  const std::string ga = l.Op("d_a_complex", "MatrixSolve", {vh, l.MatMul("mid_vh", mid, vh)},
-                              {{"adjoint", false}});
-  b.Return("input", b.Add({{l.Name("d_a")}, "Cast", {ga}, {{"SrcT", tout}, {"DstT", Placeholder("T")}}}));
+  const std::string ga =
+      l.Op("d_a_complex", "MatrixSolve", {vh, l.MatMul("mid_vh", mid, vh)}, {{"adjoint", false}});
+  b.Return("input",
+           b.Add({{l.Name("d_a")}, "Cast", {ga}, {{"SrcT", tout}, {"DstT", Placeholder("T")}}}));
   return b.Build(g);
 }
 
