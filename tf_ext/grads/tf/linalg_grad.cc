@@ -7,9 +7,11 @@
 // conjugate transpose (the transpose for real types). Complex gradients follow TensorFlow's
 // convention: for a real loss L of a complex Z, d(Z) = dL/dRe(Z) + i dL/dIm(Z).
 //
-// Where Python branches on a static shape (Qr's wide matrices), the bodies here use one formula
-// that holds for every shape (slices clamp), because a gradient function is built from the
-// forward node's attrs, before any shape is known. Python's restrictions stay: a gradient it
+// Where Python branches on a static shape (Qr's wide matrices, Svd's tall ones, MatrixSolveLs's
+// two kinds of normal equations), the bodies here decide at run time, because a gradient
+// function is built from the forward node's attrs, before any shape is known: one formula that
+// holds for every shape (Qr, Svd), or both computed and one selected (MatrixSolveLs). Python's
+// restrictions stay: a gradient it
 // refuses fails here with an InvalidArgument naming the op, at build time when the attrs decide
 // it, else when the gradient runs (a CheckNumerics node, the one stock op that fails with a
 // message of our choosing; its message then ends " : Tensor had NaN values").
@@ -17,7 +19,10 @@
 // Where Python's complex gradient is not the derivative (MatrixDeterminant multiplies by det
 // where the derivative needs conj(det); LogMatrixDeterminant takes the whole complex incoming
 // gradient of the real log|det| and ignores the sign's, which for complex matrices depends on
-// A), the bodies here give the derivative; for real types they are Python's formulas.
+// A; TridiagonalSolve, MatrixSquareRoot and MatrixSolveLs's first kind transpose where the
+// derivative conjugate-transposes), the bodies here give the derivative; for real types they
+// are Python's formulas. So do the V2 diagonal ops, whose bands Python's gradients pack as V3's
+// default alignment rather than the op's.
 //
 // Checked against numeric Jacobians (tests/tf_linalg_grads_test.cc) and against Python's
 // gradients on the same inputs (tests/python/test_tf_linalg_grads.py).
@@ -376,8 +381,10 @@ absl::Status CholeskyGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
-// BandedTriangularSolve(A, B) = C = op(A)^-1 B, A given by its num_bands diagonals from the main
-// one outwards (LEFT_RIGHT packed): as MatrixTriangularSolve, d(A) then packed as A.
+// BandedTriangularSolve(A, B) = C = op(A)^-1 B, A given by num_bands diagonals packed as
+// MatrixDiagPartV3's LEFT_RIGHT (lower: the main diagonal first, then the subdiagonals; upper:
+// the superdiagonals from the outermost, the main one last): as MatrixTriangularSolve, d(A)
+// then packed as A (zero where the packing pads).
 absl::Status BandedTriangularSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("BandedTriangularSolve", attrs);
   Linalg l(b);
@@ -409,8 +416,9 @@ absl::Status BandedTriangularSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
 // TridiagonalMatMul(p, d, q, B) = A B with A's superdiagonal p, diagonal d, subdiagonal q (each
 // [..., 1, M]): (A B)_i = p_i B_{i+1} + d_i B_i + q_i B_{i-1}. So, with B shifted up / down
 // a row (zero filled) and sums over B's columns,
-//   d(p) = sum conj(B_{i+1}) d(Y)_i,  d(d) = sum conj(B_i) d(Y)_i,  d(q) = sum conj(B_{i-1})
-//   d(Y)_i, d(B) = shift_down(conj(p)^T d(Y)) + conj(d)^T d(Y) + shift_up(conj(q)^T d(Y)).
+//   d(p)_i = sum conj(B_{i+1}) d(Y)_i,  d(d)_i = sum conj(B_i) d(Y)_i,
+//   d(q)_i = sum conj(B_{i-1}) d(Y)_i,
+//   d(B) = shift_down(conj(p)^T d(Y)) + conj(d)^T d(Y) + shift_up(conj(q)^T d(Y)).
 absl::Status TridiagonalMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TridiagonalMatMul", attrs);
   Linalg l(b);
@@ -476,10 +484,10 @@ absl::Status TridiagonalSolveGrad(const AttrSlice& attrs, FunctionDef* g) {
 //   first kind:  Z = C^-1 d(X); d(A) = -A (X Z^H + Z X^H) + B Z^H, d(B) = A Z;
 //   second kind: d(B) = C^-1 A d(X), T = C^-1 B; d(A) = -d(B) T^H A + T (d(X) - A^H d(B))^H.
 // Python picks the kind from the static shape; here both are computed (the Gramian of the kind
-// not used gets + I, so that its Cholesky factorisation cannot fail) and the shape picks at run
-// time. For real types the first kind is Python's; for complex ones Python's X Z^H + (X Z^H)^T
-// is not the derivative, X Z^H + Z X^H is. fast = false: refused, as Python. l2: zeros (Python's
-// None).
+// not used gets + (1 + |l2|) I, so that its Cholesky factorisation cannot fail) and the shape
+// picks at run time. For real types the first kind is Python's; for complex ones Python's X Z^H +
+// (X Z^H)^T is not the derivative, X Z^H + Z X^H is. fast = false: refused, as Python. l2: zeros
+// (Python's None).
 absl::Status MatrixSolveLsGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("MatrixSolveLs", attrs);
   if (!b.GetAttr<bool>("fast")) {
@@ -494,11 +502,21 @@ absl::Status MatrixSolveLsGrad(const AttrSlice& attrs, FunctionDef* g) {
                                 {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder("T")}}});
   const std::string tall =
       b.Add({{l.Name("tall")}, "GreaterEqual", {l.Dim(a, -2), l.Dim(a, -1)}, kI32});  // m >= n
-  const std::string zero = l.Scalar(0), one = l.Scalar(1);
-  // C = gram + (l2 + (the kind unused ? 1 : 0)) I, factorised
+  const std::string zero = l.Scalar(0);
+  // 1 + |l2|: the Gramian of the kind not used + (l2 + 1 + |l2|) I is positive definite
+  const NodeAttrs f64 = {{"T", DT_DOUBLE}};
+  const std::string one_d = b.Add(FDH::Const<double>(l.Name("one_f64"), 1.0));
+  const std::string pad_d =
+      b.Add({{l.Name("pad_f64")},
+             "AddV2",
+             {one_d, b.Add({{l.Name("abs_l2")}, "Abs", {"l2_regularizer"}, f64})},
+             f64});
+  const std::string pad =
+      b.Add({{l.Name("pad")}, "Cast", {pad_d}, {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder("T")}}});
+  // C = gram + (l2 + (the kind unused ? 1 + |l2| : 0)) I, factorised
   const auto chol = [&](const std::string& hint, const std::string& gram, bool first_kind) {
     const std::string extra =
-        l.Op(hint + "_extra", "SelectV2", {tall, first_kind ? zero : one, first_kind ? one : zero});
+        l.Op(hint + "_extra", "SelectV2", {tall, first_kind ? zero : pad, first_kind ? pad : zero});
     const std::string shift = l.Op(hint + "_shift", "AddV2", {l2, extra});
     const std::string c =
         l.Op(hint + "_c", "AddV2", {gram, l.Op(hint + "_ridge", "Mul", {l.EyeLike(gram), shift})});
