@@ -305,3 +305,66 @@ def test_eig(compute_v, dtype):
     tout = np.complex64 if dtype in (np.float32, np.complex64) else np.complex128
     compare(lambda: tf.raw_ops.Eig(input=a, Tout=tout, compute_v=compute_v),
             TOL[dtype] * 10)
+
+
+# ------------------------------------------------------------------------------------------
+# Where Python's complex gradient is not the derivative: central differences side with C++.
+
+def numeric_gradient(op, inputs, k, dys, eps=1e-6):
+    """d/dRe + i d/dIm of sum Re(conj(dy) * y) over op's outputs, w.r.t. inputs[k]."""
+    def loss(args):
+        ys = op(*args)
+        ys = ys if isinstance(ys, (list, tuple)) else [ys]
+        return sum(float(np.real(np.sum(np.conj(dy) * y.numpy()))) for y, dy in zip(ys, dys))
+    x = inputs[k]
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        for d in (1, 1j):
+            plus, minus = x.copy(), x.copy()
+            plus[idx] += eps * d
+            minus[idx] -= eps * d
+            args_p, args_m = list(inputs), list(inputs)
+            args_p[k], args_m[k] = plus, minus
+            g[idx] += (loss(args_p) - loss(args_m)) / (2 * eps) * d
+    return g
+
+
+@pytest.mark.parametrize("name", ["MatrixDeterminant", "LogMatrixDeterminant", "TridiagonalSolve",
+                                  "MatrixSquareRoot", "MatrixSolveLs"])
+def test_complex_derivative_where_python_is_not(name):
+    c = np.complex128
+    diags = values((2, 3, 4), c, 43)
+    diags[..., 1, :] += 3.0
+    cases = {
+        "MatrixDeterminant": (lambda a: tf.raw_ops.MatrixDeterminant(input=a),
+                              [conditioned((2, 3, 3), c, 44)]),
+        "LogMatrixDeterminant": (lambda a: tf.raw_ops.LogMatrixDeterminant(input=a),
+                                 [conditioned((2, 3, 3), c, 45)]),
+        "TridiagonalSolve": (lambda d, b: tf.raw_ops.TridiagonalSolve(diagonals=d, rhs=b),
+                             [diags, values((2, 4, 2), c, 46)]),
+        "MatrixSquareRoot": (lambda a: tf.raw_ops.MatrixSquareRoot(input=a),
+                             [conditioned((3, 3), c, 47, 4.0)]),
+        "MatrixSolveLs": (lambda a, b: tf.raw_ops.MatrixSolveLs(matrix=a, rhs=b,
+                                                                 l2_regularizer=np.float64(0.5)),
+                          [values((4, 3), c, 48), values((4, 2), c, 49)]),
+    }
+    op, inputs = cases[name]
+    with tf.Graph().as_default():
+        tf_ext.library()
+        out = op(*[tf.constant(x) for x in inputs])
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        node = outs[0].op
+        dys = [cgrid(y.shape, c, seed=50 + i) for i, y in enumerate(node.outputs)]
+        f = attr_value_pb2.NameAttrList(name=node.type)
+        for k, v in node.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        cpp = tf.raw_ops.SymbolicGradient(input=list(node.inputs) + [tf.constant(d) for d in dys],
+                                          Tout=[t.dtype for t in node.inputs], f=f)
+        py = tf.gradients(node.outputs, [node.inputs[0]],
+                          grad_ys=[tf.constant(d) for d in dys])
+        with tf.compat.v1.Session() as sess:
+            got, want_py = sess.run([cpp[0], py[0]])
+    num = numeric_gradient(op, inputs, 0, dys)
+    scale = max(1.0, float(np.max(np.abs(num))))
+    np.testing.assert_allclose(got, num, atol=1e-6 * scale, rtol=0)
+    assert np.max(np.abs(want_py - num)) > 1e-3 * scale, "Python's gradient is the derivative"
