@@ -1,5 +1,6 @@
-"""tf_ext's C++ gradients of TensorFlow's sparse-tensor ops (tf_ext/grads/tf/sparse_grad.cc)
-and CTC losses (ctc_grad.cc) against Python's gradients of the same op on the same inputs:
+"""tf_ext's C++ gradients of TensorFlow's sparse-tensor ops (tf_ext/grads/tf/sparse_grad.cc),
+CSR sparse-matrix conversions and transpose (csr_sparse_matrix_grad.cc) and CTC losses
+(ctc_grad.cc) against Python's gradients of the same op on the same inputs:
 unordered indices, entries dropped by SparseAdd's threshold, broadcast dense operands,
 adjoints, int32 and int64 indices, empty rows.
 
@@ -255,3 +256,74 @@ def test_ctc_loss_v2_is_pythons_blank_first_ctc_loss():
             got, want = sess.run([cpp[0], py])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert np.abs(want).max() > 0.01
+
+
+# ------------------------------------------------------------------------------------------
+# CSR sparse matrices (csr_sparse_matrix_grad.cc). A CSR matrix is a variant: its gradient is
+# checked through chains dense/COO -> CSR ops -> dense/COO, as a function (a Defun) whose
+# SymbolicGradient TensorFlow's graph-level builder forms from the C++ registry, against
+# Python's tf.gradients of the same chain built inline and against central differences.
+
+def _csr_chain(name, x, dtype, rank):
+    if name == "dense":  # DenseToCSRSparseMatrix -> SparseMatrixTranspose -> ToDense
+        idx = IDX if rank == 2 else np.array([[0, 0, 1], [0, 2, 3], [1, 0, 0], [1, 1, 2]],
+                                             np.int64)
+        csr = tf.raw_ops.DenseToCSRSparseMatrix(dense_input=x, indices=idx)
+        t = tf.raw_ops.SparseMatrixTranspose(input=csr, type=dtype, conjugate=True)
+        return tf.raw_ops.CSRSparseMatrixToDense(sparse_input=t, type=dtype)
+    # SparseTensorToCSRSparseMatrix -> SparseMatrixTranspose -> CSRSparseMatrixToSparseTensor;
+    # the values scaled by themselves, so that the chain is not linear
+    csr = tf.raw_ops.SparseTensorToCSRSparseMatrix(indices=IDX, values=x * x, dense_shape=SHAPE)
+    t = tf.raw_ops.SparseMatrixTranspose(input=csr, type=dtype, conjugate=False)
+    return tf.raw_ops.CSRSparseMatrixToSparseTensor(sparse_matrix=t, type=dtype).values
+
+
+@pytest.mark.parametrize("chain,shape,dtype", [
+    ("dense", (3, 4), np.float64), ("dense", (2, 3, 4), np.float64),
+    ("dense", (3, 4), np.complex128), ("dense", (3, 4), np.float32),
+    ("coo", (5,), np.float64), ("coo", (5,), np.complex128), ("coo", (5,), np.float32)])
+def test_csr_sparse_matrix_chains(chain, shape, dtype):
+    from tensorflow.python.framework import function  # Defun: a graph function
+    tfdtype = tf.as_dtype(dtype)
+    x = grid(shape, np.float64, lo=-2, hi=2, seed=30)
+    if dtype == np.complex128:
+        x = x + 1j * grid(shape, np.float64, seed=31)
+    x = x.astype(dtype)
+    with tf.Graph().as_default():
+        tf_ext.library()
+
+        @function.Defun(tfdtype)
+        def chain_fn(t):
+            t.set_shape(shape)  # the CSR ops' shape functions need the rank
+            return _csr_chain(chain, t, tfdtype, len(shape))
+
+        xs = tf.compat.v1.placeholder(tfdtype, shape)
+        inline = _csr_chain(chain, xs, tfdtype, len(shape))
+        called = chain_fn(xs)
+        # the dense chain's output is the transpose; the COO chain's, the 5 values
+        out_shape = (5,) if chain == "coo" else shape[:-2] + (shape[-1], shape[-2])
+        dy = grid(out_shape, np.float64, seed=32)
+        if dtype == np.complex128:
+            dy = dy + 1j * grid(out_shape, np.float64, seed=33)
+        dy = tf.constant(dy.astype(dtype))
+        f = attr_value_pb2.NameAttrList(name=chain_fn.name)
+        cpp = tf.raw_ops.SymbolicGradient(input=[xs, dy], Tout=[tfdtype], f=f)[0]
+        (py,) = tf.gradients(inline, xs, grad_ys=dy)
+        loss = tf.reduce_sum(tf.math.real(tf.math.conj(dy) * called))
+        with tf.compat.v1.Session() as sess:
+            got, want = sess.run([cpp, py], {xs: x})
+            tol = 1e-5 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+            assert np.count_nonzero(want) > 0
+            if dtype == np.float32:
+                return
+            # central differences of sum(Re(conj(dy) * chain(x))), real and imaginary parts
+            num = np.zeros_like(x)
+            for i in np.ndindex(*shape):
+                for d in ([1, 1j] if dtype == np.complex128 else [1]):
+                    xp, xm = x.copy(), x.copy()
+                    xp[i] += 1e-6 * d
+                    xm[i] -= 1e-6 * d
+                    diff = (sess.run(loss, {xs: xp}) - sess.run(loss, {xs: xm})) / 2e-6
+                    num[i] += diff * d
+            np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-6)
