@@ -7,10 +7,18 @@
 
 #include <algorithm>
 #include <complex>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tensorflow/cc/framework/gradients.h"
+#include "tensorflow/cc/framework/scope.h"
+#include "tensorflow/cc/ops/array_ops.h"
+#include "tensorflow/cc/ops/const_op.h"
+#include "tensorflow/cc/ops/linalg_ops.h"
+#include "tensorflow/cc/ops/math_ops.h"
 #include "tensorflow/core/framework/tensor_util.h"
+#include "tensorflow/core/public/session.h"
 #include "tests/numeric_jacobian.h"
 
 namespace tensorflow::tf_ext {
@@ -581,6 +589,34 @@ TEST(LinalgGrads, EmptyBatches) {
       EXPECT_EQ((*g)[k].dtype(), c.inputs[k].dtype()) << "input " << k;
     }
   }
+}
+
+// Through the C++ client registry (cc/framework AddSymbolicGradients, which TF_AddGradients and
+// the language bindings use), in a graph: for symmetric positive definite A,
+// loss = 2 sum log diag(cholesky(A)) + log|det A| (sign unused) = 2 log det A, so
+// d(loss)/dA = 2 A^-1 (Cholesky's symmetric gradient; LogMatrixDeterminant's A^-T = A^-1).
+TEST(LinalgGrads, ClientRegistryGraph) {
+  Scope root = Scope::NewRootScope();
+  auto a = ops::Const(root, SymmetricPositiveDefinite({2, 3, 3}, 77));
+  auto chol = ops::Cholesky(root, a);
+  auto log_diag = ops::Log(root, ops::MatrixDiagPart(root, chol));
+  auto logdet = ops::LogMatrixDeterminant(root, a);
+  auto loss =
+      ops::AddN(root, std::initializer_list<Input>{
+                          ops::Mul(root, ops::Const(root, 2.0), ops::Sum(root, log_diag, {0, 1})),
+                          ops::Sum(root, logdet.log_abs_determinant, {0})});
+  std::vector<Output> grads;
+  ASSERT_TRUE(AddSymbolicGradients(root, {loss}, {a}, &grads).ok());
+  auto want = ops::Mul(root, ops::Const(root, 2.0), ops::MatrixInverse(root, a));
+  ASSERT_TRUE(root.status().ok()) << root.status();
+  GraphDef graph;
+  ASSERT_TRUE(root.ToGraphDef(&graph).ok());
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  ASSERT_TRUE(session->Create(graph).ok());
+  std::vector<Tensor> out;
+  const absl::Status s = session->Run({}, {grads[0].name(), want.node()->name()}, {}, &out);
+  ASSERT_TRUE(s.ok()) << s;
+  test::ExpectTensorNear<double>(out[0], out[1], 1e-10);
 }
 
 }  // namespace
