@@ -1,7 +1,7 @@
 // Gradients of TensorFlow's linear-algebra ops that no C++ registry has in TensorFlow 2.21,
-// written from the formulas of Python's python/ops/linalg_grad.py (and, for the diagonal and
-// band ops, python/ops/array_grad.py). Each is registered in both C++ registries when the op
-// library loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
+// written from the formulas of Python's python/ops/linalg_grad.py (and, for the diagonal ops,
+// python/ops/array_grad.py). Each is registered in both C++ registries when the op library
+// loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
 //
 // Conventions. Matrices are the last two axes; every leading axis is a batch axis. A^H is the
 // conjugate transpose (the transpose for real types). Complex gradients follow TensorFlow's
