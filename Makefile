@@ -34,10 +34,12 @@ models: setup
 	  --table=$(ROOT)/.models/models.md --json=$(ROOT)/.models/models.json
 
 # How TensorFlow's two C++ gradient registries cover its ops, before and after tf_ext unifies
-# them, and every op still lacking.
+# them, and every op still lacking; then parity with Python: the ops with a Python gradient
+# function, those with a C++ gradient, and the difference (tests/python/test_parity.py's input).
 registries: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --registries=full --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/parity_report.py --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 
 # The example workspace that uses tf_ext from outside, then every C++ (gtest) and Python
 # (pytest) test, `pip install .` of this tree, then the CUDA build (nvcc must keep compiling
