@@ -327,3 +327,89 @@ def test_csr_sparse_matrix_chains(chain, shape, dtype):
                     diff = (sess.run(loss, {xs: xp}) - sess.run(loss, {xs: xm})) / 2e-6
                     num[i] += diff * d
             np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-6)
+
+
+_MATMUL_FLAGS = [
+    {}, {"transpose_a": True}, {"adjoint_a": True}, {"transpose_b": True}, {"adjoint_b": True},
+    {"transpose_a": True, "adjoint_b": True}, {"adjoint_a": True, "transpose_b": True},
+    {"transpose_a": True, "transpose_b": True}, {"adjoint_a": True, "adjoint_b": True},
+    {"transpose_output": True}, {"conjugate_output": True},
+    {"adjoint_a": True, "transpose_output": True, "conjugate_output": True},
+    {"transpose_b": True, "transpose_output": True}]
+
+
+# every flag combination unbatched; batched (rank 3), one flag at a time
+_MATMUL_CASES = (
+    [(d, f, False) for d in (np.float64, np.complex128, np.float32) for f in _MATMUL_FLAGS] +
+    [(d, f, True) for d in (np.float64, np.complex128) for f in _MATMUL_FLAGS if len(f) <= 1])
+
+
+@pytest.mark.parametrize(
+    "dtype,flags,batched", _MATMUL_CASES,
+    ids=[f"{np.dtype(d).name}-{'-'.join(sorted(f)) or 'plain'}{'-batched' * b}"
+         for d, f, b in _MATMUL_CASES])
+def test_sparse_matrix_mat_mul(dtype, flags, batched):
+    """d(a) (through DenseToCSRSparseMatrix: the dense entries of a's pattern) and d(b) of
+    SparseMatrixMatMul(a, b) against Python's and central differences."""
+    from tensorflow.python.framework import function
+    tfdtype = tf.as_dtype(dtype)
+    ta = flags.get("transpose_a") or flags.get("adjoint_a")
+    tb = flags.get("transpose_b") or flags.get("adjoint_b")
+    a_shape = (4, 3) if ta else (3, 4)     # op(a) is [3, 4]
+    b_shape = (2, 4) if tb else (4, 2)     # op(b) is [4, 2]
+    idx = np.array([[0, 1], [1, 0], [1, 2], [2, 2], [3, 0]] if ta else
+                   [[0, 1], [0, 3], [1, 2], [2, 0], [2, 3]], np.int64)
+    if batched:
+        a_shape, b_shape = (2,) + a_shape, (2,) + b_shape
+        idx = np.concatenate([np.concatenate([np.full((5, 1), i), idx], 1) for i in (0, 1)])
+
+    def values(shape, seed):
+        v = grid(shape, np.float64, lo=-2, hi=2, seed=seed)
+        if dtype == np.complex128:
+            v = v + 1j * grid(shape, np.float64, seed=seed + 100)
+        return v.astype(dtype)
+
+    xa, xb = values(a_shape, 40), values(b_shape, 41)
+
+    def chain(a, b):
+        csr = tf.raw_ops.DenseToCSRSparseMatrix(dense_input=a, indices=idx)
+        return tf.raw_ops.SparseMatrixMatMul(a=csr, b=b, **flags)
+
+    with tf.Graph().as_default():
+        tf_ext.library()
+
+        @function.Defun(tfdtype, tfdtype)
+        def chain_fn(a, b):
+            a.set_shape(a_shape)
+            b.set_shape(b_shape)
+            return chain(a, b)
+
+        pa = tf.compat.v1.placeholder(tfdtype, a_shape)
+        pb = tf.compat.v1.placeholder(tfdtype, b_shape)
+        inline = chain(pa, pb)
+        out_shape = (3, 2)[::-1] if flags.get("transpose_output") else (3, 2)
+        dy = tf.constant(values((2,) + out_shape if batched else out_shape, 42))
+        cpp = tf.raw_ops.SymbolicGradient(input=[pa, pb, dy], Tout=[tfdtype, tfdtype],
+                                          f=attr_value_pb2.NameAttrList(name=chain_fn.name))
+        py = tf.gradients(inline, [pa, pb], grad_ys=dy)
+        loss = tf.reduce_sum(tf.math.real(tf.math.conj(dy) * chain_fn(pa, pb)))
+        with tf.compat.v1.Session() as sess:
+            feed = {pa: xa, pb: xb}
+            got, want = sess.run([cpp, py], feed)
+            tol = 1e-5 if dtype == np.float32 else 1e-12
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1, np.abs(w).max()))
+                assert np.count_nonzero(w) > 0
+            if dtype == np.float32:
+                return
+            for k, (p, x) in enumerate([(pa, xa), (pb, xb)]):
+                num = np.zeros_like(x)
+                for i in np.ndindex(*x.shape):
+                    for d in ([1, 1j] if dtype == np.complex128 else [1]):
+                        xp, xm = x.copy(), x.copy()
+                        xp[i] += 1e-6 * d
+                        xm[i] -= 1e-6 * d
+                        fp, fm = dict(feed), dict(feed)
+                        fp[p], fm[p] = xp, xm
+                        num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / 2e-6
+                np.testing.assert_allclose(got[k], num, rtol=1e-6, atol=1e-6)
