@@ -117,7 +117,6 @@ NOT_YET_PORTED = {
     # SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax have no kernel in tensorflow-cpu
     # either; they stay open work of the CSR port (docs/registries.md) rather than exclusions.
     "SparseMatrixAdd",
-    "SparseMatrixMatMul",
     "SparseMatrixMul",
     "SparseMatrixSoftmax",
     "SparseMatrixSparseMatMul",
