@@ -29,8 +29,9 @@ std::string SrcNode(const std::string& input) {
   return src.substr(0, src.find(':'));
 }
 
-// Only the nodes `roots` need (data and control inputs, transitively), and the library.
-void Prune(const std::set<std::string>& roots, GraphDef* graph) {
+}  // namespace
+
+void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph) {
   std::map<std::string, const NodeDef*> by_name;
   for (const NodeDef& n : graph->node()) by_name[n.name()] = &n;
   std::set<std::string> needed;
@@ -51,6 +52,8 @@ void Prune(const std::set<std::string>& roots, GraphDef* graph) {
   *kept.mutable_versions() = graph->versions();
   graph->Swap(&kept);
 }
+
+namespace {
 
 // The VarHandleOp a resource tensor comes from, through Identity nodes (what inlining leaves
 // between a call's resource argument and its reads); null if it is anything else.
@@ -82,16 +85,18 @@ absl::Status Reroute(Graph* g, Node* old, Node* n) {
 
 }  // namespace
 
-absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& export_dir,
-                                                            const std::string& signature_key,
-                                                            const std::string& tag) {
-  SavedModelBundle bundle;
+absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
+                                  SavedModelBundle* bundle) {
   SessionOptions session_options;
-  // The variables are read by nodes added to the loader's Session (Session::Extend).
+  // Nodes are added to the loader's Session (Session::Extend) to read or train the variables.
   session_options.config.mutable_experimental()->set_disable_optimize_for_static_graph(true);
-  TF_RETURN_IF_ERROR(
-      LoadSavedModel(session_options, RunOptions(), export_dir, {tag}, &bundle));
-  const auto& signatures = bundle.meta_graph_def.signature_def();
+  return LoadSavedModel(session_options, RunOptions(), export_dir, {tag}, bundle);
+}
+
+absl::StatusOr<const SignatureDef*> FindSignature(const MetaGraphDef& meta,
+                                                  const std::string& export_dir,
+                                                  const std::string& signature_key) {
+  const auto& signatures = meta.signature_def();
   auto sig = signatures.find(signature_key);
   if (sig == signatures.end()) {
     std::vector<std::string> keys;
@@ -99,21 +104,80 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
     return absl::NotFoundError(absl::StrCat(kWhat, export_dir, " has no signature '",
                                             signature_key, "'; it has: ", absl::StrJoin(keys, ", ")));
   }
+  return &sig->second;
+}
+
+absl::StatusOr<std::vector<CapturedVariable>> SignatureVariables(const MetaGraphDef& meta,
+                                                                 const SignatureDef& signature) {
+  std::map<std::string, const NodeDef*> nodes;
+  for (const NodeDef& n : meta.graph_def().node()) nodes[n.name()] = &n;
+  std::vector<CapturedVariable> out;
+  std::set<std::string> seen;
+  const auto& objects = meta.object_graph_def();
+  for (const auto& [key, info] : signature.outputs()) {
+    auto ref = TensorRef::Parse(info.name());
+    if (!ref.ok()) return ref.status();
+    auto it = nodes.find(ref->node);
+    if (it == nodes.end()) {
+      return absl::NotFoundError(absl::StrCat(kWhat, "output '", key, "' names node '", ref->node,
+                                              "', which the graph does not have"));
+    }
+    const NodeDef& call = *it->second;
+    const auto f = call.attr().find("f");
+    const auto cf = f == call.attr().end()
+                        ? objects.concrete_functions().end()
+                        : objects.concrete_functions().find(f->second.func().name());
+    if (cf == objects.concrete_functions().end()) continue;
+    const int bound = cf->second.bound_inputs_size();
+    const int first = call.input_size() - bound;
+    for (int i = 0; i < bound; ++i) {
+      if (first + i < 0) break;
+      const std::string handle = SrcNode(call.input(first + i));
+      const int id = cf->second.bound_inputs(i);
+      if (id < 0 || id >= objects.nodes_size() || !objects.nodes(id).has_variable()) continue;
+      if (!seen.insert(handle).second) continue;
+      out.push_back({handle, objects.nodes(id).variable().name(),
+                     objects.nodes(id).variable().trainable()});
+    }
+  }
+  if (out.empty() && objects.nodes_size() == 0) {
+    // TF1: the VarHandleOps the outputs need.
+    GraphDef graph = meta.graph_def();
+    std::set<std::string> roots;
+    for (const auto& [key, info] : signature.outputs()) {
+      auto ref = TensorRef::Parse(info.name());
+      if (ref.ok()) roots.insert(ref->node);
+    }
+    PruneGraphDef(roots, &graph);
+    for (const NodeDef& n : graph.node()) {
+      if (n.op() == "VarHandleOp") out.push_back({n.name(), n.name(), true});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& export_dir,
+                                                            const std::string& signature_key,
+                                                            const std::string& tag) {
+  SavedModelBundle bundle;
+  TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, tag, &bundle));
+  auto sig_def = FindSignature(bundle.meta_graph_def, export_dir, signature_key);
+  if (!sig_def.ok()) return sig_def.status();
   SavedModelSignature out;
-  for (const auto& [key, info] : sig->second.inputs()) {
+  for (const auto& [key, info] : (*sig_def)->inputs()) {
     auto ref = TensorRef::Parse(info.name());
     if (!ref.ok()) return ref.status();
     out.inputs[key] = *ref;
   }
   std::set<std::string> roots;
-  for (const auto& [key, info] : sig->second.outputs()) {
+  for (const auto& [key, info] : (*sig_def)->outputs()) {
     auto ref = TensorRef::Parse(info.name());
     if (!ref.ok()) return ref.status();
     out.outputs[key] = *ref;
     roots.insert(ref->node);
   }
   GraphDef graph = bundle.meta_graph_def.graph_def();
-  Prune(roots, &graph);
+  PruneGraphDef(roots, &graph);
   Graph g(OpRegistry::Global());
   TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), graph, &g));
   GraphDef().Swap(&graph);

@@ -15,10 +15,13 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tensorflow/cc/saved_model/loader.h"
+#include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tf_ext/graph/gradient_session.h"
 #include "tf_ext/graph/tensor_ref.h"
@@ -31,6 +34,32 @@ struct SavedModelSignature {
   std::map<std::string, TensorRef> outputs;    // signature key -> tensor of `graph`
   int variables = 0;                           // variables frozen into constants
 };
+
+// The pieces the trainer shares (tf_ext/train/): the bundle, loaded so that its Session can be
+// extended with new nodes (which reach the restored variables through VarHandleOps of the same
+// shared names), and the variables a signature's function captures.
+absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
+                                  SavedModelBundle* bundle);
+
+// A signature, checked to exist (NotFound listing the keys otherwise).
+absl::StatusOr<const SignatureDef*> FindSignature(const MetaGraphDef& meta,
+                                                  const std::string& export_dir,
+                                                  const std::string& signature_key);
+
+struct CapturedVariable {
+  std::string handle;  // the VarHandleOp node of the graph the signature's call takes
+  std::string name;    // the variable's name in the object graph ("dense/kernel")
+  bool trainable = false;
+};
+
+// The variables the signature's function call captures (its inputs after the signature's own,
+// matched with the SavedObjectGraph's bound inputs), in the call's order. TF1 SavedModels
+// (no object graph): every VarHandleOp the outputs need, trainable.
+absl::StatusOr<std::vector<CapturedVariable>> SignatureVariables(const MetaGraphDef& meta,
+                                                                 const SignatureDef& signature);
+
+// Keeps only the nodes `roots` need (data and control inputs, transitively).
+void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph);
 
 absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& export_dir,
                                                             const std::string& signature_key,

@@ -1,0 +1,45 @@
+// The losses the trainer adds to its step graph, with Keras 3's formulas (keras.losses, the
+// TensorFlow backend's nn.py) and its reduction "sum_over_batch_size": the per-example losses,
+// times the optional per-example weights, summed and divided by the number of examples.
+#ifndef TF_EXT_TRAIN_LOSSES_H_
+#define TF_EXT_TRAIN_LOSSES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tf_ext/train/graph_ops.h"
+
+namespace tensorflow::tf_ext::train {
+
+enum class LossKind {
+  kMeanSquaredError,
+  kMeanAbsoluteError,
+  kBinaryCrossentropy,
+  kCategoricalCrossentropy,
+  kSparseCategoricalCrossentropy,
+  kModelOutput,  // the model's output is the per-example (or scalar) loss itself
+};
+
+struct LossSpec {
+  LossKind kind = LossKind::kMeanSquaredError;
+  bool from_logits = false;
+};
+
+// "mse" (or "mean_squared_error"), "mae", "binary_crossentropy", "categorical_crossentropy",
+// "sparse_categorical_crossentropy", each optionally ":from_logits"; "output". InvalidArgument
+// naming the text otherwise.
+absl::StatusOr<LossSpec> ParseLoss(const std::string& text);
+
+// Whether the loss reads targets (all but kModelOutput), and the dtype they are fed as:
+// integer class ids for the sparse loss, else the output's dtype.
+bool LossHasTargets(const LossSpec& spec);
+
+// The scalar loss of `output` against `targets` (ignored for kModelOutput), weighted by
+// `weights` (per example; node null: none). As Keras, a Softmax (a Sigmoid for the binary loss)
+// producing the output is looked through: its input is used as logits.
+GraphTensor AddLoss(GraphOps* ops, const LossSpec& spec, GraphTensor output, GraphTensor targets,
+                    GraphTensor weights);
+
+}  // namespace tensorflow::tf_ext::train
+
+#endif  // TF_EXT_TRAIN_LOSSES_H_

@@ -1,0 +1,195 @@
+#include "tf_ext/train/optimizers.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tensorflow::tf_ext::train {
+namespace {
+
+double DefaultLearningRate(const std::string& name) { return name == "sgd" ? 0.01 : 0.001; }
+
+// A slot variable of `var`'s shape and dtype, initialized to `value` by `init` ops.
+GraphTensor Slot(GraphOps* ops, const TrainableVariable& var, const std::string& slot, double value,
+                 std::vector<Node*>* init) {
+  GraphTensor handle = ops->VarHandle(absl::StrCat("slots/", var.name, "/", slot), var.dtype,
+                                      PartialTensorShape());
+  // Fill(shape(var), value): the variable's shape, known only at run time in general
+  GraphTensor shape = ops->Op("VariableShape", {var.handle}, "shape");
+  GraphTensor filled = ops->Op("Fill", {shape, ops->Scalar(var.dtype, value)}, "fill");
+  init->push_back(ops->Assign("AssignVariableOp", handle, filled));
+  return handle;
+}
+
+// A read ordered after `ready`.
+GraphTensor ReadAfter(GraphOps* ops, GraphTensor handle, DataType dtype, Node* ready) {
+  GraphTensor r = ops->Read(handle, dtype);
+  if (r.node != nullptr && ready != nullptr) ops->graph()->AddControlEdge(ready, r.node);
+  return r;
+}
+
+}  // namespace
+
+absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
+  const std::string& n = spec.name;
+  if (n != "sgd" && n != "adam" && n != "adamw" && n != "rmsprop" && n != "adagrad") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer: unknown optimizer '", n, "' (sgd, adam, adamw, rmsprop, adagrad)"));
+  }
+  if (spec.schedule != "constant" && spec.schedule != "exponential" && spec.schedule != "cosine") {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: unknown learning-rate schedule '",
+                                                   spec.schedule,
+                                                   "' (constant, exponential, cosine)"));
+  }
+  if (spec.schedule != "constant" && spec.decay_steps <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: schedule '", spec.schedule,
+                                                   "' needs decay_steps > 0, got ",
+                                                   spec.decay_steps));
+  }
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (!finite(spec.learning_rate) || !finite(spec.momentum) || !finite(spec.epsilon) ||
+      !finite(spec.beta_1) || !finite(spec.beta_2) || !finite(spec.rho)) {
+    return absl::InvalidArgumentError("trainer: optimizer hyperparameters must be finite");
+  }
+  if (spec.momentum < 0 || spec.momentum > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: momentum must be in [0, 1], got ", spec.momentum));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
+                          const std::vector<TrainableVariable>& variables,
+                          const std::vector<GraphTensor>& gradients, const std::vector<Node*>& after,
+                          OptimizerGraph* out) {
+  TF_RETURN_IF_ERROR(ValidateOptimizer(spec));
+  std::vector<Node*> init;
+  Node* ready = ops->Group("ready", after);
+  // iterations: int64, 0 at first
+  GraphTensor iterations = ops->VarHandle("iterations", DT_INT64, PartialTensorShape({}));
+  init.push_back(ops->Assign("AssignVariableOp", iterations, ops->Scalar(DT_INT64, 0)));
+  GraphTensor step = ReadAfter(ops, iterations, DT_INT64, ready);
+  out->iterations = step;
+  out->iterations_handle = iterations;
+
+  std::vector<Node*> updates;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const TrainableVariable& var = variables[i];
+    const DataType t = var.dtype;
+    GraphTensor g = gradients[i];
+    auto c = [&](double v) { return ops->Scalar(t, v); };
+    // The learning rate at this step: lr0, or Keras's schedule of iterations.
+    const double lr0 = spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name);
+    GraphTensor lr = c(lr0);
+    GraphTensor stepf = ops->Cast(step, t);
+    if (spec.schedule == "exponential") {
+      // lr0 * rate^(step / decay_steps)
+      lr = ops->Binary("Mul", lr, ops->Binary("Pow", c(spec.decay_rate),
+                                              ops->Binary("RealDiv", stepf, c(spec.decay_steps))));
+    } else if (spec.schedule == "cosine") {
+      // lr0 * 0.5 (1 + cos(pi min(step, decay_steps) / decay_steps))
+      GraphTensor s = ops->Binary("Minimum", stepf, c(spec.decay_steps));
+      GraphTensor cosine = ops->Unary(
+          "Cos", ops->Binary("Mul", c(M_PI), ops->Binary("RealDiv", s, c(spec.decay_steps))));
+      lr = ops->Binary("Mul", lr, ops->Binary("Mul", c(0.5), ops->Binary("AddV2", c(1), cosine)));
+    }
+    Node* decayed = nullptr;
+    if (spec.name == "adamw") {
+      // AdamW's decoupled decay, before the update: var <- var - var * wd * lr
+      const double wd = spec.weight_decay >= 0 ? spec.weight_decay : 0.004;
+      GraphTensor v = ReadAfter(ops, var.handle, t, ready);
+      decayed = ops->Assign("AssignVariableOp", var.handle,
+                            ops->Binary("Sub", v, ops->Binary("Mul", v, ops->Binary("Mul", c(wd), lr))));
+    }
+    Node* order = decayed != nullptr ? decayed : ready;
+    if (spec.name == "sgd") {
+      if (spec.momentum == 0) {
+        // var -= g lr
+        updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, ops->Binary("Mul", g, lr), {order}));
+        continue;
+      }
+      // m <- m momentum - g lr; var += m (Nesterov: var += m momentum - g lr)
+      GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init);
+      GraphTensor m = ReadAfter(ops, m_handle, t, ready);
+      GraphTensor gl = ops->Binary("Mul", g, lr);
+      GraphTensor m_new = ops->Binary("Sub", ops->Binary("Mul", m, c(spec.momentum)), gl);
+      updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
+      GraphTensor delta = spec.nesterov
+                              ? ops->Binary("Sub", ops->Binary("Mul", m_new, c(spec.momentum)), gl)
+                              : m_new;
+      updates.push_back(ops->Assign("AssignAddVariableOp", var.handle, delta, {order}));
+    } else if (spec.name == "adam" || spec.name == "adamw") {
+      // t = iterations + 1; alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t)
+      GraphTensor local = ops->Binary("AddV2", stepf, c(1));
+      GraphTensor alpha = ops->Binary(
+          "RealDiv",
+          ops->Binary("Mul", lr,
+                      ops->Unary("Sqrt", ops->Binary("Sub", c(1), ops->Binary("Pow", c(spec.beta_2), local)))),
+          ops->Binary("Sub", c(1), ops->Binary("Pow", c(spec.beta_1), local)));
+      GraphTensor m_handle = Slot(ops, var, "m", 0, &init);
+      GraphTensor v_handle = Slot(ops, var, "v", 0, &init);
+      GraphTensor m = ReadAfter(ops, m_handle, t, ready);
+      GraphTensor v = ReadAfter(ops, v_handle, t, ready);
+      // m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2)
+      GraphTensor m_new = ops->Binary("AddV2", m, ops->Binary("Mul", ops->Binary("Sub", g, m), c(1 - spec.beta_1)));
+      GraphTensor v_new = ops->Binary(
+          "AddV2", v, ops->Binary("Mul", ops->Binary("Sub", ops->Unary("Square", g), v), c(1 - spec.beta_2)));
+      updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
+      updates.push_back(ops->Assign("AssignVariableOp", v_handle, v_new));
+      // var -= m alpha / (sqrt(v) + epsilon)
+      GraphTensor delta = ops->Binary("RealDiv", ops->Binary("Mul", m_new, alpha),
+                                      ops->Binary("AddV2", ops->Unary("Sqrt", v_new), c(spec.epsilon)));
+      updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, delta, {order}));
+    } else if (spec.name == "rmsprop") {
+      // velocity <- rho velocity + (1 - rho) g^2
+      GraphTensor vel_handle = Slot(ops, var, "velocity", 0, &init);
+      GraphTensor vel = ReadAfter(ops, vel_handle, t, ready);
+      GraphTensor vel_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), vel),
+                                        ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
+      updates.push_back(ops->Assign("AssignVariableOp", vel_handle, vel_new));
+      GraphTensor denominator;
+      if (spec.centered) {
+        // average <- rho average + (1 - rho) g; denominator = velocity - average^2 + epsilon
+        GraphTensor avg_handle = Slot(ops, var, "average_gradient", 0, &init);
+        GraphTensor avg = ReadAfter(ops, avg_handle, t, ready);
+        GraphTensor avg_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), avg),
+                                          ops->Binary("Mul", c(1 - spec.rho), g));
+        updates.push_back(ops->Assign("AssignVariableOp", avg_handle, avg_new));
+        denominator = ops->Binary("AddV2", ops->Binary("Sub", vel_new, ops->Unary("Square", avg_new)),
+                                  c(spec.epsilon));
+      } else {
+        denominator = ops->Binary("AddV2", vel_new, c(spec.epsilon));
+      }
+      // increment = lr g / sqrt(denominator)
+      GraphTensor increment =
+          ops->Binary("RealDiv", ops->Binary("Mul", lr, g), ops->Unary("Sqrt", denominator));
+      if (spec.momentum > 0) {
+        // m <- momentum m + increment; var -= m
+        GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init);
+        GraphTensor m = ReadAfter(ops, m_handle, t, ready);
+        GraphTensor m_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.momentum), m), increment);
+        updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
+        increment = m_new;
+      }
+      updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, increment, {order}));
+    } else {  // adagrad
+      // accumulator += g^2; var -= lr g / sqrt(accumulator + epsilon)
+      GraphTensor acc_handle = Slot(ops, var, "accumulator", spec.initial_accumulator_value, &init);
+      GraphTensor acc = ReadAfter(ops, acc_handle, t, ready);
+      GraphTensor acc_new = ops->Binary("AddV2", acc, ops->Unary("Square", g));
+      updates.push_back(ops->Assign("AssignVariableOp", acc_handle, acc_new));
+      updates.push_back(ops->Assign(
+          "AssignSubVariableOp", var.handle,
+          ops->Binary("RealDiv", ops->Binary("Mul", lr, g),
+                      ops->Unary("Sqrt", ops->Binary("AddV2", acc_new, c(spec.epsilon)))),
+          {order}));
+    }
+  }
+  // iterations += 1, after every update
+  Node* increment = ops->Assign("AssignAddVariableOp", iterations, ops->Scalar(DT_INT64, 1), updates);
+  out->step = ops->Group("step", {increment});
+  out->init = ops->Group("init", init);
+  return ops->status();
+}
+
+}  // namespace tensorflow::tf_ext::train

@@ -1,0 +1,61 @@
+// The optimizers the trainer adds to its step graph, with Keras 3's update formulas
+// (keras.optimizers: SGD with momentum and Nesterov, Adam, AdamW, RMSprop, Adagrad), composed
+// from stock ops on the model's resource variables, and Keras's learning-rate schedules
+// (ExponentialDecay, CosineDecay) evaluated at the step's iteration count. As Keras's
+// Optimizer.apply: weight decay first (AdamW), then each variable's update, then iterations + 1.
+#ifndef TF_EXT_TRAIN_OPTIMIZERS_H_
+#define TF_EXT_TRAIN_OPTIMIZERS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tf_ext/train/graph_ops.h"
+
+namespace tensorflow::tf_ext::train {
+
+struct OptimizerSpec {
+  std::string name = "sgd";  // sgd, adam, adamw, rmsprop, adagrad
+  double learning_rate = -1;  // < 0: Keras's default for the optimizer
+  double momentum = 0;        // sgd, rmsprop
+  bool nesterov = false;      // sgd
+  double beta_1 = 0.9, beta_2 = 0.999;
+  double epsilon = 1e-7;
+  double weight_decay = -1;   // adamw (< 0: Keras's 0.004)
+  double rho = 0.9;           // rmsprop
+  bool centered = false;      // rmsprop
+  double initial_accumulator_value = 0.1;  // adagrad
+  // Learning-rate schedule: "constant", "exponential" (lr * decay_rate^(step / decay_steps)) or
+  // "cosine" (lr * (0.5 (1 + cos(pi min(step, decay_steps) / decay_steps)))).
+  std::string schedule = "constant";
+  double decay_rate = 0;
+  int64_t decay_steps = 0;
+};
+
+// InvalidArgument naming the value for an unknown optimizer or schedule, or values Keras refuses.
+absl::Status ValidateOptimizer(const OptimizerSpec& spec);
+
+struct TrainableVariable {
+  std::string name;     // for messages and slot names
+  GraphTensor handle;   // a VarHandleOp of the variable
+  DataType dtype = DT_FLOAT;
+};
+
+struct OptimizerGraph {
+  Node* init = nullptr;     // creates the optimizer's state (slots at Keras's initial values, iterations 0)
+  Node* step = nullptr;     // applies one update and increments iterations
+  GraphTensor iterations;         // int64, read in the step, before its update
+  GraphTensor iterations_handle;  // the variable, to read it outside a step
+};
+
+// Adds the updates of `variables` by `gradients` (one per variable), run only once every node in
+// `after` has run (the step's loss and gradients: the forward's reads come first).
+absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
+                          const std::vector<TrainableVariable>& variables,
+                          const std::vector<GraphTensor>& gradients, const std::vector<Node*>& after,
+                          OptimizerGraph* out);
+
+}  // namespace tensorflow::tf_ext::train
+
+#endif  // TF_EXT_TRAIN_OPTIMIZERS_H_

@@ -1,0 +1,274 @@
+#include "tf_ext/train/trainer.h"
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/graph/algorithm.h"
+#include "tf_ext/graph/backprop.h"
+#include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/saved_model.h"
+#include "tf_ext/graph/workarounds.h"
+#include "tf_ext/train/graph_ops.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+constexpr char kPrefix[] = "tf_ext_train";
+constexpr char kWhat[] = "trainer: ";
+
+// Every node of `graph` renamed "<prefix>/<name>" (inputs too). Variables keep their identity:
+// a VarHandleOp names its resource by shared_name (set to the old node name where empty).
+void Rename(GraphDef* graph, const std::string& prefix) {
+  auto renamed = [&](const std::string& input) {
+    const bool control = absl::StartsWith(input, "^");
+    return absl::StrCat(control ? "^" : "", prefix, "/", absl::StripPrefix(input, "^"));
+  };
+  for (NodeDef& n : *graph->mutable_node()) {
+    if (n.op() == "VarHandleOp") {
+      auto& shared = (*n.mutable_attr())["shared_name"];
+      if (shared.s().empty()) shared.set_s(n.name());
+    }
+    n.set_name(absl::StrCat(prefix, "/", n.name()));
+    for (std::string& in : *n.mutable_input()) in = renamed(in);
+  }
+}
+
+// The VarHandleOp a resource tensor comes from, through Identity nodes; null otherwise.
+Node* VariableOf(const Edge* e) {
+  Node* n = e->src();
+  int index = e->src_output();
+  while (n->type_string() == "Identity" || n->type_string() == "IdentityN") {
+    const Edge* in = nullptr;
+    if (!n->input_edge(n->type_string() == "IdentityN" ? index : 0, &in).ok()) return nullptr;
+    n = in->src();
+    index = in->src_output();
+  }
+  return n->type_string() == "VarHandleOp" ? n : nullptr;
+}
+
+}  // namespace
+
+Trainer::~Trainer() {
+  if (bundle_.session != nullptr) bundle_.session->Close().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& export_dir,
+                                                         const TrainerOptions& options) {
+  TF_RETURN_IF_ERROR(train::ValidateOptimizer(options.optimizer));
+  std::unique_ptr<Trainer> t(new Trainer());
+  TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
+  const MetaGraphDef& meta = t->bundle_.meta_graph_def;
+  auto sig = FindSignature(meta, export_dir, options.signature_key);
+  if (!sig.ok()) return sig.status();
+  // The output the loss reads.
+  std::string output_key = options.output_key;
+  if (output_key.empty()) {
+    if ((*sig)->outputs_size() != 1) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : (*sig)->outputs()) keys.push_back(k);
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", options.signature_key,
+                                                     "' has several outputs (",
+                                                     absl::StrJoin(keys, ", "),
+                                                     "): name the one the loss reads"));
+    }
+    output_key = (*sig)->outputs().begin()->first;
+  }
+  auto out_info = (*sig)->outputs().find(output_key);
+  if (out_info == (*sig)->outputs().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, "signature '", options.signature_key, "' has no output '", output_key, "'"));
+  }
+  auto output_ref = TensorRef::Parse(out_info->second.name());
+  if (!output_ref.ok()) return output_ref.status();
+  auto captured = SignatureVariables(meta, **sig);
+  if (!captured.ok()) return captured.status();
+  std::map<std::string, std::string> trainable;  // handle node -> variable name
+  for (const CapturedVariable& v : *captured) {
+    if (v.trainable) trainable[v.handle] = v.name;
+  }
+  if (trainable.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", options.signature_key,
+                                                   "' reads no trainable variable"));
+  }
+
+  // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined.
+  GraphDef forward = meta.graph_def();
+  PruneGraphDef({output_ref->node}, &forward);
+  Rename(&forward, kPrefix);
+  Graph g(OpRegistry::Global());
+  TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), forward, &g));
+  GraphDef().Swap(&forward);
+  TF_RETURN_IF_ERROR(InlineFunctionCalls(&g).status());
+  std::map<std::string, Node*> nodes;
+  for (Node* n : g.op_nodes()) nodes[n->name()] = n;
+  auto renamed = [](const std::string& name) { return absl::StrCat(kPrefix, "/", name); };
+
+  // Each trainable variable's reads; any other use of it is refused.
+  std::map<std::string, std::vector<GraphTensor>> reads;  // handle (renamed) -> reads
+  for (Node* n : g.op_nodes()) {
+    for (const Edge* e : n->in_edges()) {
+      if (e->IsControlEdge() || e->src()->output_type(e->src_output()) != DT_RESOURCE) continue;
+      if (n->type_string() == "Identity" || n->type_string() == "IdentityN") continue;
+      Node* v = VariableOf(e);
+      if (v == nullptr) continue;
+      const std::string original(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"));
+      if (!trainable.count(original)) continue;
+      if (n->type_string() != "ReadVariableOp") {
+        return absl::UnimplementedError(absl::StrCat(
+            kWhat, "trainable variable '", trainable[original], "' is used by node '", n->name(),
+            "' (", n->type_string(), "); only variables read by ReadVariableOp in the signature's "
+            "function can be trained yet (not an Embedding's ResourceGather, not a read inside a loop "
+            "body)"));
+      }
+      reads[original].push_back({n, 0});
+    }
+  }
+
+  train::GraphOps ops(&g, kPrefix);
+  // The placeholders requests feed: the signature's inputs.
+  for (const auto& [key, info] : (*sig)->inputs()) {
+    auto ref = TensorRef::Parse(info.name());
+    if (!ref.ok()) return ref.status();
+    if (!nodes.count(renamed(ref->node))) continue;  // not needed by the output
+    t->input_keys_.push_back(key);
+    t->input_tensors_[key] = absl::StrCat(renamed(ref->node), ":", ref->index);
+  }
+  auto out_node = nodes.find(renamed(output_ref->node));
+  if (out_node == nodes.end()) return absl::InternalError("trainer: the output node is gone");
+  const GraphTensor output{out_node->second, output_ref->index};
+  const DataType out_type = output.node->output_type(output.index);
+  // Targets: class ids for the sparse loss, else the output's dtype; weights: the output's dtype.
+  t->has_targets_ = train::LossHasTargets(options.loss);
+  GraphTensor targets, weights;
+  auto placeholder = [&](const std::string& name, DataType dtype) {
+    AttrValue d;
+    d.set_type(dtype);
+    return ops.Op("Placeholder", {}, name, {{"dtype", d}});
+  };
+  if (t->has_targets_) {
+    targets = placeholder("targets", options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy
+                                         ? DT_INT64
+                                         : out_type);
+    t->targets_tensor_ = targets.node != nullptr ? targets.node->name() + ":0" : "";
+  }
+  t->sample_weights_ = options.sample_weights;
+  if (options.sample_weights) {
+    weights = placeholder("sample_weights", out_type);
+    t->weights_tensor_ = weights.node != nullptr ? weights.node->name() + ":0" : "";
+  }
+  GraphTensor loss = train::AddLoss(&ops, options.loss, output, targets, weights);
+  TF_RETURN_IF_ERROR(ops.status());
+  t->loss_tensor_ = absl::StrCat(loss.node->name(), ":", loss.index);
+
+  // d loss / d (each read), summed per variable.
+  std::vector<GraphTensor> xs;
+  std::vector<std::string> order;
+  for (const auto& [handle, rs] : reads) {
+    order.push_back(handle);
+    xs.insert(xs.end(), rs.begin(), rs.end());
+  }
+  if (xs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "output '", output_key,
+                                                   "' reads none of the trainable variables"));
+  }
+  // TensorFlow's gradient bugs (a negative reduction axis, ...) worked around as for any graph.
+  TF_RETURN_IF_ERROR(WorkAroundGradientBugs(&g).status());
+  GraphTensor one = ops.Op("OnesLike", {loss}, "d_loss");
+  std::vector<GraphTensor> dxs;
+  BackpropOptions backprop;
+  backprop.name_prefix = absl::StrCat(kPrefix, "/gradients");
+  TF_RETURN_IF_ERROR(AddGradients(&g, {loss}, {one}, xs, &dxs, backprop));
+  std::vector<train::TrainableVariable> variables;
+  std::vector<GraphTensor> grads;
+  std::vector<Node*> after = {loss.node};
+  size_t next = 0;
+  for (const std::string& handle : order) {
+    const size_t n = reads[handle].size();
+    std::vector<GraphTensor> parts(dxs.begin() + next, dxs.begin() + next + n);
+    next += n;
+    GraphTensor grad = parts[0];
+    if (n > 1) {
+      std::vector<NodeBuilder::NodeOut> outs;
+      for (const GraphTensor& p : parts) outs.push_back({p.node, p.index});
+      Node* sum = nullptr;
+      TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/grad_sum")), "AddN")
+                             .Input(outs)
+                             .Finalize(&g, &sum));
+      grad = {sum, 0};
+    }
+    for (const GraphTensor& p : parts) after.push_back(p.node);
+    train::TrainableVariable var;
+    var.name = trainable[handle];
+    var.handle = {nodes.at(renamed(handle)), 0};
+    TF_RETURN_IF_ERROR(GetNodeAttr(var.handle.node->attrs(), "dtype", &var.dtype));
+    variables.push_back(var);
+    grads.push_back(grad);
+    t->trainable_names_.push_back(var.name);
+    GraphTensor value = ops.Read(var.handle, var.dtype);
+    if (value.node != nullptr) t->trainable_reads_.push_back(value.node->name() + ":0");
+  }
+  train::OptimizerGraph opt;
+  TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
+  t->step_op_ = opt.step->name();
+  GraphTensor iterations = ops.Read(opt.iterations_handle, DT_INT64);
+  TF_RETURN_IF_ERROR(ops.status());
+  t->iterations_tensor_ = iterations.node->name() + ":0";
+
+  GraphDef step_graph;
+  g.ToGraphDef(&step_graph);
+  TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
+  TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
+  return t;
+}
+
+absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                                     const Tensor& targets, const Tensor& weights) {
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  std::set<std::string> given;
+  for (const auto& [key, value] : inputs) {
+    auto it = input_tensors_.find(key);
+    if (it == input_tensors_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is not one of ",
+                                                     absl::StrJoin(input_keys_, ", ")));
+    }
+    if (!given.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is given twice"));
+    }
+    feeds.push_back({it->second, value});
+  }
+  for (const std::string& key : input_keys_) {
+    if (!given.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is missing"));
+    }
+  }
+  if (has_targets_) feeds.push_back({targets_tensor_, targets});
+  if (sample_weights_) feeds.push_back({weights_tensor_, weights});
+  std::vector<Tensor> out;
+  TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, {step_op_}, &out));
+  const Tensor& loss = out[0];
+  return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::TrainableValues() {
+  std::vector<Tensor> values;
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, trainable_reads_, {}, &values));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < values.size(); ++i) out.push_back({trainable_names_[i], values[i]});
+  return out;
+}
+
+absl::StatusOr<int64_t> Trainer::Iterations() {
+  std::vector<Tensor> values;
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, {iterations_tensor_}, {}, &values));
+  return values[0].scalar<int64_t>()();
+}
+
+}  // namespace tensorflow::tf_ext

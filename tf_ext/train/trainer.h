@@ -1,0 +1,73 @@
+// Training a SavedModel with no Python (issue 24): tf_ext::Trainer.
+//
+// Create() loads the SavedModel with the library's loader (tf_ext/graph/saved_model.h: TensorFlow's
+// LoadSavedModel, whose Session holds the restored variables), takes a signature's function
+// (an inference function: "serving_default" of Keras 3's model.export or of
+// tf.saved_model.save, which is all a model without BatchNorm or dropout needs), finds its
+// trainable variables from the SavedModel's object graph, and adds one step graph to the
+// loader's Session: the forward (function calls inlined; the variables read once per step), the
+// loss (losses.h), the gradients of the loss with respect to the values read (a SymbolicGradient
+// cannot return a float gradient for a resource; summed over every read of a variable), and the
+// optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
+//
+// Variables used other than by ReadVariableOp (an Embedding's ResourceGather, a read inside a
+// loop body) are not trainable yet: Create refuses them, naming the variable.
+#ifndef TF_EXT_TRAIN_TRAINER_H_
+#define TF_EXT_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensorflow/cc/saved_model/loader.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_ext/train/losses.h"
+#include "tf_ext/train/optimizers.h"
+
+namespace tensorflow::tf_ext {
+
+struct TrainerOptions {
+  std::string signature_key = "serving_default";
+  std::string output_key;  // the signature output the loss reads; empty: its only output
+  train::LossSpec loss;
+  train::OptimizerSpec optimizer;
+  bool sample_weights = false;  // each step feeds per-example weights
+  std::string tag = "serve";
+};
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const std::string& export_dir,
+                                                         const TrainerOptions& options);
+  ~Trainer();
+
+  // One step on a batch: the signature's inputs by key, the targets (ignored by the "output"
+  // loss; may be an empty Tensor then) and, with sample_weights, one weight per example.
+  // Returns the batch's loss before the update (as Keras's train_step).
+  absl::StatusOr<double> Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                              const Tensor& targets, const Tensor& weights = Tensor());
+
+  // The trainable variables' current values, by the object graph's names, in the order found.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
+  absl::StatusOr<int64_t> Iterations();
+  const std::vector<std::string>& input_keys() const { return input_keys_; }
+  const std::vector<std::string>& trainable_names() const { return trainable_names_; }
+
+ private:
+  Trainer() = default;
+  SavedModelBundle bundle_;
+  std::vector<std::string> input_keys_;
+  std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
+  std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_, iterations_tensor_;
+  std::vector<std::string> trainable_names_, trainable_reads_;
+  bool has_targets_ = true;
+  bool sample_weights_ = false;
+};
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_TRAIN_TRAINER_H_
