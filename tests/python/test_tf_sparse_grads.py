@@ -413,3 +413,100 @@ def test_sparse_matrix_mat_mul(dtype, flags, batched):
                         fp[p], fm[p] = xp, xm
                         num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / 2e-6
                 np.testing.assert_allclose(got[k], num, rtol=1e-6, atol=1e-6)
+
+
+_SPSP_FLAGS = [
+    {}, {"transpose_a": True}, {"adjoint_a": True}, {"transpose_b": True}, {"adjoint_b": True},
+    {"transpose_a": True, "adjoint_b": True}, {"adjoint_a": True, "transpose_b": True},
+    {"transpose_a": True, "transpose_b": True}, {"adjoint_a": True, "adjoint_b": True}]
+_SPSP_CASES = (
+    [(d, f, False, False) for d in (np.float64, np.complex128, np.float32)
+     for f in _SPSP_FLAGS] +
+    [(d, f, True, False) for d in (np.float64, np.complex128) for f in _SPSP_FLAGS
+     if len(f) <= 1] +
+    [(d, f, False, True) for d in (np.float64, np.complex128) for f in _SPSP_FLAGS])
+
+
+@pytest.mark.parametrize(
+    "dtype,flags,batched,empty_row", _SPSP_CASES,
+    ids=[f"{np.dtype(d).name}-{'-'.join(sorted(f)) or 'plain'}{'-batched' * b}"
+         f"{'-empty_row' * e}" for d, f, b, e in _SPSP_CASES])
+def test_sparse_matrix_sparse_mat_mul(dtype, flags, batched, empty_row):
+    """SparseMatrixSparseMatMul(a, b), both through DenseToCSRSparseMatrix: d(a) and d(b) are
+    the dense gradients at the operands' entries, against Python's and central differences.
+    With an empty row of op(b) (`empty_row`), a's entries in that column have no entry in
+    G op(b)^H: C++ gives them zero gradient; Python's pruning then indexes past its arrays and
+    fails (InvalidArgument), so those cases are checked against central differences only."""
+    from tensorflow.python.framework import function
+    tfdtype = tf.as_dtype(dtype)
+    ta = flags.get("transpose_a") or flags.get("adjoint_a")
+    tb = flags.get("transpose_b") or flags.get("adjoint_b")
+    a_shape = (4, 3) if ta else (3, 4)     # op(a) is [3, 4]
+    b_shape = (2, 4) if tb else (4, 2)     # op(b) is [4, 2]
+    a_idx = [[0, 1], [1, 0], [1, 2], [2, 2], [3, 0]] if ta else \
+        [[0, 1], [0, 3], [1, 2], [2, 0], [2, 3]]
+    if empty_row:  # row 3 of op(b) empty
+        b_idx = [[0, 0], [0, 2], [1, 1], [1, 2]] if tb else [[0, 0], [1, 1], [2, 1], [2, 0]]
+    else:
+        b_idx = [[0, 0], [0, 3], [1, 1], [1, 2]] if tb else [[0, 0], [1, 1], [2, 1], [3, 0]]
+    a_idx, b_idx = np.array(a_idx, np.int64), np.array(b_idx, np.int64)
+    if batched:
+        a_shape, b_shape = (2,) + a_shape, (2,) + b_shape
+        a_idx = np.concatenate([np.concatenate([np.full((5, 1), i), a_idx], 1) for i in (0, 1)])
+        b_idx = np.concatenate([np.concatenate([np.full((4, 1), i), b_idx], 1) for i in (0, 1)])
+
+    def values(shape, seed):
+        v = grid(shape, np.float64, lo=-2, hi=2, seed=seed)
+        if dtype == np.complex128:
+            v = v + 1j * grid(shape, np.float64, seed=seed + 100)
+        return v.astype(dtype)
+
+    xa, xb = values(a_shape, 50), values(b_shape, 51)
+
+    def chain(a, b):
+        ca = tf.raw_ops.DenseToCSRSparseMatrix(dense_input=a, indices=a_idx)
+        cb = tf.raw_ops.DenseToCSRSparseMatrix(dense_input=b, indices=b_idx)
+        c = tf.raw_ops.SparseMatrixSparseMatMul(a=ca, b=cb, type=tfdtype, **flags)
+        return tf.raw_ops.CSRSparseMatrixToDense(sparse_input=c, type=tfdtype)
+
+    with tf.Graph().as_default():
+        tf_ext.library()
+
+        @function.Defun(tfdtype, tfdtype)
+        def chain_fn(a, b):
+            a.set_shape(a_shape)
+            b.set_shape(b_shape)
+            return chain(a, b)
+
+        pa = tf.compat.v1.placeholder(tfdtype, a_shape)
+        pb = tf.compat.v1.placeholder(tfdtype, b_shape)
+        inline = chain(pa, pb)
+        dy = tf.constant(values((2, 3, 2) if batched else (3, 2), 52))
+        cpp = tf.raw_ops.SymbolicGradient(input=[pa, pb, dy], Tout=[tfdtype, tfdtype],
+                                          f=attr_value_pb2.NameAttrList(name=chain_fn.name))
+        py = tf.gradients(inline, [pa, pb], grad_ys=dy)
+        loss = tf.reduce_sum(tf.math.real(tf.math.conj(dy) * chain_fn(pa, pb)))
+        with tf.compat.v1.Session() as sess:
+            feed = {pa: xa, pb: xb}
+            got = sess.run(cpp, feed)
+            if not empty_row:
+                want = sess.run(py, feed)
+                tol = 1e-5 if dtype == np.float32 else 1e-12
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(g, w, rtol=tol,
+                                               atol=tol * max(1, np.abs(w).max()))
+                    assert np.count_nonzero(w) > 0
+            if dtype == np.float32:
+                return
+            for k, (p, x) in enumerate([(pa, xa), (pb, xb)]):
+                num = np.zeros_like(x)
+                for i in np.ndindex(*x.shape):
+                    for d in ([1, 1j] if dtype == np.complex128 else [1]):
+                        xp, xm = x.copy(), x.copy()
+                        xp[i] += 1e-6 * d
+                        xm[i] -= 1e-6 * d
+                        fp, fm = dict(feed), dict(feed)
+                        fp[p], fm[p] = xp, xm
+                        num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / 2e-6
+                np.testing.assert_allclose(got[k], num, rtol=1e-6, atol=1e-6)
+                assert np.count_nonzero(got[k]) > 0

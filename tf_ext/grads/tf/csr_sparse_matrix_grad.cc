@@ -1,20 +1,21 @@
 // Gradients of TensorFlow's CSR sparse-matrix ops (a CSRSparseMatrix in a DT_VARIANT tensor)
 // that TensorFlow 2.21 has only in Python (python/ops/linalg/sparse/sparse_csr_matrix_grad.py):
-// the conversions to and from dense and COO tensors, the transpose and the product with a
-// dense matrix. Written from the maths; registered in both C++ registries when the op library
+// the conversions to and from dense and COO tensors, the transpose and the products with a
+// dense and a sparse matrix. Written from the maths; registered in both C++ registries when the op library
 // loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
 //
 // The gradient of a CSR matrix is a CSR matrix of the same sparsity pattern (its entries in
 // the same row-major order); index and shape inputs get zeros (Python: None).
 //
-// Not yet here (Python has them): SparseMatrixSparseMatMul (gradients pruned to the operands'
-// patterns), and SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax, whose kernels are
-// GPU only (nothing here could test them).
+// Not yet here (Python has them): SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax,
+// whose kernels are GPU only (nothing here could test them).
 //
 // Tested against Python's gradients and central differences, through chains of these ops in a
 // function (SymbolicGradient of the function: TensorFlow's graph-level builder over this
 // registry), in tests/python/test_tf_sparse_grads.py.
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
@@ -155,6 +156,97 @@ absl::Status CsrMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// The entries of CSR matrix `grad` at the entries of CSR matrix `pattern` (zeros where grad
+// has none), as a CSR matrix of pattern's pattern: Python's _PruneCSRMatrix, which drops those
+// entries instead, so that its result can have fewer entries than the operand. Both are
+// matched by their row-major linear index (a binary search of pattern's in grad's, which are
+// sorted). `p` prefixes the node names. Returns the pruned matrix.
+std::string PruneToPattern(grad::GradBuilder& b, DataType t, const std::string& grad,
+                           const std::string& pattern, const std::string& p) {
+  auto n = [&p](const char* s) { return absl::StrCat(p, "_", s); };
+  const grad::NodeAttrs i64 = {{"T", DT_INT64}};
+  b.Add({{n("gi"), n("gv"), n("gs")}, "CSRSparseMatrixToSparseTensor", {grad}, {{"type", t}}});
+  b.Add({{n("pi"), n("pv"), n("ps")}, "CSRSparseMatrixToSparseTensor", {pattern},
+         {{"type", t}}});
+  b.Add(FDH::Const<int32>(n("zero"), 0));
+  b.Add(FDH::Const<int32>(n("one"), 1));
+  // row-major strides of the dense shape
+  b.Add({{n("strides")}, "Cumprod", {n("ps"), n("zero")},
+         {{"T", DT_INT64}, {"Tidx", DT_INT32}, {"exclusive", true}, {"reverse", true}}});
+  const grad::NodeAttrs sum = {{"T", DT_INT64}, {"Tidx", DT_INT32}, {"keep_dims", false}};
+  b.Add({{n("g_scaled")}, "Mul", {n("gi"), n("strides")}, i64});
+  b.Add({{n("g_lin")}, "Sum", {n("g_scaled"), n("one")}, sum});
+  b.Add({{n("p_scaled")}, "Mul", {n("pi"), n("strides")}, i64});
+  b.Add({{n("p_lin")}, "Sum", {n("p_scaled"), n("one")}, sum});
+  // a sentinel past every index (value 0), so that every search lands on an entry
+  b.Add(FDH::Const<int64_t>(n("past"), std::vector<int64_t>{std::numeric_limits<int64_t>::max()}));
+  b.Add({{n("g_lin_s")}, "ConcatV2", {n("g_lin"), n("past"), n("zero")},
+         {{"N", 2}, {"T", DT_INT64}, {"Tidx", DT_INT32}}});
+  b.Add(FDH::Const<float>(n("zero_f"), 0.0f));
+  b.Add({{n("zero_t")}, "Cast", {n("zero_f")}, {{"SrcT", DT_FLOAT}, {"DstT", t}}});
+  b.Add({{n("one_v")}, "ExpandDims", {n("one"), n("zero")}, {{"T", DT_INT32}, {"Tdim", DT_INT32}}});
+  b.Add({{n("zero_v")}, "Fill", {n("one_v"), n("zero_t")}, {{"T", t}, {"index_type", DT_INT32}}});
+  b.Add({{n("gv_s")}, "ConcatV2", {n("gv"), n("zero_v"), n("zero")},
+         {{"N", 2}, {"T", t}, {"Tidx", DT_INT32}}});
+  b.Add({{n("sorted")}, "ExpandDims", {n("g_lin_s"), n("zero")},
+         {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{n("wanted")}, "ExpandDims", {n("p_lin"), n("zero")},
+         {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{n("pos_2d")}, "LowerBound", {n("sorted"), n("wanted")},
+         {{"T", DT_INT64}, {"out_type", DT_INT64}}});
+  b.Add({{n("pos")}, "Squeeze", {n("pos_2d")}, {{"T", DT_INT64}, {"squeeze_dims",
+                                                                  std::vector<int32>{0}}}});
+  const grad::NodeAttrs gather = {{"Tparams", DT_INT64}, {"Tindices", DT_INT64},
+                                  {"Taxis", DT_INT32}};
+  b.Add({{n("at")}, "GatherV2", {n("g_lin_s"), n("pos"), n("zero")}, gather});
+  b.Add({{n("found")}, "Equal", {n("at"), n("p_lin")}, i64});  // grad has the entry
+  b.Add({{n("vals")}, "GatherV2", {n("gv_s"), n("pos"), n("zero")},
+         {{"Tparams", t}, {"Tindices", DT_INT64}, {"Taxis", DT_INT32}}});
+  b.Add({{n("none")}, "ZerosLike", {n("vals")}, {{"T", t}}});
+  b.Add({{n("pruned")}, "SelectV2", {n("found"), n("vals"), n("none")}, {{"T", t}}});
+  return b.Add({{n("csr")}, "SparseTensorToCSRSparseMatrix", {n("pi"), n("pruned"), n("ps")},
+                {{"T", t}}});
+}
+
+// SparseMatrixSparseMatMul(a, b) = op_a(A) op_b(B), both CSR: with X = op_a(A), Y = op_b(B)
+// and G = d(product), d(X) = G Y^H, d(Y) = X^H G (sparse products), and d(A) = op_a^-1(d(X)),
+// d(B) = op_b^-1(d(Y)), each pruned to its operand's pattern.
+absl::Status CsrSparseMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SparseMatrixSparseMatMul", attrs);
+  const DataType t = b.GetAttr<DataType>("type");
+  const bool cplx = t == DT_COMPLEX64 || t == DT_COMPLEX128;
+  const bool t_a = b.GetAttr<bool>("transpose_a"), adj_a = b.GetAttr<bool>("adjoint_a");
+  const bool t_b = b.GetAttr<bool>("transpose_b"), adj_b = b.GetAttr<bool>("adjoint_b");
+  int counter = 0;
+  auto transpose = [&](const std::string& x, bool conjugate) {
+    return b.Add({{absl::StrCat("tr_", counter++)}, "SparseMatrixTranspose", {x},
+                  {{"type", t}, {"conjugate", conjugate}}});
+  };
+  // conj(M) of a CSR matrix: (M^H)^T (M itself for real types)
+  auto conj = [&](const std::string& x) {
+    return cplx ? transpose(transpose(x, true), false) : x;
+  };
+  auto matmul = [&](const std::string& x, const std::string& y, bool adj_x, bool adj_y) {
+    return b.Add({{absl::StrCat("mm_", counter++)}, "SparseMatrixSparseMatMul", {x, y},
+                  {{"type", t}, {"adjoint_a", adj_x}, {"adjoint_b", adj_y}}});
+  };
+  auto undo = [&](const std::string& d, bool tr, bool adj) {
+    return adj ? transpose(d, true) : tr ? transpose(d, false) : d;
+  };
+  const std::string d = GradName("c");
+  // d(X) = G Y^H: Y^H = B^H, conj(B) (Y = B^T) or B (Y = B^H)
+  const std::string dx = adj_b ? matmul(d, "b", false, false)
+                         : t_b ? matmul(d, conj("b"), false, false)
+                               : matmul(d, "b", false, true);
+  // d(Y) = X^H G
+  const std::string dy = adj_a ? matmul("a", d, false, false)
+                         : t_a ? matmul(conj("a"), d, false, false)
+                               : matmul("a", d, true, false);
+  b.Return("a", PruneToPattern(b, t, undo(dx, t_a, adj_a), "a", "prune_a"));
+  b.Return("b", PruneToPattern(b, t, undo(dy, t_b, adj_b), "b", "prune_b"));
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("DenseToCSRSparseMatrix", DenseToCsrGrad);
@@ -163,6 +255,7 @@ TF_EXT_REGISTER_TF_GRADIENT("SparseTensorToCSRSparseMatrix", SparseTensorToCsrGr
 TF_EXT_REGISTER_TF_GRADIENT("CSRSparseMatrixToSparseTensor", CsrToSparseTensorGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixTranspose", CsrTransposeGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixMatMul", CsrMatMulGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixSparseMatMul", CsrSparseMatMulGrad);
 // Not differentiable, as in Python.
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixNNZ", nullptr);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixZeros", nullptr);
