@@ -4,7 +4,8 @@ batches in file order, 5 epochs; per-epoch losses and trained weights must agree
 1e-4. Each Keras optimizer (SGD with momentum and Nesterov, Adam, AdamW, RMSprop plain, with
 momentum and centered, Adagrad), each loss (mse, mae, the cross-entropies from probabilities and
 from logits, per-example weights) and the learning-rate schedules. Then bad input: missing keys,
-a batch larger than the data, a NaN loss, an unknown optimizer; and what the trainer cannot
+a batch larger than the data, a NaN loss, an unknown optimizer; --export read back by
+tf.saved_model.load; and what the trainer cannot
 train yet refused by name; an Embedding classifier with SGD and momentum."""
 import csv
 import os
@@ -223,3 +224,41 @@ def test_variable_read_in_a_loop_is_refused_by_name(tmp_path):
                  "--targets=t", "--loss=mse", "--batch_size=4")
     assert r.returncode != 0
     assert "trainable variable 'lstm/lstm_cell/" in r.stderr and "is used by node" in r.stderr, r.stderr
+
+
+def test_export_is_the_trained_saved_model(tmp_path):
+    """--export: the SavedModel as loaded with the trained variables; tf.saved_model.load gives
+    model.fit's trained model's answers. A failed run (a NaN loss) leaves no export, and an
+    existing non-empty directory is refused before training."""
+    import keras
+    import tensorflow as tf
+    model = mlp(2, seed=3)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(N, 5)).astype(np.float32)
+    t = rng.normal(size=(N, 2)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, t=t, nan=np.full((N, 2), np.nan, np.float32))
+    flags = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x", "--loss=mse",
+             f"--batch_size={BATCH}", f"--epochs={EPOCHS}", "--optimizer=adam", "--learning_rate=0.01"]
+    trained_dir = str(tmp_path / "out" / "trained")
+    r = run_tool(tmp_path, *flags, "--targets=t", f"--export={trained_dir}")
+    assert r.returncode == 0, r.stderr
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
+    model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    loaded = tf.saved_model.load(trained_dir)
+    got = loaded.signatures["serving_default"](x=tf.constant(x))
+    got = list(got.values())[0].numpy()
+    np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=1e-4, atol=1e-5)
+    untrained = tf.saved_model.load(export).signatures["serving_default"](x=tf.constant(x))
+    assert np.abs(list(untrained.values())[0].numpy() - got).max() > 1e-3  # it changed
+    assert hasattr(loaded, "serve")  # Keras's endpoint too
+    # a NaN loss stops training and writes nothing
+    nan_dir = str(tmp_path / "nan_export")
+    r = run_tool(tmp_path, *flags, "--targets=nan", f"--export={nan_dir}")
+    assert r.returncode != 0 and "the loss is nan" in r.stderr
+    assert not os.path.exists(nan_dir)
+    assert not [p for p in os.listdir(tmp_path) if "tf_ext_export" in p]
+    # an existing export is not overwritten
+    r = run_tool(tmp_path, *flags, "--targets=t", f"--export={trained_dir}")
+    assert r.returncode != 0 and "epoch" not in r.stdout

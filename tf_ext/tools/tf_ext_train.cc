@@ -5,7 +5,8 @@
 //                --learning_rate=F --batch_size=N --epochs=N [--history=FILE.csv] ...
 //
 // Batches are taken in file order; one line per epoch (its mean step loss, as Keras's history).
-// --save_weights writes the trained variables to an .npz (by the object graph's names).
+// --save_weights writes the trained variables to an .npz (by the object graph's names); --export
+// writes the trained SavedModel (same signatures), only once training has succeeded.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/framework/tensor_util.h"
+#include "tf_ext/graph/export.h"
 #include "tf_ext/graph/npy_io.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/tools/flags.h"
@@ -80,6 +82,9 @@ int Main(int argc, char** argv) {
   parser.Int("epochs", &epochs, "passes over the data", int64_t{1});
   parser.String("history", &history, "a CSV of step,epoch,loss (one row per step)");
   parser.String("save_weights", &save_weights, "an .npz of the trained variables");
+  std::string export_dir;
+  parser.String("export", &export_dir,
+                "write the trained SavedModel here (same signatures, the trained variables)");
   std::string library;
   parser.String("library", &library, "the op library (default: found as tf_ext_grad finds it)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
@@ -123,6 +128,10 @@ int Main(int argc, char** argv) {
   }
   if (sched[0] == "constant" && sched.size() != 1) {
     return Fail(absl::StrCat("--lr_schedule='", schedule, "': constant takes no values"));
+  }
+  if (!export_dir.empty()) {
+    // Refused before training, not after it.
+    if (absl::Status s = CheckExportTarget(export_dir); !s.ok()) return Fail(std::string(s.message()));
   }
   const bool has_targets = train::LossHasTargets(options.loss);
   if (has_targets && targets_key.empty()) return Fail("--targets is required by this loss");
@@ -196,6 +205,12 @@ int Main(int argc, char** argv) {
     std::printf("epoch %lld/%lld: loss %.6g\n", static_cast<long long>(epoch + 1),
                 static_cast<long long>(epochs), sum / weight);
     std::fflush(stdout);
+  }
+  if (!export_dir.empty()) {
+    if (absl::Status s = (*trainer)->Export(export_dir); !s.ok()) {
+      return Fail(absl::StrCat("--export=", export_dir, ": ", s.message()));
+    }
+    std::printf("exported the trained SavedModel to %s\n", export_dir.c_str());
   }
   if (!save_weights.empty()) {
     auto values = (*trainer)->TrainableValues();

@@ -1,5 +1,7 @@
 #include "tf_ext/train/trainer.h"
 
+#include <unistd.h>
+
 #include <set>
 #include <string>
 #include <utility>
@@ -12,7 +14,10 @@
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
+#include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/path.h"
 #include "tf_ext/graph/backprop.h"
+#include "tf_ext/graph/export.h"
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/saved_model.h"
 #include "tf_ext/graph/workarounds.h"
@@ -54,6 +59,22 @@ Node* VariableOf(const Edge* e) {
   return n->type_string() == "VarHandleOp" ? n : nullptr;
 }
 
+// Copies the files under `from` to `to` (created), recursively.
+absl::Status CopyTree(Env* env, const std::string& from, const std::string& to) {
+  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(to));
+  std::vector<std::string> children;
+  TF_RETURN_IF_ERROR(env->GetChildren(from, &children));
+  for (const std::string& c : children) {
+    const std::string src = io::JoinPath(from, c), dst = io::JoinPath(to, c);
+    if (env->IsDirectory(src).ok()) {
+      TF_RETURN_IF_ERROR(CopyTree(env, src, dst));
+    } else {
+      TF_RETURN_IF_ERROR(env->CopyFile(src, dst));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Trainer::~Trainer() {
@@ -64,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
                                                          const TrainerOptions& options) {
   TF_RETURN_IF_ERROR(train::ValidateOptimizer(options.optimizer));
   std::unique_ptr<Trainer> t(new Trainer());
+  t->export_dir_ = export_dir;
   TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
   const MetaGraphDef& meta = t->bundle_.meta_graph_def;
   auto sig = FindSignature(meta, export_dir, options.signature_key);
@@ -97,6 +119,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   if (trainable.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", options.signature_key,
                                                    "' reads no trainable variable"));
+  }
+
+  // Variables the loaded graph initializes from trained ones (AssignVariableOp(copy,
+  // ReadVariableOp(trained))): an export reassigns them, or it would save their old values.
+  {
+    std::map<std::string, const NodeDef*> by_name;
+    for (const NodeDef& n : meta.graph_def().node()) by_name[n.name()] = &n;
+    for (const NodeDef& n : meta.graph_def().node()) {
+      if (n.op() != "AssignVariableOp" || n.input_size() < 2) continue;
+      auto read = by_name.find(std::string(absl::StripSuffix(n.input(1), ":0")));
+      if (read == by_name.end() || read->second->op() != "ReadVariableOp" ||
+          read->second->input_size() < 1) {
+        continue;
+      }
+      if (trainable.count(read->second->input(0))) t->sync_ops_.push_back(n.name());
+    }
   }
 
   // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined.
@@ -263,6 +301,52 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::TrainableVa
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < values.size(); ++i) out.push_back({trainable_names_[i], values[i]});
   return out;
+}
+
+absl::Status Trainer::Export(const std::string& dir) {
+  TF_RETURN_IF_ERROR(CheckExportTarget(dir));
+  const SaverDef& saver = bundle_.meta_graph_def.saver_def();
+  if (saver.filename_tensor_name().empty() || saver.save_tensor_name().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kWhat, "cannot export: ", export_dir_, " has no saver"));
+  }
+  Env* env = Env::Default();
+  const std::string tmp = absl::StrCat(dir, ".tf_ext_export_", getpid());
+  auto cleanup = [&](absl::Status s) {
+    int64_t files = 0, dirs = 0;
+    env->DeleteRecursively(tmp, &files, &dirs).IgnoreError();
+    return s;
+  };
+  std::string parent(io::Dirname(dir));
+  if (!parent.empty()) TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(parent));
+  if (absl::Status s = env->RecursivelyCreateDir(io::JoinPath(tmp, "variables")); !s.ok()) {
+    return cleanup(s);
+  }
+  // The graph and its assets as loaded (not fingerprint.pb: its checkpoint hash would be stale).
+  if (absl::Status s = env->CopyFile(io::JoinPath(export_dir_, "saved_model.pb"),
+                                     io::JoinPath(tmp, "saved_model.pb"));
+      !s.ok()) {
+    return cleanup(s);
+  }
+  const std::string assets = io::JoinPath(export_dir_, "assets");
+  if (env->IsDirectory(assets).ok()) {
+    if (absl::Status s = CopyTree(env, assets, io::JoinPath(tmp, "assets")); !s.ok()) return cleanup(s);
+  }
+  if (!sync_ops_.empty()) {
+    if (absl::Status s = bundle_.session->Run({}, {}, sync_ops_, nullptr); !s.ok()) return cleanup(s);
+  }
+  // The variables, by the SavedModel's own save function.
+  Tensor prefix(DT_STRING, TensorShape({}));
+  prefix.scalar<tstring>()() = io::JoinPath(tmp, "variables", "variables");
+  std::vector<Tensor> ignored;
+  if (absl::Status s = bundle_.session->Run({{saver.filename_tensor_name(), prefix}},
+                                            {saver.save_tensor_name()}, {}, &ignored);
+      !s.ok()) {
+    return cleanup(s);
+  }
+  if (env->FileExists(dir).ok()) env->DeleteDir(dir).IgnoreError();  // empty, checked above
+  if (absl::Status s = env->RenameFile(tmp, dir); !s.ok()) return cleanup(s);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> Trainer::Iterations() {

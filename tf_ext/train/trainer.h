@@ -54,12 +54,22 @@ class Trainer {
   // The trainable variables' current values, by the object graph's names, in the order found.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
   absl::StatusOr<int64_t> Iterations();
+
+  // Writes the SavedModel as loaded (same graph, signatures and endpoints, assets) with the
+  // variables' current values, by the SavedModel's own saver, so tf.saved_model.load and every
+  // SavedModel loader read it. `dir` must not exist or be empty; the export is written beside it
+  // and renamed into place, so a failed export leaves nothing.
+  absl::Status Export(const std::string& dir);
   const std::vector<std::string>& input_keys() const { return input_keys_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
 
  private:
   Trainer() = default;
   SavedModelBundle bundle_;
+  std::string export_dir_;  // the SavedModel trained
+  // Assignments the loaded graph makes of other variables from trained ones (Keras 3's export
+  // tracks each variable twice, the second set initialized from the first): rerun before saving.
+  std::vector<std::string> sync_ops_;
   std::vector<std::string> input_keys_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_, iterations_tensor_;
