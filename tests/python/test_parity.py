@@ -119,7 +119,6 @@ NOT_YET_PORTED = {
     "SparseMatrixAdd",
     "SparseMatrixMul",
     "SparseMatrixSoftmax",
-    "SparseMatrixSparseMatMul",
     "TensorArrayConcat",
     "TensorArrayConcatV2",
     "TensorArrayGather",
