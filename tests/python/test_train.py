@@ -166,7 +166,7 @@ def test_bad_input_gets_one_clear_error(tmp_path):
         (["--targets=t", "--batch_size=9"], "--batch_size=9 is larger than the data (8 examples)"),
         (["--targets=nan"], "the loss is nan; stopping"),
         (["--targets=t", "--optimizer=lion"], "lion"),
-        (["--targets=t", "--lr_schedule=cosine"], "expected cosine:STEPS"),
+        (["--targets=t", "--lr_schedule=cosine"], "--lr_schedule 'cosine': expected"),
         (["--targets=t", "--loss=hinge"], "unknown loss 'hinge'"),
     ]
     for extra, message in cases:
@@ -262,3 +262,35 @@ def test_export_is_the_trained_saved_model(tmp_path):
     # an existing export is not overwritten
     r = run_tool(tmp_path, *flags, "--targets=t", f"--export={trained_dir}")
     assert r.returncode != 0 and "epoch" not in r.stdout
+
+
+def test_c_api_trains_like_model_fit(tmp_path):
+    """TfExtTrainer from a C program: per-step losses of Adam on an MLP match model.fit's, the
+    exported SavedModel answers as the trained Keras model, and hostile calls fail cleanly."""
+    import keras
+    import tensorflow as tf
+    model = mlp(2, seed=11)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(N, 5)).astype(np.float32)
+    t = rng.normal(size=(N, 2)).astype(np.float32)
+    x.tofile(tmp_path / "x.raw")
+    t.tofile(tmp_path / "t.raw")
+    trained = str(tmp_path / "trained")
+    runner = os.path.join(WORKSPACE, "tests", "train_c_test")
+    r = subprocess.run([runner, export, str(tmp_path / "x.raw"), str(tmp_path / "t.raw"), str(N),
+                        "5", "2", str(BATCH), str(EPOCHS), trained],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_EXT_LIBRARY=LIBRARY))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hostile calls ok" in r.stdout
+    losses = [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert len(losses) == EPOCHS * (N // BATCH)
+    per_epoch = np.asarray(losses).reshape(EPOCHS, -1).mean(axis=1)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
+    fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    np.testing.assert_allclose(per_epoch, fit.history["loss"], rtol=1e-4)
+    out = tf.saved_model.load(trained).signatures["serving_default"](x=tf.constant(x))
+    np.testing.assert_allclose(list(out.values())[0].numpy(), model.predict(x, verbose=0),
+                               rtol=1e-4, atol=1e-5)

@@ -25,6 +25,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
+#include "tf_ext/train/options.h"
 #include "tf_ext/train/trainer.h"
 
 namespace tensorflow::tf_ext {
@@ -117,17 +118,8 @@ int Main(int argc, char** argv) {
   options.optimizer.weight_decay = weight_decay;
   options.optimizer.rho = rho;
   options.optimizer.centered = centered;
-  std::vector<std::string> sched = absl::StrSplit(schedule, ':');
-  options.optimizer.schedule = sched[0];
-  if (sched[0] == "exponential" && (sched.size() != 3 || !absl::SimpleAtod(sched[1], &options.optimizer.decay_rate) ||
-                                    !absl::SimpleAtoi(sched[2], &options.optimizer.decay_steps))) {
-    return Fail(absl::StrCat("--lr_schedule='", schedule, "': expected exponential:RATE:STEPS"));
-  }
-  if (sched[0] == "cosine" && (sched.size() != 2 || !absl::SimpleAtoi(sched[1], &options.optimizer.decay_steps))) {
-    return Fail(absl::StrCat("--lr_schedule='", schedule, "': expected cosine:STEPS"));
-  }
-  if (sched[0] == "constant" && sched.size() != 1) {
-    return Fail(absl::StrCat("--lr_schedule='", schedule, "': constant takes no values"));
+  if (absl::Status s = train::ParseSchedule(schedule, &options.optimizer); !s.ok()) {
+    return Fail(absl::StrCat("--", s.message()));
   }
   if (!export_dir.empty()) {
     // Refused before training, not after it.

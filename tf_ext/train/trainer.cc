@@ -287,8 +287,27 @@ absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Te
       return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is missing"));
     }
   }
-  if (has_targets_) feeds.push_back({targets_tensor_, targets});
-  if (sample_weights_) feeds.push_back({weights_tensor_, weights});
+  // Targets and weights have one entry per example of the inputs.
+  const int64_t examples = inputs.empty() || inputs[0].second.dims() == 0 ? -1 : inputs[0].second.dim_size(0);
+  auto check = [&](const Tensor& t, const char* what) -> absl::Status {
+    if (t.dims() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, what, " need an examples axis; got a scalar"));
+    }
+    if (examples >= 0 && t.dim_size(0) != examples) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, what, " have ", t.dim_size(0),
+                                                     " examples; input '", inputs[0].first,
+                                                     "' has ", examples));
+    }
+    return absl::OkStatus();
+  };
+  if (has_targets_) {
+    TF_RETURN_IF_ERROR(check(targets, "targets"));
+    feeds.push_back({targets_tensor_, targets});
+  }
+  if (sample_weights_) {
+    TF_RETURN_IF_ERROR(check(weights, "sample weights"));
+    feeds.push_back({weights_tensor_, weights});
+  }
   std::vector<Tensor> out;
   TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, {step_op_}, &out));
   const Tensor& loss = out[0];

@@ -1,0 +1,119 @@
+#include "tf_ext/train/c_trainer.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/c/tf_status_helper.h"
+#include "tensorflow/c/tf_tensor_helper.h"
+#include "tf_ext/train/options.h"
+#include "tf_ext/train/trainer.h"
+
+struct TfExtTrainer {
+  std::unique_ptr<tensorflow::tf_ext::Trainer> trainer;
+};
+
+namespace {
+
+void SetStatus(TF_Status* status, const absl::Status& s) {
+  tensorflow::Set_TF_Status_from_Status(status, s);
+}
+
+absl::Status ToTensor(TF_Tensor* t, const std::string& what, tensorflow::Tensor* out) {
+  absl::Status s = tensorflow::TF_TensorToTensor(t, out);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("trainer: ", what, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+TfExtTrainer* TfExtNewTrainer(const char* export_dir, const char* const* option_keys,
+                              const char* const* option_values, int num_options, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
+  if (export_dir == nullptr || num_options < 0 ||
+      (num_options > 0 && (option_keys == nullptr || option_values == nullptr))) {
+    SetStatus(status, absl::InvalidArgumentError("trainer: export_dir and the options are required"));
+    return nullptr;
+  }
+  tfx::TrainerOptions options;
+  for (int i = 0; i < num_options; ++i) {
+    if (option_keys[i] == nullptr || option_values[i] == nullptr) {
+      SetStatus(status, absl::InvalidArgumentError(absl::StrCat("trainer: option ", i, " is NULL")));
+      return nullptr;
+    }
+    if (absl::Status s = tfx::train::SetTrainerOption(option_keys[i], option_values[i], &options);
+        !s.ok()) {
+      SetStatus(status, s);
+      return nullptr;
+    }
+  }
+  auto trainer = tfx::Trainer::Create(export_dir, options);
+  if (!trainer.ok()) {
+    SetStatus(status, trainer.status());
+    return nullptr;
+  }
+  SetStatus(status, absl::OkStatus());
+  return new TfExtTrainer{std::move(*trainer)};
+}
+
+double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
+                        TF_Tensor* const* inputs, int num_inputs, TF_Tensor* targets,
+                        TF_Tensor* weights, TF_Status* status) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (trainer == nullptr || num_inputs < 0 ||
+      (num_inputs > 0 && (input_names == nullptr || inputs == nullptr))) {
+    SetStatus(status, absl::InvalidArgumentError("trainer: trainer and inputs are required"));
+    return nan;
+  }
+  std::vector<std::pair<std::string, tensorflow::Tensor>> feeds;
+  for (int i = 0; i < num_inputs; ++i) {
+    if (input_names[i] == nullptr || inputs[i] == nullptr) {
+      SetStatus(status, absl::InvalidArgumentError(absl::StrCat("trainer: input ", i, " is NULL")));
+      return nan;
+    }
+    tensorflow::Tensor t;
+    if (absl::Status s = ToTensor(inputs[i], absl::StrCat("input '", input_names[i], "'"), &t); !s.ok()) {
+      SetStatus(status, s);
+      return nan;
+    }
+    feeds.push_back({input_names[i], std::move(t)});
+  }
+  tensorflow::Tensor target_tensor, weight_tensor;
+  if (targets != nullptr) {
+    if (absl::Status s = ToTensor(targets, "targets", &target_tensor); !s.ok()) {
+      SetStatus(status, s);
+      return nan;
+    }
+  }
+  if (weights != nullptr) {
+    if (absl::Status s = ToTensor(weights, "weights", &weight_tensor); !s.ok()) {
+      SetStatus(status, s);
+      return nan;
+    }
+  }
+  auto loss = trainer->trainer->Step(feeds, target_tensor, weight_tensor);
+  if (!loss.ok()) {
+    SetStatus(status, loss.status());
+    return nan;
+  }
+  SetStatus(status, absl::OkStatus());
+  return *loss;
+}
+
+void TfExtTrainerExport(TfExtTrainer* trainer, const char* dir, TF_Status* status) {
+  if (trainer == nullptr || dir == nullptr) {
+    SetStatus(status, absl::InvalidArgumentError("trainer: trainer and dir are required"));
+    return;
+  }
+  SetStatus(status, trainer->trainer->Export(dir));
+}
+
+void TfExtDeleteTrainer(TfExtTrainer* trainer) { delete trainer; }
+
+}  // extern "C"
