@@ -580,5 +580,92 @@ TEST(TopKGrads, TopKV1IsTopKV2) {
   }
 }
 
+// ApproxTopK has no CPU kernel here (Python's runtime has one for the last axis only), so its
+// gradient function is run in the form that takes the forward outputs (the client registry's;
+// grad_builder.h), given the exact top 2 along each axis: d(values) must land on the selected
+// positions of that axis.
+TEST(TopKGrads, ApproxTopKAlongEveryAxis) {
+  gradient::Creator creator;
+  ASSERT_TRUE(gradient::GetOpGradientCreator("ApproxTopK", &creator).ok());
+  const Tensor x = Random(DT_FLOAT, {3, 5, 4}, 48);
+  const auto xt = x.tensor<float, 3>();
+  for (const int dim : {0, 1, 2, -1, -3}) {
+    SCOPED_TRACE(dim);
+    const int axis = (dim + 3) % 3;
+    TensorShape out_shape = x.shape();
+    out_shape.set_dim(axis, 2);
+    Tensor values(DT_FLOAT, out_shape), indices(DT_INT32, out_shape);
+    Tensor want(DT_FLOAT, x.shape());
+    want.flat<float>().setZero();
+    const Tensor dv = Random(DT_FLOAT, out_shape, 49);
+    // the top 2 along `axis` of every line, and the expected scatter of dv
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 5; ++j) {
+        for (int l = 0; l < 4; ++l) {
+          int pos[3] = {i, j, l};
+          if (pos[axis] != 0) continue;  // one line per start
+          std::vector<int> order(x.dim_size(axis));
+          std::iota(order.begin(), order.end(), 0);
+          auto at = [&](int q) {
+            int p[3] = {i, j, l};
+            p[axis] = q;
+            return xt(p[0], p[1], p[2]);
+          };
+          std::sort(order.begin(), order.end(), [&](int a, int b) { return at(a) > at(b); });
+          for (int r = 0; r < 2; ++r) {
+            int o[3] = {i, j, l}, w[3] = {i, j, l};
+            o[axis] = r;
+            w[axis] = order[r];
+            values.tensor<float, 3>()(o[0], o[1], o[2]) = at(order[r]);
+            indices.tensor<int32, 3>()(o[0], o[1], o[2]) = order[r];
+            want.tensor<float, 3>()(w[0], w[1], w[2]) = dv.tensor<float, 3>()(o[0], o[1], o[2]);
+          }
+        }
+      }
+    }
+    AttrValueMap attrs;
+    attrs["k"].set_i(2);
+    attrs["reduction_dimension"].set_i(dim);
+    attrs["T"].set_type(DT_FLOAT);
+    attrs["is_max_k"].set_b(true);
+    attrs["aggregate_to_topk"].set_b(true);
+    attrs["recall_target"].set_f(0.95f);
+    attrs["reduction_input_size_override"].set_i(-1);
+    attrs["_tf_ext_forward_outputs"].set_b(true);
+    FunctionDef fdef;
+    ASSERT_TRUE(creator(AttrSlice(&attrs), &fdef).ok());
+    fdef.mutable_signature()->set_name("ApproxTopKGradWithOutputs");
+    Scope root = Scope::NewRootScope();
+    FunctionDefLibrary library;
+    *library.add_function() = fdef;
+    ASSERT_TRUE(root.graph()->AddFunctionLibrary(library).ok());
+    std::vector<NodeBuilder::NodeOut> args;
+    for (const Tensor& t : {x, values, indices, dv, ZerosOf(DT_INT32, out_shape)}) {
+      args.push_back({ops::Const(root, t).node(), 0});
+    }
+    NameAttrList f;
+    f.set_name("ApproxTopKGradWithOutputs");
+    for (const auto& [name, value] : attrs) {
+      if (name[0] != '_') (*f.mutable_attr())[name] = value;
+    }
+    Node* call = nullptr;
+    ASSERT_TRUE(NodeBuilder("grad", "PartitionedCall")
+                    .Input(args)
+                    .Attr("Tin", DataTypeVector{DT_FLOAT, DT_FLOAT, DT_INT32, DT_FLOAT, DT_INT32})
+                    .Attr("Tout", DataTypeVector{DT_FLOAT})
+                    .Attr("f", f)
+                    .Finalize(root.graph(), &call)
+                    .ok());
+    GraphDef graph;
+    ASSERT_TRUE(root.ToGraphDef(&graph).ok());
+    std::unique_ptr<Session> session(NewSession(SessionOptions()));
+    ASSERT_TRUE(session->Create(graph).ok());
+    std::vector<Tensor> out;
+    const absl::Status s = session->Run({}, {"grad:0"}, {}, &out);
+    ASSERT_TRUE(s.ok()) << s;
+    test::ExpectTensorNear<float>(out[0], want);
+  }
+}
+
 }  // namespace
 }  // namespace tensorflow::tf_ext

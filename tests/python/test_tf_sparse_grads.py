@@ -216,6 +216,36 @@ def test_out_of_range_index_names_the_op(op):
 
 
 # ------------------------------------------------------------------------------------------
+# ApproxTopK (nn_grad.cc): no CPU kernel in the C++ test binaries; Python's runtime has one
+# for the last axis only, so that is checked here, against Python and central differences
+# (other axes, with the forward's indices given: tests/tf_sparse_grads_test.cc).
+
+@pytest.mark.parametrize("shape", [(3, 5, 4), (4, 6)])
+def test_approx_top_k(shape):
+    dim = -1
+    x = grid(shape, np.float32, seed=60)
+    build = lambda: tf.raw_ops.ApproxTopK(input=x, k=2, reduction_dimension=dim)
+    compare(build, TOL[np.float32])
+    with tf.Graph().as_default():
+        tf_ext.library()
+        xs = tf.compat.v1.placeholder(tf.float32, x.shape)
+        values = tf.raw_ops.ApproxTopK(input=xs, k=2, reduction_dimension=dim)[0]
+        dv = tf.constant(grid(values.shape, np.float32, seed=61))
+        cpp = symbolic_gradient(values.op, [dv, tf.zeros(values.shape, tf.int32)])[0]
+        loss = tf.reduce_sum(dv * values)
+        with tf.compat.v1.Session() as sess:
+            got = sess.run(cpp, {xs: x})
+            num = np.zeros_like(x)
+            for i in np.ndindex(*x.shape):  # distinct inputs: no ties within the step
+                xp, xm = x.copy(), x.copy()
+                xp[i] += 1e-3
+                xm[i] -= 1e-3
+                num[i] = (sess.run(loss, {xs: xp}) - sess.run(loss, {xs: xm})) / 2e-3
+    np.testing.assert_allclose(got, num, rtol=1e-3, atol=1e-3)
+    assert np.count_nonzero(got) == values.shape.num_elements()
+
+
+# ------------------------------------------------------------------------------------------
 # CTC (ctc_grad.cc). inputs [time 5, batch 2, classes 4].
 
 CTC_IDX = np.array([[0, 0], [0, 1], [1, 0], [1, 1], [1, 2]], np.int64)

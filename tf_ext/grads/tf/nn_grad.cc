@@ -597,6 +597,63 @@ absl::Status TopKGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// ApproxTopK(input; k, reduction_dimension) = (values, indices) along reduction_dimension:
+// d(input) = d(values) scattered to the positions in indices (the forward's, given or
+// recomputed: they need not be the exact top k), zeros elsewhere, as Python. The reduction
+// axis is swapped with the last one, where TopKV2's linear-index scatter applies, and back.
+absl::Status ApproxTopKGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("ApproxTopK", attrs);
+  const int64_t dim = b.GetAttr<int64_t>("reduction_dimension");
+  const grad::FDH::AttrValueWrapper t = grad::Placeholder("T");
+  const NodeAttrs i64 = {{"T", DT_INT64}};
+  const NodeAttrs tr = {{"T", t}, {"Tperm", DT_INT64}};
+  b.Add(grad::FDH::Const<int64_t>("zero64", 0));
+  b.Add(grad::FDH::Const<int64_t>("one64", 1));
+  b.Add(grad::FDH::Const<int64_t>("dim", dim));
+  b.Add(grad::FDH::Const<int32>("axis0", 0));
+  b.Add(grad::FDH::Const<int32>("flat", std::vector<int32>{-1}));
+  // perm: 0..R-1 with the reduction axis (mod R) and the last one swapped
+  b.Add({{"in_shape"}, "Shape", {"input"}, {{"T", t}, {"out_type", DT_INT64}}});
+  b.Add({{"rank"}, "Size", {"in_shape"}, {{"T", DT_INT64}, {"out_type", DT_INT64}}});
+  b.Add({{"axis"}, "FloorMod", {"dim", "rank"}, i64});
+  b.Add({{"last"}, "Sub", {"rank", "one64"}, i64});
+  b.Add({{"iota"}, "Range", {"zero64", "rank", "one64"}, {{"Tidx", DT_INT64}}});
+  b.Add({{"where"}, "Pack", {"axis", "last"}, {{"N", 2}, {"T", DT_INT64}}});
+  b.Add({{"where_col"}, "ExpandDims", {"where", "flat"}, {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{"what"}, "Pack", {"last", "axis"}, {{"N", 2}, {"T", DT_INT64}}});
+  b.Add({{"perm"}, "TensorScatterUpdate", {"iota", "where_col", "what"},
+         {{"T", DT_INT64}, {"Tindices", DT_INT64}}});
+  b.Add({{"idx_t"}, "Transpose", {"indices", "perm"}, {{"T", DT_INT32}, {"Tperm", DT_INT64}}});
+  b.Add({{"grad_t"}, "Transpose", {GradName("values"), "perm"}, tr});
+  b.Add({{"shape_t"}, "GatherV2", {"in_shape", "perm", "axis0"},
+         {{"Tparams", DT_INT64}, {"Tindices", DT_INT64}, {"Taxis", DT_INT32}}});
+  // n = the reduction axis' size, k = the indices' (now last)
+  b.Add({{"n"}, "GatherV2", {"in_shape", "axis", "axis0"},
+         {{"Tparams", DT_INT64}, {"Tindices", DT_INT64}, {"Taxis", DT_INT32}}});
+  b.Add({{"idx_shape"}, "Shape", {"idx_t"}, {{"T", DT_INT32}, {"out_type", DT_INT64}}});
+  b.Add({{"k_dim"}, "GatherV2", {"idx_shape", "last", "axis0"},
+         {{"Tparams", DT_INT64}, {"Tindices", DT_INT64}, {"Taxis", DT_INT32}}});
+  // linear index of each selected element: (position / k) * n + index
+  b.Add({{"count"}, "Size", {"idx_t"}, {{"T", DT_INT32}, {"out_type", DT_INT64}}});
+  b.Add({{"positions"}, "Range", {"zero64", "count", "one64"}, {{"Tidx", DT_INT64}}});
+  b.Add({{"k_pos"}, "Maximum", {"k_dim", "one64"}, i64});  // k = 0: no positions anyway
+  b.Add({{"row"}, "FloorDiv", {"positions", "k_pos"}, i64});
+  b.Add({{"row_start"}, "Mul", {"row", "n"}, i64});
+  b.Add({{"idx64"}, "Cast", {"idx_t"}, {{"SrcT", DT_INT32}, {"DstT", DT_INT64}}});
+  b.Add({{"idx_flat"}, "Reshape", {"idx64", "flat"}, {{"T", DT_INT64}, {"Tshape", DT_INT32}}});
+  b.Add({{"linear"}, "AddV2", {"row_start", "idx_flat"}, i64});
+  b.Add({{"linear_col"}, "ExpandDims", {"linear", "flat"}, {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{"grad_flat"}, "Reshape", {"grad_t", "flat"}, {{"T", t}, {"Tshape", DT_INT32}}});
+  b.Add({{"size"}, "Size", {"input"}, {{"T", t}, {"out_type", DT_INT64}}});
+  b.Add({{"size_1d"}, "ExpandDims", {"size", "axis0"}, {{"T", DT_INT64}, {"Tdim", DT_INT32}}});
+  b.Add({{"scattered"}, "ScatterNd", {"linear_col", "grad_flat", "size_1d"},
+         {{"T", t}, {"Tindices", DT_INT64}}});
+  b.Add({{"scattered_t"}, "Reshape", {"scattered", "shape_t"}, {{"T", t}, {"Tshape", DT_INT64}}});
+  // d(input) = d(values) at the selected positions, zeros elsewhere (axes swapped back)
+  b.Return("input", b.Add({{"dinput"}, "Transpose", {"scattered_t", "perm"}, tr}));
+  return b.Build(g);
+}
+
 // Dilation2D(input, filter) (grayscale morphological dilation): its two backprop ops.
 absl::Status Dilation2DGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("Dilation2D", attrs);
@@ -727,6 +784,7 @@ TF_EXT_REGISTER_TF_GRADIENT("MaxPool3DGradGrad", MaxPool3DGradGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPoolWithArgmax", MaxPoolWithArgmaxGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TopKV2", TopKV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("TopK", TopKGrad);
+TF_EXT_REGISTER_TF_GRADIENT("ApproxTopK", ApproxTopKGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Dilation2D", Dilation2DGrad);
 TF_EXT_REGISTER_TF_GRADIENT("NthElement", NthElementGrad);
 TF_EXT_REGISTER_TF_GRADIENT("IsotonicRegression", IsotonicRegressionGrad);
