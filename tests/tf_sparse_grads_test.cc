@@ -490,11 +490,13 @@ TEST(CtcGrads, BadLabelsAreInvalidArguments) {
       EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     }
   }
-  // CTCLossV2's labels are 1..C-1 (0 the blank): C is out of range
-  auto v2 = RunSymbolicGradient("CTCLossV2", {}, {x, I64(kLabelIdx, {5, 2}),
-                                                  Ints({2, 4, 1, 1, 3}, {5}), Ints({5, 4}, {2})},
-                                {Random(DT_FLOAT, {2}, 36), ZerosOf(DT_FLOAT, {5, 2, 4})});
-  test::ExpectInvalidArgument(v2.status(), "CTCLossV2", {"label is out of range"});
+  // CTCLossV2's labels are 1..C-1 (0 the blank): C and 0 are out of range
+  for (const Tensor& labels : {Ints({2, 4, 1, 1, 3}, {5}), Ints({2, 3, 0, 1, 3}, {5})}) {
+    auto v2 = RunSymbolicGradient("CTCLossV2", {}, {x, I64(kLabelIdx, {5, 2}), labels,
+                                                    Ints({5, 4}, {2})},
+                                  {Random(DT_FLOAT, {2}, 36), ZerosOf(DT_FLOAT, {5, 2, 4})});
+    test::ExpectInvalidArgument(v2.status(), "CTCLossV2", {"label is out of range"});
+  }
 }
 
 // As in Python, the gradient has no derivative: differentiating the gradient function (a

@@ -80,15 +80,17 @@ std::string RecomputeV2Gradient(grad::GradBuilder& b, const std::string& check) 
   return b.Add({{"grad_v2"}, "ConcatV2", {"g_blank", "g_rest", "axis"}, concat});
 }
 
-// A node that fails unless every label is a class of inputs (0 <= label < C): CTCLoss's
-// kernel accepts labels >= C and reads past the class axis. Returns its name.
+// A node that fails unless every label is a class of inputs (0 <= label < C; for CTCLossV2,
+// whose blank is 0, 1 <= label < C): CTCLoss's kernel accepts labels >= C and reads past the
+// class axis. Returns its name.
 std::string CheckLabels(grad::GradBuilder& b, const std::string& op) {
   b.Add(FDH::Const<int32>("check_two", 2));
   b.Add(FDH::Const<int32>("check_zero", 0));
+  b.Add(FDH::Const<int32>("check_lowest", op == "CTCLossV2" ? 1 : 0));
   b.Add({{"check_shape"}, "Shape", {"inputs"}, {{"T", b.TypeOf("inputs")}, {"out_type", DT_INT32}}});
   b.Add({{"check_classes"}, "GatherV2", {"check_shape", "check_two", "check_zero"},
          {{"Tparams", DT_INT32}, {"Tindices", DT_INT32}, {"Taxis", DT_INT32}}});  // C
-  b.Add({{"check_ge"}, "GreaterEqual", {"labels_values", "check_zero"}, {{"T", DT_INT32}}});
+  b.Add({{"check_ge"}, "GreaterEqual", {"labels_values", "check_lowest"}, {{"T", DT_INT32}}});
   b.Add({{"check_lt"}, "Less", {"labels_values", "check_classes"}, {{"T", DT_INT32}}});
   b.Add({{"check_ok"}, "LogicalAnd", {"check_ge", "check_lt"}, {}});
   b.Add(FDH::Const<int32>("check_axes", std::vector<int32>{0}));
