@@ -3,7 +3,8 @@ model (exported by model.export before training, so both start from the same wei
 batches in file order, 5 epochs; per-epoch losses and trained weights must agree to a relative
 1e-4. Each Keras optimizer (SGD with momentum and Nesterov, Adam, AdamW, RMSprop plain, with
 momentum and centered, Adagrad), each loss (mse, mae, the cross-entropies from probabilities and
-from logits, per-example weights) and the learning-rate schedules. Then bad input: missing keys,
+from logits, per-example weights), the learning-rate schedules, clipnorm and global_clipnorm,
+and the validation loss; --shuffle reproducible by seed. Then bad input: missing keys,
 a batch larger than the data, a NaN loss, an unknown optimizer; --export read back by
 tf.saved_model.load; and what the trainer cannot
 train yet refused by name; an Embedding classifier with SGD and momentum."""
@@ -102,6 +103,8 @@ OPTIMIZERS = [
     ("adagrad", {"learning_rate": 0.1}),
     ("sgd", {"learning_rate": 0.1, "schedule": "exponential"}),
     ("adam", {"learning_rate": 0.02, "schedule": "cosine"}),
+    ("sgd", {"learning_rate": 0.2, "momentum": 0.5, "clipnorm": 0.05}),
+    ("adam", {"learning_rate": 0.01, "global_clipnorm": 0.05}),
 ]
 
 
@@ -294,3 +297,37 @@ def test_c_api_trains_like_model_fit(tmp_path):
     out = tf.saved_model.load(trained).signatures["serving_default"](x=tf.constant(x))
     np.testing.assert_allclose(list(out.values())[0].numpy(), model.predict(x, verbose=0),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_validation_loss_matches_model_fit_and_shuffle_is_seeded(tmp_path):
+    import keras
+    model = mlp(2, seed=13)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(14)
+    x, t = rng.normal(size=(N, 5)).astype(np.float32), rng.normal(size=(N, 2)).astype(np.float32)
+    xv, tv = rng.normal(size=(20, 5)).astype(np.float32), rng.normal(size=(20, 2)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, t=t)
+    np.savez(tmp_path / "v.npz", x=xv, t=tv)
+    flags = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x", "--targets=t",
+             "--loss=mse", f"--batch_size={BATCH}", f"--epochs={EPOCHS}", "--optimizer=adam",
+             "--learning_rate=0.01"]
+    r = run_tool(tmp_path, *flags, f"--validation={tmp_path / 'v.npz'}",
+                 f"--history={tmp_path / 'h.csv'}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("val_loss") == EPOCHS
+    with open(tmp_path / "h.csv.validation.csv") as f:
+        ours = [float(row["val_loss"]) for row in csv.DictReader(f)]
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
+    fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+                    validation_data=(xv, tv))
+    np.testing.assert_allclose(ours, fit.history["val_loss"], rtol=1e-4)
+    # --shuffle: the same seed, the same training; another seed, another
+    def weights(*extra):
+        out = tmp_path / f"w{len(os.listdir(tmp_path))}.npz"
+        r = run_tool(tmp_path, *flags, "--shuffle", *extra, f"--save_weights={out}")
+        assert r.returncode == 0, r.stderr
+        return dict(np.load(out))
+    a, b, c = weights("--seed=1"), weights("--seed=1"), weights("--seed=2")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert any(not np.allclose(a[k], c[k]) for k in a)

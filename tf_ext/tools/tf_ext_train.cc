@@ -8,6 +8,10 @@
 // --save_weights writes the trained variables to an .npz (by the object graph's names); --export
 // writes the trained SavedModel (same signatures), only once training has succeeded.
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -47,6 +51,94 @@ const Tensor* Find(const std::vector<std::pair<std::string, Tensor>>& arrays, co
   return nullptr;
 }
 
+// Arrays of one .npz file: the inputs (by key, in --inputs order), targets, weights.
+struct Dataset {
+  std::vector<std::pair<std::string, Tensor>> inputs;
+  Tensor targets, weights;
+  bool has_targets = false, has_weights = false;
+  int64_t examples = 0;
+};
+
+struct Batch {
+  std::vector<std::pair<std::string, Tensor>> inputs;
+  Tensor targets, weights;
+  int64_t size = 0;
+};
+
+absl::Status LoadDataset(const std::string& path, const std::vector<std::string>& input_keys,
+                         const std::string& targets_key, const std::string& weights_key,
+                         const train::LossSpec& loss, Dataset* out) {
+  auto arrays = ReadNpz(path);
+  if (!arrays.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", arrays.status().message()));
+  std::vector<std::pair<std::string, const Tensor*>> columns;
+  for (const std::string& key : input_keys) columns.push_back({key, Find(*arrays, key)});
+  if (!targets_key.empty()) columns.push_back({targets_key, Find(*arrays, targets_key)});
+  if (!weights_key.empty()) columns.push_back({weights_key, Find(*arrays, weights_key)});
+  int64_t examples = -1;
+  for (const auto& [key, t] : columns) {
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, " has no array '", key, "'"));
+    if (t->dims() < 1) return absl::InvalidArgumentError(absl::StrCat("array '", key, "' has no examples axis"));
+    if (examples >= 0 && t->dim_size(0) != examples) {
+      return absl::InvalidArgumentError(absl::StrCat("array '", key, "' has ", t->dim_size(0),
+                                                     " examples; the first has ", examples));
+    }
+    examples = t->dim_size(0);
+  }
+  if (examples == 0) return absl::InvalidArgumentError(absl::StrCat(path, " has no examples"));
+  out->examples = examples;
+  for (size_t i = 0; i < input_keys.size(); ++i) out->inputs.push_back({input_keys[i], *columns[i].second});
+  if (!targets_key.empty()) {
+    out->has_targets = true;
+    out->targets = *columns[input_keys.size()].second;
+    // class ids as int64, which the sparse loss takes
+    if (loss.kind == train::LossKind::kSparseCategoricalCrossentropy && out->targets.dtype() == DT_INT32) {
+      Tensor cast(DT_INT64, out->targets.shape());
+      auto from = out->targets.flat<int32>();
+      auto to = cast.flat<int64_t>();
+      for (int64_t i = 0; i < from.size(); ++i) to(i) = from(i);
+      out->targets = cast;
+    }
+  }
+  if (!weights_key.empty()) {
+    out->has_weights = true;
+    out->weights = *columns.back().second;
+  }
+  return absl::OkStatus();
+}
+
+// `t`'s rows in `order`.
+Tensor Rows(const Tensor& t, const std::vector<int64_t>& order) {
+  Tensor out(t.dtype(), t.shape());
+  const int64_t row = t.TotalBytes() / t.dim_size(0);
+  const char* from = t.tensor_data().data();
+  char* to = const_cast<char*>(out.tensor_data().data());
+  for (size_t i = 0; i < order.size(); ++i) std::memcpy(to + i * row, from + order[i] * row, row);
+  return out;
+}
+
+Dataset Permuted(const Dataset& d, const std::vector<int64_t>& order) {
+  Dataset out = d;
+  for (auto& [key, t] : out.inputs) t = Rows(t, order);
+  if (d.has_targets) out.targets = Rows(d.targets, order);
+  if (d.has_weights) out.weights = Rows(d.weights, order);
+  return out;
+}
+
+// Calls `f` on each batch in order (the last may be smaller); stops when f returns false.
+bool ForEachBatch(const Dataset& d, int64_t batch_size, const std::function<bool(const Batch&)>& f) {
+  for (int64_t start = 0; start < d.examples; start += batch_size) {
+    const int64_t limit = std::min(d.examples, start + batch_size);
+    auto slice = [&](const Tensor& t) { return tensor::DeepCopy(t.Slice(start, limit)); };
+    Batch b;
+    b.size = limit - start;
+    for (const auto& [key, t] : d.inputs) b.inputs.push_back({key, slice(t)});
+    if (d.has_targets) b.targets = slice(d.targets);
+    if (d.has_weights) b.weights = slice(d.weights);
+    if (!f(b)) return false;
+  }
+  return true;
+}
+
 int Main(int argc, char** argv) {
   std::string saved_model, signature = "serving_default", output, data, inputs, targets_key,
                            weights_key, loss = "mse", optimizer = "sgd", schedule = "constant",
@@ -83,6 +175,18 @@ int Main(int argc, char** argv) {
   parser.Int("epochs", &epochs, "passes over the data", int64_t{1});
   parser.String("history", &history, "a CSV of step,epoch,loss (one row per step)");
   parser.String("save_weights", &save_weights, "an .npz of the trained variables");
+  double clipnorm = 0, global_clipnorm = 0;
+  parser.Double("clipnorm", &clipnorm, "clip each gradient to this norm (Keras's clipnorm)");
+  parser.Double("global_clipnorm", &global_clipnorm, "clip all gradients to this global norm");
+  bool shuffle = false;
+  int64_t seed = 0;
+  parser.Bool("shuffle", &shuffle, "a new order of the examples each epoch (seeded; not Keras's order)")
+      .ImplicitValue("true");
+  parser.Int("seed", &seed, "the shuffle's seed", int64_t{0});
+  std::string validation;
+  parser.String("validation", &validation,
+                "an .npz with the same keys: its loss after each epoch (printed, and written to "
+                "<history>.validation.csv as epoch,val_loss)");
   std::string export_dir;
   parser.String("export", &export_dir,
                 "write the trained SavedModel here (same signatures, the trained variables)");
@@ -118,6 +222,8 @@ int Main(int argc, char** argv) {
   options.optimizer.weight_decay = weight_decay;
   options.optimizer.rho = rho;
   options.optimizer.centered = centered;
+  options.optimizer.clipnorm = clipnorm;
+  options.optimizer.global_clipnorm = global_clipnorm;
   if (absl::Status s = train::ParseSchedule(schedule, &options.optimizer); !s.ok()) {
     return Fail(absl::StrCat("--", s.message()));
   }
@@ -129,73 +235,93 @@ int Main(int argc, char** argv) {
   if (has_targets && targets_key.empty()) return Fail("--targets is required by this loss");
   options.sample_weights = !weights_key.empty();
 
-  // The data: every array must have the same number of examples.
-  auto arrays = ReadNpz(data);
-  if (!arrays.ok()) return Fail(absl::StrCat("--data=", data, ": ", arrays.status().message()));
+  // The data (and validation data): every array must have the same number of examples.
   std::vector<std::string> input_keys = absl::StrSplit(inputs, ',');
-  std::vector<std::pair<std::string, const Tensor*>> columns;
-  for (const std::string& key : input_keys) columns.push_back({key, Find(*arrays, key)});
-  Tensor targets_all;
-  if (has_targets) {
-    const Tensor* t = Find(*arrays, targets_key);
-    columns.push_back({targets_key, t});
-    if (t != nullptr) targets_all = *t;
+  Dataset train_data, validation_data;
+  if (absl::Status s = LoadDataset(data, input_keys, has_targets ? targets_key : "", weights_key,
+                                   options.loss, &train_data);
+      !s.ok()) {
+    return Fail(std::string(s.message()));
   }
-  if (options.sample_weights) columns.push_back({weights_key, Find(*arrays, weights_key)});
-  int64_t examples = -1;
-  for (const auto& [key, t] : columns) {
-    if (t == nullptr) return Fail(absl::StrCat("--data=", data, " has no array '", key, "'"));
-    if (t->dims() < 1) return Fail(absl::StrCat("array '", key, "' has no examples axis"));
-    if (examples >= 0 && t->dim_size(0) != examples) {
-      return Fail(absl::StrCat("array '", key, "' has ", t->dim_size(0), " examples; the first has ", examples));
+  if (!validation.empty()) {
+    if (absl::Status s = LoadDataset(validation, input_keys, has_targets ? targets_key : "",
+                                     weights_key, options.loss, &validation_data);
+        !s.ok()) {
+      return Fail(std::string(s.message()));
     }
-    examples = t->dim_size(0);
   }
+  const int64_t examples = train_data.examples;
   if (batch_size > examples) {
     return Fail(absl::StrCat("--batch_size=", batch_size, " is larger than the data (", examples, " examples)"));
-  }
-  if (has_targets && options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy &&
-      targets_all.dtype() == DT_INT32) {
-    Tensor cast(DT_INT64, targets_all.shape());
-    auto from = targets_all.flat<int32>();
-    auto to = cast.flat<int64_t>();
-    for (int64_t i = 0; i < from.size(); ++i) to(i) = from(i);
-    targets_all = cast;
-    columns[input_keys.size()].second = &targets_all;
   }
 
   auto trainer = Trainer::Create(saved_model, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
-  std::ofstream csv;
+  std::ofstream csv, validation_csv;
   if (!history.empty()) {
     csv.open(history);
     if (!csv) return Fail(absl::StrCat("--history=", history, ": cannot write"));
     csv << "step,epoch,loss\n";
+    if (!validation.empty()) {
+      validation_csv.open(history + ".validation.csv");
+      if (!validation_csv) return Fail(absl::StrCat("cannot write ", history, ".validation.csv"));
+      validation_csv << "epoch,val_loss\n";
+    }
   }
-  const int64_t steps_per_epoch = (examples + batch_size - 1) / batch_size;
   int64_t step = 0;
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    double sum = 0, weight = 0;
-    for (int64_t b = 0; b < steps_per_epoch; ++b, ++step) {
-      const int64_t start = b * batch_size, limit = std::min(examples, start + batch_size);
-      auto batch = [&](const Tensor* t) { return tensor::DeepCopy(t->Slice(start, limit)); };
-      std::vector<std::pair<std::string, Tensor>> feeds;
-      for (size_t i = 0; i < input_keys.size(); ++i) feeds.push_back({input_keys[i], batch(columns[i].second)});
-      Tensor targets = has_targets ? batch(columns[input_keys.size()].second) : Tensor();
-      Tensor weights = options.sample_weights ? batch(columns.back().second) : Tensor();
-      auto loss_value = (*trainer)->Step(feeds, targets, weights);
-      if (!loss_value.ok()) return Fail(absl::StrCat("step ", step, ": ", loss_value.status().message()));
+    const Dataset* epoch_data = &train_data;
+    Dataset shuffled;
+    if (shuffle) {
+      std::vector<int64_t> order(examples);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      shuffled = Permuted(train_data, order);
+      epoch_data = &shuffled;
+    }
+    double loss_sum = 0;
+    int64_t seen = 0;
+    std::string error;
+    const bool ok = ForEachBatch(*epoch_data, batch_size, [&](const Batch& b) {
+      auto loss_value = (*trainer)->Step(b.inputs, b.targets, b.weights);
+      if (!loss_value.ok()) {
+        error = absl::StrCat("step ", step, ": ", loss_value.status().message());
+        return false;
+      }
       if (!std::isfinite(*loss_value)) {
-        return Fail(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *loss_value,
-                                 "; stopping"));
+        error = absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *loss_value, "; stopping");
+        return false;
       }
       if (csv.is_open()) csv << step << "," << epoch << "," << absl::StrFormat("%.9g", *loss_value) << "\n";
       // Keras's epoch loss: the mean of the step losses weighted by batch size
-      sum += *loss_value * (limit - start);
-      weight += limit - start;
+      loss_sum += *loss_value * b.size;
+      seen += b.size;
+      ++step;
+      return true;
+    });
+    if (!ok) return Fail(error);
+    std::string line = absl::StrFormat("epoch %d/%d: loss %.6g", epoch + 1, epochs, loss_sum / seen);
+    if (!validation.empty()) {
+      double val_sum = 0;
+      int64_t val_seen = 0;
+      const bool val_ok = ForEachBatch(validation_data, batch_size, [&](const Batch& b) {
+        auto loss_value = (*trainer)->Evaluate(b.inputs, b.targets, b.weights);
+        if (!loss_value.ok()) {
+          error = absl::StrCat("validation: ", loss_value.status().message());
+          return false;
+        }
+        val_sum += *loss_value * b.size;
+        val_seen += b.size;
+        return true;
+      });
+      if (!val_ok) return Fail(error);
+      absl::StrAppendFormat(&line, ", val_loss %.6g", val_sum / val_seen);
+      if (validation_csv.is_open()) {
+        validation_csv << epoch << "," << absl::StrFormat("%.9g", val_sum / val_seen) << "\n";
+      }
     }
-    std::printf("epoch %lld/%lld: loss %.6g\n", static_cast<long long>(epoch + 1),
-                static_cast<long long>(epochs), sum / weight);
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
   if (!export_dir.empty()) {

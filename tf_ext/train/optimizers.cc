@@ -51,6 +51,12 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
       !finite(spec.beta_1) || !finite(spec.beta_2) || !finite(spec.rho)) {
     return absl::InvalidArgumentError("trainer: optimizer hyperparameters must be finite");
   }
+  if (spec.clipnorm > 0 && spec.global_clipnorm > 0) {
+    return absl::InvalidArgumentError("trainer: give clipnorm or global_clipnorm, not both");
+  }
+  if (!finite(spec.clipnorm) || !finite(spec.global_clipnorm)) {
+    return absl::InvalidArgumentError("trainer: clipnorm and global_clipnorm must be finite");
+  }
   if (spec.momentum < 0 || spec.momentum > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("trainer: momentum must be in [0, 1], got ", spec.momentum));
@@ -72,11 +78,46 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
   out->iterations = step;
   out->iterations_handle = iterations;
 
+  // Keras's _clip_gradients, before anything else.
+  std::vector<GraphTensor> clipped = gradients;
+  if (spec.clipnorm > 0) {
+    for (size_t i = 0; i < clipped.size(); ++i) {
+      // tf.clip_by_norm: g clipnorm / max(||g||, clipnorm), ||g|| taken as 0 where sum(g^2) = 0
+      const DataType t = variables[i].dtype;
+      GraphTensor g = gradients[i];
+      GraphTensor l2sum = ops->SumAll(ops->Unary("Square", g));
+      GraphTensor positive = ops->Binary("Greater", l2sum, ops->Scalar(t, 0));
+      GraphTensor safe = ops->Op("SelectV2", {positive, l2sum, ops->Scalar(t, 1)}, "safe");
+      GraphTensor norm = ops->Op("SelectV2", {positive, ops->Unary("Sqrt", safe), l2sum}, "norm");
+      GraphTensor c = ops->Scalar(t, spec.clipnorm);
+      clipped[i] = ops->Binary("RealDiv", ops->Binary("Mul", g, c), ops->Binary("Maximum", norm, c));
+    }
+  } else if (spec.global_clipnorm > 0 && !gradients.empty()) {
+    // norm = sqrt(sum_i sum(g_i^2)); scale = c min(1 / norm, 1 / c) + (norm - norm)
+    const DataType t = variables[0].dtype;
+    GraphTensor squared = ops->Scalar(t, 0);
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      squared = ops->Binary("AddV2", squared,
+                            ops->Cast(ops->SumAll(ops->Unary("Square", gradients[i])), t));
+    }
+    GraphTensor norm = ops->Unary("Sqrt", squared);
+    GraphTensor c = ops->Scalar(t, spec.global_clipnorm);
+    GraphTensor scale = ops->Binary(
+        "AddV2",
+        ops->Binary("Mul", c,
+                    ops->Binary("Minimum", ops->Binary("RealDiv", ops->Scalar(t, 1), norm),
+                                ops->Binary("RealDiv", ops->Scalar(t, 1), c))),
+        ops->Binary("Sub", norm, norm));
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      clipped[i] = ops->Binary("Mul", gradients[i], ops->Cast(scale, variables[i].dtype));
+    }
+  }
+
   std::vector<Node*> updates;
   for (size_t i = 0; i < variables.size(); ++i) {
     const TrainableVariable& var = variables[i];
     const DataType t = var.dtype;
-    GraphTensor g = gradients[i];
+    GraphTensor g = clipped[i];
     auto c = [&](double v) { return ops->Scalar(t, v); };
     // The learning rate at this step: lr0, or Keras's schedule of iterations.
     const double lr0 = spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name);

@@ -26,6 +26,10 @@ struct OptimizerSpec {
   double rho = 0.9;           // rmsprop
   bool centered = false;      // rmsprop
   double initial_accumulator_value = 0.1;  // adagrad
+  // Gradient clipping before the update, as Keras: each gradient to norm at most clipnorm, or
+  // all together to global norm at most global_clipnorm (<= 0: none; not both).
+  double clipnorm = 0;
+  double global_clipnorm = 0;
   // Learning-rate schedule: "constant", "exponential" (lr * decay_rate^(step / decay_steps)) or
   // "cosine" (lr * (0.5 (1 + cos(pi min(step, decay_steps) / decay_steps)))).
   std::string schedule = "constant";

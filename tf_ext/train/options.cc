@@ -68,6 +68,10 @@ absl::Status SetTrainerOption(const std::string& key, const std::string& value,
     return number(&o.rho);
   } else if (key == "centered") {
     return boolean(&o.centered);
+  } else if (key == "clipnorm") {
+    return number(&o.clipnorm);
+  } else if (key == "global_clipnorm") {
+    return number(&o.global_clipnorm);
   } else if (key == "lr_schedule") {
     return ParseSchedule(value, &o);
   } else if (key == "sample_weights") {

@@ -11,7 +11,7 @@
 namespace tensorflow::tf_ext::train {
 
 // Keys: signature, output, loss, optimizer, learning_rate, momentum, nesterov, beta_1, beta_2,
-// epsilon, weight_decay, rho, centered, lr_schedule (constant | exponential:RATE:STEPS |
+// epsilon, weight_decay, rho, centered, clipnorm, global_clipnorm, lr_schedule (constant | exponential:RATE:STEPS |
 // cosine:STEPS), sample_weights (true/false). InvalidArgument naming the key or value otherwise.
 absl::Status SetTrainerOption(const std::string& key, const std::string& value,
                               TrainerOptions* options);

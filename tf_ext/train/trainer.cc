@@ -269,6 +269,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
 
 absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
                                      const Tensor& targets, const Tensor& weights) {
+  return Run(inputs, targets, weights, /*train=*/true);
+}
+
+absl::StatusOr<double> Trainer::Evaluate(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                                         const Tensor& targets, const Tensor& weights) {
+  return Run(inputs, targets, weights, /*train=*/false);
+}
+
+absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                                    const Tensor& targets, const Tensor& weights, bool train) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   std::set<std::string> given;
   for (const auto& [key, value] : inputs) {
@@ -309,7 +319,9 @@ absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Te
     feeds.push_back({weights_tensor_, weights});
   }
   std::vector<Tensor> out;
-  TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, {step_op_}, &out));
+  std::vector<std::string> targets_run;
+  if (train) targets_run.push_back(step_op_);
+  TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, targets_run, &out));
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
 }

@@ -51,6 +51,10 @@ class Trainer {
   absl::StatusOr<double> Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
                               const Tensor& targets, const Tensor& weights = Tensor());
 
+  // The loss on a batch without training (a validation batch).
+  absl::StatusOr<double> Evaluate(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                                  const Tensor& targets, const Tensor& weights = Tensor());
+
   // The trainable variables' current values, by the object graph's names, in the order found.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
   absl::StatusOr<int64_t> Iterations();
@@ -65,6 +69,8 @@ class Trainer {
 
  private:
   Trainer() = default;
+  absl::StatusOr<double> Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                             const Tensor& targets, const Tensor& weights, bool train);
   SavedModelBundle bundle_;
   std::string export_dir_;  // the SavedModel trained
   // Assignments the loaded graph makes of other variables from trained ones (Keras 3's export
