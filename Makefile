@@ -16,12 +16,15 @@ build: setup
 # The main job: gradients computed entirely in C++ (no Python in the process) of (1) the
 # built-in example graph through the tf_ext ops, checked against central differences, and
 # (2) a real model: Keras MobileNetV2 (weights=None) frozen to a GraphDef, compared with
-# TensorFlow's Python gradient of the same function.
+# TensorFlow's Python gradient of the same function; (3) a small Keras classifier trained by
+# tf_ext_train (C++), its loss falling, then the trained SavedModel answering in Python.
 demo: setup
-	$(BAZEL) build //tf_ext:tf_ext_grad //tf_ext:_tf_ext_ops.so
+	$(BAZEL) build //tf_ext:tf_ext_grad //tf_ext:tf_ext_train //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_grad --check
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_keras_models.py --tf_ext_grad=$(ROOT)/bazel-bin/tf_ext/tf_ext_grad \
 	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --work=$(ROOT)/.models --models=MobileNetV2 --modes=inference,training
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/demo_train.py --tf_ext_train=$(ROOT)/bazel-bin/tf_ext/tf_ext_train \
+	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --work=$(ROOT)/.models
 
 # Every image model of tf.keras.applications (smallest input each accepts) and a Transformer
 # encoder block, inference and training mode, through tf_ext_grad vs Python's gradient.

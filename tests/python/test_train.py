@@ -11,6 +11,7 @@ train yet refused by name; an Embedding classifier with SGD and momentum."""
 import csv
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -331,3 +332,13 @@ def test_validation_loss_matches_model_fit_and_shuffle_is_seeded(tmp_path):
     a, b, c = weights("--seed=1"), weights("--seed=1"), weights("--seed=2")
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert any(not np.allclose(a[k], c[k]) for k in a)
+
+
+def test_make_demo_training_part(tmp_path):
+    """scripts/demo_train.py, which `make demo` runs: exit status 0 only when the loss fell and the
+    trained SavedModel, loaded by Python, is more accurate than the untrained one."""
+    script = os.path.join(WORKSPACE, "scripts", "demo_train.py")
+    r = subprocess.run([sys.executable, script, f"--tf_ext_train={TOOL}", f"--library={LIBRARY}",
+                        f"--work={tmp_path}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trained by tf_ext_train" in r.stdout and r.stdout.count("epoch ") == 8
