@@ -95,18 +95,15 @@ PYTHON_DECLINES = {
     "SparseDenseCwiseAdd": "raises",
     "SparseSparseMaximum": "raises",
     "SparseSparseMinimum": "raises",
+    "_EagerConst": "raises",
 }
 
 # Open work of issue 22 (not exclusions). Remove an op when it gains a C++ gradient.
 NOT_YET_PORTED = {
-    "BatchNormWithGlobalNormalization",
     "BlockLSTM",
     "BlockLSTMV2",
     "CompositeTensorVariantFromComponents",
     "CompositeTensorVariantToComponents",
-    "DebugGradientIdentity",
-    "DebugGradientRefIdentity",
-    "DebugIdentityV2",
     "RaggedFillEmptyRows",
     "RaggedGather",
     "RaggedTensorFromVariant",
@@ -133,7 +130,6 @@ NOT_YET_PORTED = {
     "XlaEinsum",
     "XlaSharding",
     "XlaSpmdShardToFullShape",
-    "_EagerConst",
 }
 
 MAX_EXCLUSIONS = 30

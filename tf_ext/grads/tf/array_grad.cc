@@ -282,6 +282,24 @@ TF_EXT_REGISTER_TF_GRADIENT("PlaceholderWithDefault", [](const AttrSlice& a, Fun
 TF_EXT_REGISTER_TF_GRADIENT("EnsureShape", [](const AttrSlice& a, FunctionDef* g) {
   return PassThroughGrad("EnsureShape", "input", "output", a, g);
 });
+// The debugger's identities (Python: debug/lib/debug_gradients.py, dumping_callback.py) pass
+// the gradient through, d(input) = d(output); Python's DebugGradientIdentity gradient also
+// hands d(output) to its GradientsDebugger, which a C++ process does not have.
+TF_EXT_REGISTER_TF_GRADIENT("DebugGradientIdentity", [](const AttrSlice& a, FunctionDef* g) {
+  return PassThroughGrad("DebugGradientIdentity", "input", "output", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("DebugGradientRefIdentity", [](const AttrSlice& a, FunctionDef* g) {
+  return PassThroughGrad("DebugGradientRefIdentity", "input", "output", a, g);
+});
+TF_EXT_REGISTER_TF_GRADIENT("DebugIdentityV2", [](const AttrSlice& a, FunctionDef* g) {
+  return PassThroughGrad("DebugIdentityV2", "input", "output", a, g);
+});
+// _EagerConst (eager constants placed on a device) is never differentiated: Python's gradient
+// only raises, and so does C++'s, with Python's message.
+static const bool eager_const_refused [[maybe_unused]] =
+    LookupGradientKind("_EagerConst") != GradientKind::kMissing ||
+    RegisterUnimplementedGradient(
+        "_EagerConst", "This op should never interact with gradient APIs. Please file a bug.");
 TF_EXT_REGISTER_TF_GRADIENT("CheckNumericsV2", CheckNumericsV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("PreventGradient", PreventGradientGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Print", PrintGrad);

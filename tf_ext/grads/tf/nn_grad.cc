@@ -755,8 +755,29 @@ absl::Status SparseSoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* 
   return b.Build(g);
 }
 
+// BatchNormWithGlobalNormalization(t, m, v, beta, gamma) = (t - m) * r * [gamma] + beta,
+// r = rsqrt(v + epsilon), gamma applied when scale_after_normalization; m, v, beta, gamma
+// [depth] vectors of t's last axis. As Python, the dedicated op gives every gradient (the
+// sums over all but the last axis):
+//   d(t) = d(result) * r * [gamma]
+//   d(m) = -sum(d(result)) * r * [gamma]
+//   d(v) = -1/2 sum(d(result) * (t - m)) * r^3 * [gamma]
+//   d(beta) = sum(d(result))
+//   d(gamma) = sum(d(result) * (t - m)) * r (zeros without scale_after_normalization)
+// The op (and its gradient op) run only in graphs of GraphDef version < 9.
+absl::Status BatchNormWithGlobalNormalizationGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("BatchNormWithGlobalNormalization", attrs);
+  b.DedicatedOp("BatchNormWithGlobalNormalizationGrad",
+                {"t", "m", "v", "gamma", grad::GradName("result")},
+                {"T", "variance_epsilon", "scale_after_normalization"},
+                {"t", "m", "v", "beta", "gamma"});
+  return b.Build(g);
+}
+
 }  // namespace
 
+TF_EXT_REGISTER_TF_GRADIENT("BatchNormWithGlobalNormalization",
+                            BatchNormWithGlobalNormalizationGrad);
 TF_EXT_REGISTER_TF_GRADIENT("ReluGrad", ReluGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Relu6Grad", Relu6GradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("EluGrad", EluGradGrad);

@@ -1,0 +1,131 @@
+"""tf_ext's C++ gradients of the last ops of Python's gradient registry (docs/registries.md,
+"Parity with Python"): the debugger's identities (DebugGradientIdentity,
+DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
+(tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
+Python's gradients of the same node on the same inputs.
+
+The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
+test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians:
+tests/tf_misc_parity_grads_test.cc.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.python.debug.lib import debug_gradients
+
+import tf_ext
+from test_tf_nn_math_grads import cgrid, compare, grid
+
+FLOATS = [np.float32, np.float64]
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def symbolic_gradient(op, dys, tout):
+    f = attr_value_pb2.NameAttrList(name=op.type)
+    for k, v in op.node_def.attr.items():
+        f.attr[k].CopyFrom(v)
+    return tf.raw_ops.SymbolicGradient(input=list(op.inputs) + list(dys), Tout=tout, f=f)
+
+
+# ------------------------------------------------------------------------------------------
+# The debugger's identities: d(input) = d(output).
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_debug_identity_v2(dtype):
+    x = grid((3, 4), dtype, seed=1)
+    compare(lambda: tf.raw_ops.DebugIdentityV2(input=x, op_name="x", output_slot=0),
+            TOL[dtype])
+    z = cgrid((5,), np.complex128, seed=2)
+    compare(lambda: tf.raw_ops.DebugIdentityV2(input=z), 1e-12)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_debug_gradient_identity(dtype):
+    """The op as Python's GradientsDebugger inserts it (Python's gradient needs its name)."""
+    debugger = debug_gradients.GradientsDebugger()
+    x = grid((2, 3), dtype, seed=3)
+
+    def build():
+        y = debugger.identify_gradient(tf.constant(x))
+        assert y.op.type == "DebugGradientIdentity"
+        return y
+
+    compare(build, TOL[dtype])
+
+
+def test_debug_gradient_ref_identity():
+    """On a v1 (reference) variable, as the GradientsDebugger inserts it."""
+    debugger = debug_gradients.GradientsDebugger()
+    dy = grid((3,), np.float32, seed=4)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        var = tf.compat.v1.Variable(grid((3,), np.float32, seed=5), use_resource=False)
+        y = debugger.identify_gradient(var._variable)  # pylint: disable=protected-access
+        assert y.op.type == "DebugGradientRefIdentity" and y.dtype._is_ref_dtype
+        (cpp,) = symbolic_gradient(y.op, [tf.constant(dy)], [tf.float32])
+        (py,) = tf.gradients(y, var._variable, grad_ys=tf.constant(dy))
+        with tf.compat.v1.Session() as sess:
+            sess.run(var.initializer)
+            got, want = sess.run([cpp, py])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, dy)
+
+
+# ------------------------------------------------------------------------------------------
+# _EagerConst: Python's gradient only raises; C++'s fails with Python's message.
+
+def test_eager_const_refuses_as_python():
+    message = "This op should never interact with gradient APIs. Please file a bug."
+    with tf.Graph().as_default() as g:
+        tf_ext.library()
+        x = tf.constant([1.0, 2.0])
+        op = g._create_op_internal(  # pylint: disable=protected-access
+            "_EagerConst", [x], [tf.float32], name="eager_const")
+        cpp = symbolic_gradient(op, [tf.ones([2])], [tf.float32])
+        with pytest.raises(AssertionError, match=message):
+            tf.gradients(op.outputs[0], x)
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(tf.errors.UnimplementedError, match=message):
+                sess.run(cpp)
+
+
+# ------------------------------------------------------------------------------------------
+# BatchNormWithGlobalNormalization: its kernels (and Python's graph builder) accept it only in
+# graphs of GraphDef version < 9; importing a GraphDef of producer 8 makes the graph one.
+
+def old_graph() -> tf.Graph:
+    g = tf.Graph()
+    gd = graph_pb2.GraphDef()
+    gd.versions.producer = 8
+    with g.as_default():
+        tf.compat.v1.import_graph_def(gd, name="")
+    assert g.graph_def_versions.producer == 8
+    return g
+
+
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_batch_norm_with_global_normalization(dtype, scale):
+    t = grid((2, 3, 2, 4), dtype, seed=6)
+    m, beta, gamma = (grid((4,), dtype, seed=s) for s in (7, 8, 9))
+    v = grid((4,), dtype, lo=0.1, hi=2.0, seed=10)
+    dy = grid((2, 3, 2, 4), dtype, seed=11)
+    with old_graph().as_default():
+        tf_ext.library()
+        inputs = [tf.constant(a) for a in (t, m, v, beta, gamma)]
+        y = tf.raw_ops.BatchNormWithGlobalNormalization(
+            t=inputs[0], m=inputs[1], v=inputs[2], beta=inputs[3], gamma=inputs[4],
+            variance_epsilon=0.01, scale_after_normalization=scale)
+        cpp = symbolic_gradient(y.op, [tf.constant(dy)], [tf.as_dtype(dtype)] * 5)
+        py = tf.gradients(y, inputs, grad_ys=tf.constant(dy))
+        with tf.compat.v1.Session() as sess:
+            got, want = sess.run([cpp, py])
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, i
+        np.testing.assert_allclose(g, w, rtol=TOL[dtype],
+                                   atol=TOL[dtype] * max(1, np.abs(w).max()), err_msg=f"input {i}")
+    assert np.count_nonzero(want[4]) == (want[4].size if scale else 0)

@@ -1,0 +1,201 @@
+// The C++ gradients tf_ext adds for the last TensorFlow ops of Python's gradient registry
+// (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
+// _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
+// (nn_grad.cc) against numeric Jacobians. Comparisons with Python's gradients:
+// tests/python/test_tf_misc_parity_grads.py.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "tensorflow/cc/framework/scope.h"
+#include "tensorflow/cc/ops/array_ops.h"
+#include "tensorflow/cc/ops/const_op.h"
+#include "tensorflow/cc/ops/functional_ops.h"
+#include "tensorflow/cc/ops/state_ops.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/versions.pb.h"
+#include "tensorflow/core/graph/node_builder.h"
+#include "tensorflow/core/public/session.h"
+#include "tests/numeric_jacobian.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+#define TF_ASSERT_OK(expr)                  \
+  do {                                      \
+    const absl::Status s_ = (expr);         \
+    ASSERT_TRUE(s_.ok()) << s_;             \
+  } while (0)
+
+using test::Check;
+using test::ExpectMatchesNumeric;
+using test::Random;
+
+// ---------------------------------------------------------------------------------------------
+// Pass-through identities and _EagerConst.
+
+TEST(MiscParityGrads, DebugIdentitiesPassTheGradientThrough) {
+  ExpectMatchesNumeric({"DebugGradientIdentity", {}, {Random(DT_DOUBLE, {2, 3}, 1)}});
+  ExpectMatchesNumeric({"DebugIdentityV2", {}, {Random(DT_DOUBLE, {4}, 2)}});
+  ExpectMatchesNumeric({"DebugIdentityV2", {{"op_name", std::string("x")}, {"output_slot", 1}},
+                        {Random(DT_COMPLEX128, {3}, 3)}});
+}
+
+// DebugGradientRefIdentity takes a reference (a v1 variable): d(input) = d(output), through
+// a SymbolicGradient node fed the variable.
+TEST(MiscParityGrads, DebugGradientRefIdentity) {
+  Scope s = Scope::NewRootScope();
+  auto var = ops::Variable(s, {3}, DT_FLOAT);
+  auto init = ops::Assign(s, var, ops::Const(s, {1.0f, -2.0f, 3.0f}));
+  Node* ident;
+  TF_ASSERT_OK(NodeBuilder("ident", "DebugGradientRefIdentity")
+                   .Input(var.node())
+                   .Finalize(s.graph(), &ident));
+  NameAttrList f;
+  f.set_name("DebugGradientRefIdentity");
+  (*f.mutable_attr())["T"].set_type(DT_FLOAT);
+  auto dy = ops::Const(s, {0.5f, 4.0f, -7.0f});
+  auto grad = ops::SymbolicGradient(s, {Output(ident), dy}, {DT_FLOAT}, f);
+  TF_ASSERT_OK(s.status());
+  GraphDef gd;
+  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  TF_ASSERT_OK(session->Create(gd));
+  const std::vector<std::pair<std::string, Tensor>> no_feeds;
+  TF_ASSERT_OK(session->Run(no_feeds, {}, {init.node()->name()}, nullptr));
+  std::vector<Tensor> out;
+  TF_ASSERT_OK(session->Run(no_feeds, {grad.output[0].name()}, {}, &out));
+  test::ExpectTensorNear<float>(out[0], test::AsTensor<float>({0.5f, 4.0f, -7.0f}, {3}));
+}
+
+// Python's gradient only raises; so does C++'s, with Python's message.
+TEST(MiscParityGrads, EagerConstRefusesAsPython) {
+  const Tensor x = Random(DT_FLOAT, {2}, 4);
+  auto r = test::RunSymbolicGradient("_EagerConst", {}, {x}, {x});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "This op should never interact with gradient APIs"))
+      << r.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// BatchNormWithGlobalNormalization: its kernels run only in graphs of GraphDef version < 9,
+// so the op and its gradient run in a Session of such a graph (producer 8), and the Jacobian
+// is differenced there.
+
+class BatchNormGraph {
+ public:
+  BatchNormGraph(DataType type, float epsilon, bool scale) {
+    Scope s = Scope::NewRootScope();
+    VersionDef versions = s.graph()->versions();
+    versions.set_producer(8);  // the op was removed in GraphDef version 9
+    s.graph()->set_versions(versions);
+    // (The graph dies with the constructor: the Session then holds its GraphDef.)
+    std::vector<Output> inputs;
+    for (const char* name : {"t", "m", "v", "beta", "gamma"}) {
+      inputs.push_back(ops::Placeholder(s.WithOpName(name), type));
+    }
+    Node* bn;
+    TF_CHECK_OK(NodeBuilder("bn", "BatchNormWithGlobalNormalization")
+                    .Input(inputs[0].node())
+                    .Input(inputs[1].node())
+                    .Input(inputs[2].node())
+                    .Input(inputs[3].node())
+                    .Input(inputs[4].node())
+                    .Attr("T", type)
+                    .Attr("variance_epsilon", epsilon)
+                    .Attr("scale_after_normalization", scale)
+                    .Finalize(s.graph(), &bn));
+    auto dy = ops::Placeholder(s.WithOpName("dy"), type);
+    NameAttrList f;
+    f.set_name("BatchNormWithGlobalNormalization");
+    (*f.mutable_attr())["T"].set_type(type);
+    (*f.mutable_attr())["variance_epsilon"].set_f(epsilon);
+    (*f.mutable_attr())["scale_after_normalization"].set_b(scale);
+    std::vector<Output> args(inputs.begin(), inputs.end());
+    args.push_back(dy);
+    auto grad = ops::SymbolicGradient(s.WithOpName("grad"), args, DataTypeVector(5, type), f);
+    TF_CHECK_OK(s.status());
+    GraphDef gd;
+    TF_CHECK_OK(s.ToGraphDef(&gd));
+    session_.reset(NewSession(SessionOptions()));
+    TF_CHECK_OK(session_->Create(gd));
+  }
+
+  std::vector<std::pair<std::string, Tensor>> Feeds(const std::vector<Tensor>& x) const {
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    for (int i = 0; i < 5; ++i) feeds.push_back({names_[i], x[i]});
+    return feeds;
+  }
+  absl::StatusOr<Tensor> Forward(const std::vector<Tensor>& x) const {
+    std::vector<Tensor> out;
+    TF_RETURN_IF_ERROR(session_->Run(Feeds(x), {"bn:0"}, std::vector<std::string>{}, &out));
+    return out[0];
+  }
+  absl::StatusOr<std::vector<Tensor>> Gradient(const std::vector<Tensor>& x,
+                                               const Tensor& dy) const {
+    auto feeds = Feeds(x);
+    feeds.push_back({"dy:0", dy});
+    std::vector<Tensor> out;
+    TF_RETURN_IF_ERROR(
+        session_->Run(feeds, {"grad:0", "grad:1", "grad:2", "grad:3", "grad:4"},
+                      std::vector<std::string>{}, &out));
+    return out;
+  }
+
+ private:
+  std::vector<std::string> names_ = {"t:0", "m:0", "v:0", "beta:0", "gamma:0"};
+  std::unique_ptr<Session> session_;
+};
+
+TEST(MiscParityGrads, BatchNormWithGlobalNormalization) {
+  for (const bool scale : {true, false}) {
+    SCOPED_TRACE(scale ? "scale_after_normalization" : "no scale");
+    BatchNormGraph graph(DT_DOUBLE, 0.01f, scale);
+    std::vector<Tensor> x = {Random(DT_DOUBLE, {2, 2, 3, 4}, 5), Random(DT_DOUBLE, {4}, 6),
+                             Random(DT_DOUBLE, {4}, 7, 0.2, 1.5), Random(DT_DOUBLE, {4}, 8),
+                             Random(DT_DOUBLE, {4}, 9)};
+    const Tensor dy = Random(DT_DOUBLE, {2, 2, 3, 4}, 10);
+    auto grads = graph.Gradient(x, dy);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    const double delta = 1e-6;
+    for (int k = 0; k < 5; ++k) {
+      ASSERT_EQ((*grads)[k].shape(), x[k].shape()) << k;
+      for (int64_t i = 0; i < x[k].NumElements(); ++i) {
+        std::vector<Tensor> plus = x, minus = x;
+        plus[k] = tensor::DeepCopy(x[k]);
+        minus[k] = tensor::DeepCopy(x[k]);
+        plus[k].flat<double>()(i) += delta;
+        minus[k].flat<double>()(i) -= delta;
+        auto yp = graph.Forward(plus);
+        auto ym = graph.Forward(minus);
+        ASSERT_TRUE(yp.ok() && ym.ok());
+        const double numeric =
+            (test::Loss({*yp}, {dy}) - test::Loss({*ym}, {dy})) / (2 * delta);
+        EXPECT_NEAR((*grads)[k].flat<double>()(i), numeric,
+                    1e-6 * std::max(1.0, std::abs(numeric)))
+            << "input " << k << " element " << i;
+      }
+    }
+    // Single precision: the same gradient within float rounding.
+    BatchNormGraph graph32(DT_FLOAT, 0.01f, scale);
+    std::vector<Tensor> x32;
+    for (const Tensor& t : x) x32.push_back(test::Convert(t, DT_FLOAT));
+    auto grads32 = graph32.Gradient(x32, test::Convert(dy, DT_FLOAT));
+    ASSERT_TRUE(grads32.ok()) << grads32.status();
+    for (int k = 0; k < 5; ++k) {
+      for (int64_t i = 0; i < x[k].NumElements(); ++i) {
+        const double want = (*grads)[k].flat<double>()(i);
+        EXPECT_NEAR((*grads32)[k].flat<float>()(i), want, 1e-4 * std::max(1.0, std::abs(want)))
+            << "float input " << k << " element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensorflow::tf_ext
