@@ -32,6 +32,7 @@ from tf_ext._loader import (
     build_info,
 )
 from tf_ext.registries import unify_cpp_gradient_registries
+from tf_ext.training import export_for_training
 from tf_ext import ops as _ops
 from tf_ext.ops import (
     OpNotInLibraryError,
@@ -53,6 +54,7 @@ _STATIC_ALL = [
     "TensorFlowVersionWarning",
     "build_info",
     "declared_ops",
+    "export_for_training",
     "gradient_reversal",
     "library",
     "library_path",

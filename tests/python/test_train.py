@@ -342,3 +342,53 @@ def test_make_demo_training_part(tmp_path):
                         f"--work={tmp_path}"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "trained by tf_ext_train" in r.stdout and r.stdout.count("epoch ") == 8
+
+
+def test_batchnorm_cnn_in_training_mode_matches_model_fit(tmp_path):
+    """tf_ext.export_for_training adds a training-mode "train" signature: BatchNormalization
+    normalizes with batch statistics and updates its moving averages, which the trainer runs in
+    every step. A CNN with BatchNormalization trained with AdamW: losses, trained weights and
+    moving statistics against model.fit; the export still answers in inference mode."""
+    import keras
+    import tensorflow as tf
+    import tf_ext
+    keras.utils.set_random_seed(21)
+    x = keras.Input(shape=(8, 8, 3), name="image")
+    # no bias before BatchNormalization: its gradient is round-off (the batch mean removes it),
+    # which Adam's m / sqrt(v) would amplify into noise-driven updates
+    h = keras.layers.Conv2D(4, 3, use_bias=False)(x)
+    h = keras.layers.BatchNormalization(momentum=0.9)(h)
+    h = keras.layers.ReLU()(h)
+    model = keras.Model(x, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+    export = str(tmp_path / "model")
+    tf_ext.export_for_training(model, export)
+    rng = np.random.default_rng(22)
+    images = rng.normal(size=(N, 8, 8, 3)).astype(np.float32)
+    labels = rng.integers(0, 3, size=(N,)).astype(np.int32)
+    np.savez(tmp_path / "d.npz", image=images, label=labels)
+    trained_dir = str(tmp_path / "trained")
+    r = run_tool(tmp_path, f"--saved_model={export}", "--signature=train",
+                 f"--data={tmp_path / 'd.npz'}", "--inputs=image", "--targets=label",
+                 "--loss=sparse_categorical_crossentropy:from_logits", "--optimizer=adamw",
+                 "--learning_rate=0.01", "--weight_decay=0.01", f"--batch_size={BATCH}",
+                 f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}",
+                 f"--save_weights={tmp_path / 'w.npz'}", f"--export={trained_dir}")
+    assert r.returncode == 0, r.stderr
+    model.compile(optimizer=keras.optimizers.AdamW(0.01, weight_decay=0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=False)
+    fit = model.fit(images, labels, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    with open(tmp_path / "h.csv") as f:
+        rows = list(csv.DictReader(f))
+    ours = [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e]) for e in range(EPOCHS)]
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    trained = dict(np.load(tmp_path / "w.npz"))
+    moving = [v for v in model.variables if "moving" in v.path]
+    assert len(moving) == 2 and all(v.path in trained for v in moving)
+    for v in model.trainable_variables + moving:
+        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-5, err_msg=v.path)
+    assert np.abs(moving[0].numpy()).max() > 1e-3  # the moving mean moved from its zeros
+    # inference mode (moving statistics) in the trained export, as the trained Keras model
+    loaded = tf.saved_model.load(trained_dir)
+    got = list(loaded.signatures["serving_default"](image=tf.constant(images)).values())[0]
+    np.testing.assert_allclose(got.numpy(), model.predict(images, verbose=0), rtol=1e-4, atol=1e-4)

@@ -174,7 +174,8 @@ int Main(int argc, char** argv) {
   parser.Int("batch_size", &batch_size, "examples per step", int64_t{1});
   parser.Int("epochs", &epochs, "passes over the data", int64_t{1});
   parser.String("history", &history, "a CSV of step,epoch,loss (one row per step)");
-  parser.String("save_weights", &save_weights, "an .npz of the trained variables");
+  parser.String("save_weights", &save_weights,
+                "an .npz of the model's variables after training (non-trainable ones too)");
   double clipnorm = 0, global_clipnorm = 0;
   parser.Double("clipnorm", &clipnorm, "clip each gradient to this norm (Keras's clipnorm)");
   parser.Double("global_clipnorm", &global_clipnorm, "clip all gradients to this global norm");
@@ -331,7 +332,7 @@ int Main(int argc, char** argv) {
     std::printf("exported the trained SavedModel to %s\n", export_dir.c_str());
   }
   if (!save_weights.empty()) {
-    auto values = (*trainer)->TrainableValues();
+    auto values = (*trainer)->VariableValues();
     if (!values.ok()) return Fail(std::string(values.status().message()));
     if (absl::Status s = WriteNpz(save_weights, *values); !s.ok()) return Fail(std::string(s.message()));
   }

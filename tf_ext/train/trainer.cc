@@ -121,9 +121,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
                                                    "' reads no trainable variable"));
   }
 
-  // Variables the loaded graph initializes from trained ones (AssignVariableOp(copy,
-  // ReadVariableOp(trained))): an export reassigns them, or it would save their old values.
+  // Variables the loaded graph initializes from the captured ones (AssignVariableOp(copy,
+  // ReadVariableOp(captured))): an export reassigns them, or it would save their old values.
   {
+    std::set<std::string> captured_handles;
+    for (const CapturedVariable& v : *captured) captured_handles.insert(v.handle);
     std::map<std::string, const NodeDef*> by_name;
     for (const NodeDef& n : meta.graph_def().node()) by_name[n.name()] = &n;
     for (const NodeDef& n : meta.graph_def().node()) {
@@ -133,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
           read->second->input_size() < 1) {
         continue;
       }
-      if (trainable.count(read->second->input(0))) t->sync_ops_.push_back(n.name());
+      if (captured_handles.count(read->second->input(0))) t->sync_ops_.push_back(n.name());
     }
   }
 
@@ -167,6 +169,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
             "body)"));
       }
       reads[original].push_back({n, 0});
+    }
+  }
+
+  // The forward's own variable updates (BatchNormalization's moving averages in a training-mode
+  // function): nothing fetched depends on them, so the step runs them explicitly.
+  std::vector<Node*> forward_updates;
+  for (Node* n : g.op_nodes()) {
+    const std::string& op = n->type_string();
+    if (op == "AssignVariableOp" || op == "AssignAddVariableOp" || op == "AssignSubVariableOp") {
+      forward_updates.push_back(n);
     }
   }
 
@@ -255,6 +267,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   }
   train::OptimizerGraph opt;
   TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
+  for (Node* n : forward_updates) g.AddControlEdge(n, opt.step);
+  for (const CapturedVariable& v : *captured) {
+    auto handle = nodes.find(renamed(v.handle));
+    if (handle == nodes.end()) continue;  // not used by this output
+    DataType dtype;
+    TF_RETURN_IF_ERROR(GetNodeAttr(handle->second->attrs(), "dtype", &dtype));
+    GraphTensor value = ops.Read({handle->second, 0}, dtype);
+    TF_RETURN_IF_ERROR(ops.status());
+    t->variable_names_.push_back(v.name);
+    t->variable_reads_.push_back(value.node->name() + ":0");
+  }
   t->step_op_ = opt.step->name();
   GraphTensor iterations = ops.Read(opt.iterations_handle, DT_INT64);
   TF_RETURN_IF_ERROR(ops.status());
@@ -378,6 +401,14 @@ absl::Status Trainer::Export(const std::string& dir) {
   if (env->FileExists(dir).ok()) env->DeleteDir(dir).IgnoreError();  // empty, checked above
   if (absl::Status s = env->RenameFile(tmp, dir); !s.ok()) return cleanup(s);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::VariableValues() {
+  std::vector<Tensor> values;
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, variable_reads_, {}, &values));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < values.size(); ++i) out.push_back({variable_names_[i], values[i]});
+  return out;
 }
 
 absl::StatusOr<int64_t> Trainer::Iterations() {

@@ -57,6 +57,9 @@ class Trainer {
 
   // The trainable variables' current values, by the object graph's names, in the order found.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
+  // Every variable the signature's function captures (trainable or not: BatchNormalization's
+  // moving statistics too), by the object graph's names.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> VariableValues();
   absl::StatusOr<int64_t> Iterations();
 
   // Writes the SavedModel as loaded (same graph, signatures and endpoints, assets) with the
@@ -73,13 +76,14 @@ class Trainer {
                              const Tensor& targets, const Tensor& weights, bool train);
   SavedModelBundle bundle_;
   std::string export_dir_;  // the SavedModel trained
-  // Assignments the loaded graph makes of other variables from trained ones (Keras 3's export
+  // Assignments the loaded graph makes of other variables from captured ones (Keras 3's export
   // tracks each variable twice, the second set initialized from the first): rerun before saving.
   std::vector<std::string> sync_ops_;
   std::vector<std::string> input_keys_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_, iterations_tensor_;
   std::vector<std::string> trainable_names_, trainable_reads_;
+  std::vector<std::string> variable_names_, variable_reads_;
   bool has_targets_ = true;
   bool sample_weights_ = false;
 };
