@@ -1,8 +1,8 @@
 // The C++ gradients tf_ext adds for the last TensorFlow ops of Python's gradient registry
 // (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
 // _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
-// (nn_grad.cc) against numeric Jacobians. Comparisons with Python's gradients:
-// tests/python/test_tf_misc_parity_grads.py.
+// (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc) against numeric Jacobians.
+// Comparisons with Python's gradients: tests/python/test_tf_misc_parity_grads.py.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -32,6 +32,7 @@ namespace {
   } while (0)
 
 using test::Check;
+using test::OpAttrs;
 using test::ExpectMatchesNumeric;
 using test::Random;
 
@@ -194,6 +195,76 @@ TEST(MiscParityGrads, BatchNormWithGlobalNormalization) {
             << "float input " << k << " element " << i;
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// BlockLSTM, BlockLSTMV2 (float and half only): the gradient of L = sum(v_cs * cs + v_h * h),
+// the states Python differentiates (the gates' incoming gradients are ignored, so they are
+// zero here), against float32 central differences.
+
+void ExpectBlockLSTMMatchesNumeric(const std::string& op, const OpAttrs& attrs,
+                                   int64_t seq_len_max) {
+  SCOPED_TRACE(op);
+  const int64_t steps = 3, batch = 2, in = 3, hidden = 2;
+  Tensor seq(DT_INT64, {});
+  seq.scalar<int64_t>()() = seq_len_max;
+  std::vector<Tensor> inputs = {seq,
+                                Random(DT_FLOAT, {steps, batch, in}, 20, -0.8, 0.8),
+                                Random(DT_FLOAT, {batch, hidden}, 21, -0.8, 0.8),
+                                Random(DT_FLOAT, {batch, hidden}, 22, -0.8, 0.8),
+                                Random(DT_FLOAT, {in + hidden, 4 * hidden}, 23, -0.8, 0.8),
+                                Random(DT_FLOAT, {hidden}, 24, -0.8, 0.8),
+                                Random(DT_FLOAT, {hidden}, 25, -0.8, 0.8),
+                                Random(DT_FLOAT, {hidden}, 26, -0.8, 0.8),
+                                Random(DT_FLOAT, {4 * hidden}, 27, -0.8, 0.8)};
+  auto ys = test::RunOp(op, attrs, inputs);
+  ASSERT_TRUE(ys.ok()) << ys.status();
+  std::vector<Tensor> vs;
+  for (int o = 0; o < 7; ++o) {
+    vs.push_back(Random(DT_FLOAT, (*ys)[o].shape(), 30 + o));
+    if (o != 1 && o != 6) vs.back().flat<float>().setZero();  // only cs and h
+  }
+  auto grads = test::RunSymbolicGradient(op, attrs, inputs, vs);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_EQ(grads->size(), inputs.size());
+  EXPECT_EQ((*grads)[0].dtype(), DT_INT64);
+  EXPECT_EQ((*grads)[0].scalar<int64_t>()(), 0);
+  const float delta = 1e-2f;
+  double largest = 0;
+  for (size_t k = 1; k < inputs.size(); ++k) {
+    ASSERT_EQ((*grads)[k].shape(), inputs[k].shape()) << k;
+    for (int64_t i = 0; i < inputs[k].NumElements(); ++i) {
+      std::vector<Tensor> plus = inputs, minus = inputs;
+      plus[k] = tensor::DeepCopy(inputs[k]);
+      minus[k] = tensor::DeepCopy(inputs[k]);
+      plus[k].flat<float>()(i) += delta;
+      minus[k].flat<float>()(i) -= delta;
+      auto yp = test::RunOp(op, attrs, plus, {test::RunPath::kKernel});
+      auto ym = test::RunOp(op, attrs, minus, {test::RunPath::kKernel});
+      ASSERT_TRUE(yp.ok() && ym.ok());
+      const double numeric = (test::Loss(*yp, vs) - test::Loss(*ym, vs)) / (2 * delta);
+      largest = std::max(largest, std::abs(numeric));
+      EXPECT_NEAR((*grads)[k].flat<float>()(i), numeric, 2e-3 * std::max(1.0, std::abs(numeric)))
+          << "input " << k << " element " << i;
+    }
+  }
+  EXPECT_GT(largest, 0.1);  // not vacuous
+}
+
+TEST(MiscParityGrads, BlockLSTM) {
+  for (const bool peephole : {false, true}) {
+    ExpectBlockLSTMMatchesNumeric("BlockLSTM", {{"use_peephole", peephole}}, 3);
+    ExpectBlockLSTMMatchesNumeric(
+        "BlockLSTM", {{"use_peephole", peephole}, {"forget_bias", 0.5f}, {"cell_clip", -1.0f}},
+        2);  // steps past seq_len_max are zeros
+  }
+}
+
+TEST(MiscParityGrads, BlockLSTMV2) {
+  for (const bool peephole : {false, true}) {
+    ExpectBlockLSTMMatchesNumeric("BlockLSTMV2", {{"use_peephole", peephole}}, 3);
+    ExpectBlockLSTMMatchesNumeric("BlockLSTMV2", {{"use_peephole", peephole}}, 2);
   }
 }
 

@@ -100,8 +100,6 @@ PYTHON_DECLINES = {
 
 # Open work of issue 22 (not exclusions). Remove an op when it gains a C++ gradient.
 NOT_YET_PORTED = {
-    "BlockLSTM",
-    "BlockLSTMV2",
     "CompositeTensorVariantFromComponents",
     "CompositeTensorVariantToComponents",
     "RaggedFillEmptyRows",

@@ -2,7 +2,8 @@
 "Parity with Python"): the debugger's identities (DebugGradientIdentity,
 DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
 (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
-Python's gradients of the same node on the same inputs.
+Python's gradients of the same node on the same inputs; BlockLSTM (rnn_grad.cc) too, and
+BlockLSTMV2 against central differences, where Python's gradient is not the derivative.
 
 The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
 test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians:
@@ -129,3 +130,62 @@ def test_batch_norm_with_global_normalization(dtype, scale):
         np.testing.assert_allclose(g, w, rtol=TOL[dtype],
                                    atol=TOL[dtype] * max(1, np.abs(w).max()), err_msg=f"input {i}")
     assert np.count_nonzero(want[4]) == (want[4].size if scale else 0)
+
+
+# ------------------------------------------------------------------------------------------
+# BlockLSTM, BlockLSTMV2 (float32; the kernels take half and float only).
+
+def lstm_inputs(seq_len_max, seed):
+    steps, batch, inp, hidden = 3, 2, 3, 2
+    shapes = [(steps, batch, inp), (batch, hidden), (batch, hidden), (inp + hidden, 4 * hidden),
+              (hidden,), (hidden,), (hidden,), (4 * hidden,)]
+    return [np.int64(seq_len_max)] + [grid(s, np.float32, lo=-0.8, hi=0.8, seed=seed + k)
+                                      for k, s in enumerate(shapes)]
+
+
+LSTM_ARGS = ["seq_len_max", "x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"]
+
+
+@pytest.mark.parametrize("seq_len_max", [3, 2])
+@pytest.mark.parametrize("peephole", [False, True])
+def test_block_lstm(peephole, seq_len_max):
+    """Both differentiate the states cs and h only (the gates' incoming gradients, random
+    here, are ignored by both)."""
+    args = dict(zip(LSTM_ARGS, lstm_inputs(seq_len_max, seed=40)))
+    compare(lambda: tf.raw_ops.BlockLSTM(**args, use_peephole=peephole, forget_bias=0.7,
+                                         cell_clip=3.0)[0], 1e-6)
+
+
+@pytest.mark.parametrize("seq_len_max", [3, 2])
+@pytest.mark.parametrize("peephole", [False, True])
+def test_block_lstm_v2_is_the_derivative(peephole, seq_len_max):
+    """Python's BlockLSTMV2 gradient calls BlockLSTMGrad, whose gate layout is BlockLSTM's, so
+    it is not the derivative; C++'s (BlockLSTMGradV2) is checked against central differences
+    of L = sum(v_cs * cs) + sum(v_h * h)."""
+    inputs = lstm_inputs(seq_len_max, seed=50)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        feeds = [tf.compat.v1.placeholder(tf.as_dtype(a.dtype), a.shape) for a in inputs]
+        outs = tf.raw_ops.BlockLSTMV2(**dict(zip(LSTM_ARGS, feeds)), use_peephole=peephole)
+        v_cs = grid(outs[1].shape, np.float32, seed=60)
+        v_h = grid(outs[6].shape, np.float32, seed=61)
+        loss = tf.reduce_sum(outs[1] * v_cs) + tf.reduce_sum(outs[6] * v_h)
+        dys = [tf.zeros_like(o) for o in outs]
+        dys[1], dys[6] = tf.constant(v_cs), tf.constant(v_h)
+        cpp = symbolic_gradient(outs[0].op, dys, [f.dtype for f in feeds])
+        with tf.compat.v1.Session() as sess:
+            feed = dict(zip(feeds, inputs))
+            got = sess.run(cpp, feed)
+            assert got[0] == 0
+            delta = 1e-2
+            for k in range(1, len(inputs)):
+                numeric = np.zeros_like(inputs[k])
+                for idx in np.ndindex(inputs[k].shape):
+                    plus, minus = inputs[k].copy(), inputs[k].copy()
+                    plus[idx] += delta
+                    minus[idx] -= delta
+                    lp = sess.run(loss, {**feed, feeds[k]: plus})
+                    lm = sess.run(loss, {**feed, feeds[k]: minus})
+                    numeric[idx] = (np.float64(lp) - np.float64(lm)) / (2 * delta)
+                np.testing.assert_allclose(got[k], numeric, rtol=2e-3, atol=2e-3,
+                                           err_msg=f"input {k} ({LSTM_ARGS[k]})")
