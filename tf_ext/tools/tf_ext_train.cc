@@ -8,6 +8,7 @@
 // --save_weights writes the trained variables to an .npz (by the object graph's names); --export
 // writes the trained SavedModel (same signatures), only once training has succeeded.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -270,6 +271,7 @@ int Main(int argc, char** argv) {
     }
   }
   int64_t step = 0;
+  std::vector<double> step_ms;  // each Step's wall time
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     const Dataset* epoch_data = &train_data;
@@ -285,7 +287,9 @@ int Main(int argc, char** argv) {
     int64_t seen = 0;
     std::string error;
     const bool ok = ForEachBatch(*epoch_data, batch_size, [&](const Batch& b) {
+      const auto started = std::chrono::steady_clock::now();
       auto loss_value = (*trainer)->Step(b.inputs, b.targets, b.weights);
+      step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
       if (!loss_value.ok()) {
         error = absl::StrCat("step ", step, ": ", loss_value.status().message());
         return false;
@@ -324,6 +328,13 @@ int Main(int argc, char** argv) {
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+  }
+  if (step_ms.size() > 1) {
+    // The first step builds the Session's executors: left out.
+    std::vector<double> steady(step_ms.begin() + 1, step_ms.end());
+    std::sort(steady.begin(), steady.end());
+    std::printf("steady state over %zu steps: median %.3f ms per step\n", steady.size(),
+                steady[steady.size() / 2]);
   }
   if (!export_dir.empty()) {
     if (absl::Status s = (*trainer)->Export(export_dir); !s.ok()) {
