@@ -1,10 +1,12 @@
 // The C++ gradients tf_ext adds for the last TensorFlow ops of Python's gradient registry
 // (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
 // _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
-// (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc) against numeric Jacobians.
+// (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc), RaggedFillEmptyRows,
+// RaggedTensorToSparse and RaggedGather (ragged_grad.cc) against numeric Jacobians.
 // Comparisons with Python's gradients: tests/python/test_tf_misc_parity_grads.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -243,7 +245,11 @@ void ExpectBlockLSTMMatchesNumeric(const std::string& op, const OpAttrs& attrs,
       auto yp = test::RunOp(op, attrs, plus, {test::RunPath::kKernel});
       auto ym = test::RunOp(op, attrs, minus, {test::RunPath::kKernel});
       ASSERT_TRUE(yp.ok() && ym.ok());
-      const double numeric = (test::Loss(*yp, vs) - test::Loss(*ym, vs)) / (2 * delta);
+      // Only cs and h: past seq_len_max the kernel zeroes them but leaves the gates unset.
+      const auto loss = [&](const std::vector<Tensor>& y) {
+        return test::Loss({y[1], y[6]}, {vs[1], vs[6]});
+      };
+      const double numeric = (loss(*yp) - loss(*ym)) / (2 * delta);
       largest = std::max(largest, std::abs(numeric));
       EXPECT_NEAR((*grads)[k].flat<float>()(i), numeric, 2e-3 * std::max(1.0, std::abs(numeric)))
           << "input " << k << " element " << i;
@@ -266,6 +272,113 @@ TEST(MiscParityGrads, BlockLSTMV2) {
     ExpectBlockLSTMMatchesNumeric("BlockLSTMV2", {{"use_peephole", peephole}}, 3);
     ExpectBlockLSTMMatchesNumeric("BlockLSTMV2", {{"use_peephole", peephole}}, 2);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ragged ops (ragged_grad.cc). Their integer outputs (row splits, indices) get zero incoming
+// gradients; the double-precision gradient against central differences.
+
+Tensor Int64s(std::vector<int64_t> v, TensorShape shape) {
+  return test::AsTensor<int64_t>(v, shape);
+}
+
+Tensor ZerosOf(DataType type, const TensorShape& shape) {
+  Tensor z(type, shape);
+  switch (type) {
+    case DT_INT64: z.flat<int64_t>().setZero(); break;
+    case DT_INT32: z.flat<int32>().setZero(); break;
+    case DT_BOOL: z.flat<bool>().setConstant(false); break;
+    default: z = Random(type, shape, 0, 0, 0);
+  }
+  return z;
+}
+
+// Inputs not in `diff` must get zeros.
+void ExpectRaggedMatchesNumeric(const std::string& op, const OpAttrs& attrs,
+                                const std::vector<Tensor>& inputs, const std::vector<int>& diff) {
+  SCOPED_TRACE(op);
+  auto ys = test::RunOp(op, attrs, inputs);
+  ASSERT_TRUE(ys.ok()) << ys.status();
+  std::vector<Tensor> vs;
+  for (size_t o = 0; o < ys->size(); ++o) {
+    const Tensor& y = (*ys)[o];
+    vs.push_back(test::IsFloating(y.dtype()) ? Random(y.dtype(), y.shape(), 40 + o)
+                                             : ZerosOf(y.dtype(), y.shape()));
+  }
+  auto grads = test::RunSymbolicGradient(op, attrs, inputs, vs);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_EQ(grads->size(), inputs.size());
+  const double delta = 1e-6;
+  int64_t checked = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& g = (*grads)[k];
+    ASSERT_EQ(g.dtype(), inputs[k].dtype()) << k;
+    ASSERT_EQ(g.shape(), inputs[k].shape()) << k;
+    if (std::find(diff.begin(), diff.end(), static_cast<int>(k)) == diff.end()) {
+      for (int64_t i = 0; i < g.NumElements(); ++i) {
+        if (g.dtype() == DT_INT64) EXPECT_EQ(g.flat<int64_t>()(i), 0) << k;
+        if (g.dtype() == DT_INT32) EXPECT_EQ(g.flat<int32>()(i), 0) << k;
+        if (g.dtype() == DT_DOUBLE) EXPECT_EQ(g.flat<double>()(i), 0) << k;
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < inputs[k].NumElements(); ++i) {
+      std::vector<Tensor> plus = inputs, minus = inputs;
+      plus[k] = tensor::DeepCopy(inputs[k]);
+      minus[k] = tensor::DeepCopy(inputs[k]);
+      plus[k].flat<double>()(i) += delta;
+      minus[k].flat<double>()(i) -= delta;
+      auto yp = test::RunOp(op, attrs, plus, {test::RunPath::kKernel});
+      auto ym = test::RunOp(op, attrs, minus, {test::RunPath::kKernel});
+      ASSERT_TRUE(yp.ok() && ym.ok());
+      const double numeric = (test::Loss(*yp, vs) - test::Loss(*ym, vs)) / (2 * delta);
+      EXPECT_NEAR(g.flat<double>()(i), numeric, 1e-7 * std::max(1.0, std::abs(numeric)))
+          << "input " << k << " element " << i;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(MiscParityGrads, RaggedFillEmptyRows) {
+  // 6 rows, rows 1, 3 and 5 empty (filled with the default)
+  ExpectRaggedMatchesNumeric("RaggedFillEmptyRows", {},
+                             {Int64s({0, 0, 2, 4}, {4}), Random(DT_DOUBLE, {4}, 50),
+                              Int64s({6}, {}), Random(DT_DOUBLE, {}, 51)},
+                             {1, 3});
+  // no empty row: the default gets zero
+  ExpectRaggedMatchesNumeric("RaggedFillEmptyRows", {},
+                             {Int64s({0, 1, 1}, {3}), Random(DT_DOUBLE, {3}, 52),
+                              Int64s({2}, {}), Random(DT_DOUBLE, {}, 53)},
+                             {1, 3});
+}
+
+TEST(MiscParityGrads, RaggedTensorToSparse) {
+  ExpectRaggedMatchesNumeric("RaggedTensorToSparse", {{"RAGGED_RANK", 1}},
+                             {Int64s({0, 2, 2, 5}, {4}), Random(DT_DOUBLE, {5}, 54)}, {1});
+  ExpectRaggedMatchesNumeric(
+      "RaggedTensorToSparse", {{"RAGGED_RANK", 2}},
+      {test::AsTensor<int32>({0, 1, 3}, {3}), test::AsTensor<int32>({0, 2, 2, 5}, {4}),
+       Random(DT_DOUBLE, {5}, 55)},
+      {2});
+}
+
+TEST(MiscParityGrads, RaggedGather) {
+  // params [[v0, v1], [], [v2, v3, v4]] (rows of 2 values), rows gathered twice and never
+  const Tensor splits = Int64s({0, 2, 2, 5}, {4});
+  ExpectRaggedMatchesNumeric(
+      "RaggedGather", {{"PARAMS_RAGGED_RANK", 1}, {"OUTPUT_RAGGED_RANK", 1}},
+      {splits, Random(DT_DOUBLE, {5, 2}, 56), test::AsTensor<int32>({2, 0, 2}, {3})}, {1});
+  // 2-D indices: OUTPUT_RAGGED_RANK = 2
+  ExpectRaggedMatchesNumeric(
+      "RaggedGather", {{"PARAMS_RAGGED_RANK", 1}, {"OUTPUT_RAGGED_RANK", 2}},
+      {splits, Random(DT_DOUBLE, {5}, 57), Int64s({2, 1, 0, 2}, {2, 2})}, {1});
+  // two ragged dimensions, int32 splits
+  ExpectRaggedMatchesNumeric(
+      "RaggedGather", {{"PARAMS_RAGGED_RANK", 2}, {"OUTPUT_RAGGED_RANK", 2}},
+      {test::AsTensor<int32>({0, 1, 3}, {3}), test::AsTensor<int32>({0, 2, 2, 5}, {4}),
+       Random(DT_DOUBLE, {5}, 58), test::AsTensor<int32>({1, 0, 1}, {3})},
+      {2});
 }
 
 }  // namespace

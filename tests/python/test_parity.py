@@ -102,10 +102,7 @@ PYTHON_DECLINES = {
 NOT_YET_PORTED = {
     "CompositeTensorVariantFromComponents",
     "CompositeTensorVariantToComponents",
-    "RaggedFillEmptyRows",
-    "RaggedGather",
     "RaggedTensorFromVariant",
-    "RaggedTensorToSparse",
     "RaggedTensorToTensor",
     "RaggedTensorToVariant",
     # SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax have no kernel in tensorflow-cpu

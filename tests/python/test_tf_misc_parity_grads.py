@@ -3,7 +3,8 @@
 DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
 (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
 Python's gradients of the same node on the same inputs; BlockLSTM (rnn_grad.cc) too, and
-BlockLSTMV2 against central differences, where Python's gradient is not the derivative.
+BlockLSTMV2 against central differences, where Python's gradient is not the derivative; the
+ragged ops RaggedFillEmptyRows, RaggedTensorToSparse and RaggedGather (ragged_grad.cc).
 
 The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
 test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians:
@@ -189,3 +190,60 @@ def test_block_lstm_v2_is_the_derivative(peephole, seq_len_max):
                     numeric[idx] = (np.float64(lp) - np.float64(lm)) / (2 * delta)
                 np.testing.assert_allclose(got[k], numeric, rtol=2e-3, atol=2e-3,
                                            err_msg=f"input {k} ({LSTM_ARGS[k]})")
+
+
+# ------------------------------------------------------------------------------------------
+# Ragged ops: the flat values differentiated; row splits, row ids and indices get zeros
+# (Python: None).
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ragged_fill_empty_rows(dtype):
+    """(`compare` cannot: tf.gradients refuses the boolean empty_row_indicator as a y.)"""
+    values = grid((4,), dtype, seed=70)
+    for rowids, nrows in [([0, 0, 2, 4], 6), ([0, 1, 1, 2], 3)]:  # empty rows; none
+        with tf.Graph().as_default():
+            tf_ext.library()
+            inputs = [tf.constant(np.array(rowids, np.int64)), tf.constant(values),
+                      tf.constant(np.int64(nrows)), tf.constant(dtype(0.5))]
+            out = tf.raw_ops.RaggedFillEmptyRows(value_rowids=inputs[0], values=inputs[1],
+                                                 nrows=inputs[2], default_value=inputs[3])
+            dy = tf.constant(grid((len(rowids) + nrows - len(set(rowids)),), dtype, seed=71))
+            dys = [tf.zeros_like(o) for o in out]
+            dys[1] = dy
+            cpp = symbolic_gradient(out[0].op, dys, [t.dtype for t in inputs])
+            py = tf.gradients(out.output_values, [inputs[1], inputs[3]], grad_ys=dy)
+            with tf.compat.v1.Session() as sess:
+                got, want = sess.run([cpp, py])
+        assert got[0].tolist() == [0] * len(rowids) and got[2] == 0
+        np.testing.assert_allclose(got[1], want[0], rtol=TOL[dtype], atol=TOL[dtype])
+        np.testing.assert_allclose(got[3], want[1], rtol=TOL[dtype], atol=TOL[dtype])
+        assert (want[1] != 0) == (nrows == 6)  # the default's gradient: only with empty rows
+
+
+@pytest.mark.parametrize("splits_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ragged_tensor_to_sparse(dtype, splits_dtype):
+    splits = [np.array([0, 1, 3], splits_dtype), np.array([0, 2, 2, 5], splits_dtype)]
+    compare(lambda: tf.raw_ops.RaggedTensorToSparse(
+        rt_nested_splits=splits[1:], rt_dense_values=grid((5,), dtype, seed=71)).sparse_values,
+        TOL[dtype])
+    compare(lambda: tf.raw_ops.RaggedTensorToSparse(
+        rt_nested_splits=splits, rt_dense_values=grid((5, 2), dtype, seed=72)).sparse_values,
+        TOL[dtype])
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("splits_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ragged_gather(dtype, splits_dtype, index_dtype):
+    """Rows gathered twice (their gradients summed, Python's IndexedSlices densified), an
+    empty row, a row never gathered, 2-D indices, two ragged dimensions."""
+    outer = np.array([0, 1, 3], splits_dtype)
+    inner = np.array([0, 2, 2, 5], splits_dtype)
+    cases = [([inner], grid((5, 2), dtype, seed=73), np.array([2, 0, 2], index_dtype), 1),
+             ([inner], grid((5,), dtype, seed=74), np.array([[2, 1], [0, 2]], index_dtype), 2),
+             ([outer, inner], grid((5,), dtype, seed=75), np.array([1, 0, 1], index_dtype), 2)]
+    for splits, values, indices, output_rank in cases:
+        compare(lambda: tf.raw_ops.RaggedGather(
+            params_nested_splits=splits, params_dense_values=values, indices=indices,
+            OUTPUT_RAGGED_RANK=output_rank).output_dense_values, TOL[dtype])
