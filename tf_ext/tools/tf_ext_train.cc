@@ -185,6 +185,11 @@ int Main(int argc, char** argv) {
   parser.Bool("shuffle", &shuffle, "a new order of the examples each epoch (seeded; not Keras's order)")
       .ImplicitValue("true");
   parser.Int("seed", &seed, "the shuffle's seed", int64_t{0});
+  std::string checkpoint, resume;
+  parser.String("checkpoint", &checkpoint,
+                "write an object-based checkpoint here after every epoch (the model under 'root', "
+                "the optimizer's state)");
+  parser.String("resume", &resume, "start from this checkpoint (model and optimizer state)");
   std::string validation;
   parser.String("validation", &validation,
                 "an .npz with the same keys: its loss after each epoch (printed, and written to "
@@ -259,6 +264,9 @@ int Main(int argc, char** argv) {
 
   auto trainer = Trainer::Create(saved_model, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+  if (!resume.empty()) {
+    if (absl::Status s = (*trainer)->RestoreCheckpoint(resume); !s.ok()) return Fail(std::string(s.message()));
+  }
   std::ofstream csv, validation_csv;
   if (!history.empty()) {
     csv.open(history);
@@ -328,6 +336,11 @@ int Main(int argc, char** argv) {
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+    if (!checkpoint.empty()) {
+      if (absl::Status s = (*trainer)->SaveCheckpoint(checkpoint); !s.ok()) {
+        return Fail(absl::StrCat("--checkpoint=", checkpoint, ": ", s.message()));
+      }
+    }
   }
   if (step_ms.size() > 1) {
     // The first step builds the Session's executors: left out.

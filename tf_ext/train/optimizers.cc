@@ -11,13 +11,15 @@ double DefaultLearningRate(const std::string& name) { return name == "sgd" ? 0.0
 
 // A slot variable of `var`'s shape and dtype, initialized to `value` by `init` ops.
 GraphTensor Slot(GraphOps* ops, const TrainableVariable& var, const std::string& slot, double value,
-                 std::vector<Node*>* init) {
+                 std::vector<Node*>* init, OptimizerGraph* out) {
   GraphTensor handle = ops->VarHandle(absl::StrCat("slots/", var.name, "/", slot), var.dtype,
                                       PartialTensorShape());
   // Fill(shape(var), value): the variable's shape, known only at run time in general
   GraphTensor shape = ops->Op("VariableShape", {var.handle}, "shape");
   GraphTensor filled = ops->Op("Fill", {shape, ops->Scalar(var.dtype, value)}, "fill");
   init->push_back(ops->Assign("AssignVariableOp", handle, filled));
+  out->state.push_back({absl::StrCat(var.name, "/", slot), handle});
+  out->state_types.push_back(var.dtype);
   return handle;
 }
 
@@ -77,6 +79,8 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
   GraphTensor step = ReadAfter(ops, iterations, DT_INT64, ready);
   out->iterations = step;
   out->iterations_handle = iterations;
+  out->state.push_back({"iterations", iterations});
+  out->state_types.push_back(DT_INT64);
 
   // Keras's _clip_gradients, before anything else.
   std::vector<GraphTensor> clipped = gradients;
@@ -150,7 +154,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
         continue;
       }
       // m <- m momentum - g lr; var += m (Nesterov: var += m momentum - g lr)
-      GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init);
+      GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
       GraphTensor m = ReadAfter(ops, m_handle, t, ready);
       GraphTensor gl = ops->Binary("Mul", g, lr);
       GraphTensor m_new = ops->Binary("Sub", ops->Binary("Mul", m, c(spec.momentum)), gl);
@@ -167,8 +171,8 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
           ops->Binary("Mul", lr,
                       ops->Unary("Sqrt", ops->Binary("Sub", c(1), ops->Binary("Pow", c(spec.beta_2), local)))),
           ops->Binary("Sub", c(1), ops->Binary("Pow", c(spec.beta_1), local)));
-      GraphTensor m_handle = Slot(ops, var, "m", 0, &init);
-      GraphTensor v_handle = Slot(ops, var, "v", 0, &init);
+      GraphTensor m_handle = Slot(ops, var, "m", 0, &init, out);
+      GraphTensor v_handle = Slot(ops, var, "v", 0, &init, out);
       GraphTensor m = ReadAfter(ops, m_handle, t, ready);
       GraphTensor v = ReadAfter(ops, v_handle, t, ready);
       // m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2)
@@ -183,7 +187,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
       updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, delta, {order}));
     } else if (spec.name == "rmsprop") {
       // velocity <- rho velocity + (1 - rho) g^2
-      GraphTensor vel_handle = Slot(ops, var, "velocity", 0, &init);
+      GraphTensor vel_handle = Slot(ops, var, "velocity", 0, &init, out);
       GraphTensor vel = ReadAfter(ops, vel_handle, t, ready);
       GraphTensor vel_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), vel),
                                         ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
@@ -191,7 +195,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
       GraphTensor denominator;
       if (spec.centered) {
         // average <- rho average + (1 - rho) g; denominator = velocity - average^2 + epsilon
-        GraphTensor avg_handle = Slot(ops, var, "average_gradient", 0, &init);
+        GraphTensor avg_handle = Slot(ops, var, "average_gradient", 0, &init, out);
         GraphTensor avg = ReadAfter(ops, avg_handle, t, ready);
         GraphTensor avg_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), avg),
                                           ops->Binary("Mul", c(1 - spec.rho), g));
@@ -206,7 +210,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
           ops->Binary("RealDiv", ops->Binary("Mul", lr, g), ops->Unary("Sqrt", denominator));
       if (spec.momentum > 0) {
         // m <- momentum m + increment; var -= m
-        GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init);
+        GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
         GraphTensor m = ReadAfter(ops, m_handle, t, ready);
         GraphTensor m_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.momentum), m), increment);
         updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
@@ -215,7 +219,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
       updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, increment, {order}));
     } else {  // adagrad
       // accumulator += g^2; var -= lr g / sqrt(accumulator + epsilon)
-      GraphTensor acc_handle = Slot(ops, var, "accumulator", spec.initial_accumulator_value, &init);
+      GraphTensor acc_handle = Slot(ops, var, "accumulator", spec.initial_accumulator_value, &init, out);
       GraphTensor acc = ReadAfter(ops, acc_handle, t, ready);
       GraphTensor acc_new = ops->Binary("AddV2", acc, ops->Unary("Square", g));
       updates.push_back(ops->Assign("AssignVariableOp", acc_handle, acc_new));

@@ -51,6 +51,9 @@ struct OptimizerGraph {
   Node* step = nullptr;     // applies one update and increments iterations
   GraphTensor iterations;         // int64, read in the step, before its update
   GraphTensor iterations_handle;  // the variable, to read it outside a step
+  // The optimizer's state for checkpoints: "iterations" and "<variable>/<slot>", with dtypes.
+  std::vector<std::pair<std::string, GraphTensor>> state;
+  std::vector<DataType> state_types;
 };
 
 // Adds the updates of `variables` by `gradients` (one per variable), run only once every node in

@@ -21,6 +21,7 @@
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/saved_model.h"
 #include "tf_ext/graph/workarounds.h"
+#include "tf_ext/train/checkpoint.h"
 #include "tf_ext/train/graph_ops.h"
 
 namespace tensorflow::tf_ext {
@@ -57,6 +58,12 @@ Node* VariableOf(const Edge* e) {
     index = in->src_output();
   }
   return n->type_string() == "VarHandleOp" ? n : nullptr;
+}
+
+Tensor StringTensor(const std::string& s) {
+  Tensor t(DT_STRING, TensorShape({}));
+  t.scalar<tstring>()() = s;
+  return t;
 }
 
 // Copies the files under `from` to `to` (created), recursively.
@@ -268,6 +275,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   train::OptimizerGraph opt;
   TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
   for (Node* n : forward_updates) g.AddControlEdge(n, opt.step);
+  // The optimizer's state, read for checkpoints and assigned from feeds to restore them.
+  for (size_t i = 0; i < opt.state.size(); ++i) {
+    const auto& [name, handle] = opt.state[i];
+    const DataType dtype = opt.state_types[i];
+    GraphTensor value = ops.Read(handle, dtype);
+    AttrValue d;
+    d.set_type(dtype);
+    GraphTensor feed = ops.Op("Placeholder", {}, "restore", {{"dtype", d}});
+    Node* assign = ops.Assign("AssignVariableOp", handle, feed);
+    TF_RETURN_IF_ERROR(ops.status());
+    t->state_names_.push_back(name);
+    t->state_reads_.push_back(value.node->name() + ":0");
+    t->state_feeds_.push_back(feed.node->name() + ":0");
+    t->state_assigns_.push_back(assign->name());
+  }
   for (const CapturedVariable& v : *captured) {
     auto handle = nodes.find(renamed(v.handle));
     if (handle == nodes.end()) continue;  // not used by this output
@@ -357,13 +379,81 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::TrainableVa
   return out;
 }
 
-absl::Status Trainer::Export(const std::string& dir) {
-  TF_RETURN_IF_ERROR(CheckExportTarget(dir));
+absl::Status Trainer::SaveModelVariables(const std::string& prefix) {
   const SaverDef& saver = bundle_.meta_graph_def.saver_def();
   if (saver.filename_tensor_name().empty() || saver.save_tensor_name().empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(kWhat, "cannot export: ", export_dir_, " has no saver"));
+    return absl::FailedPreconditionError(absl::StrCat(kWhat, export_dir_, " has no saver"));
   }
+  // Keras's second set of tracked variables first takes the trained values.
+  if (!sync_ops_.empty()) TF_RETURN_IF_ERROR(bundle_.session->Run({}, {}, sync_ops_, nullptr));
+  std::vector<Tensor> ignored;
+  return bundle_.session->Run({{saver.filename_tensor_name(), StringTensor(prefix)}},
+                              {saver.save_tensor_name()}, {}, &ignored);
+}
+
+absl::Status Trainer::SaveCheckpoint(const std::string& prefix) {
+  Env* env = Env::Default();
+  std::string tmp;
+  if (!env->LocalTempFilename(&tmp)) return absl::InternalError("trainer: no temporary file name");
+  auto cleanup = [&](absl::Status s) {
+    int64_t files = 0, dirs = 0;
+    env->DeleteRecursively(tmp, &files, &dirs).IgnoreError();
+    return s;
+  };
+  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(tmp));
+  const std::string model = io::JoinPath(tmp, "model");
+  if (absl::Status s = SaveModelVariables(model); !s.ok()) return cleanup(s);
+  std::vector<Tensor> values;
+  if (absl::Status s = bundle_.session->Run({}, state_reads_, {}, &values); !s.ok()) return cleanup(s);
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (size_t i = 0; i < values.size(); ++i) state.push_back({state_names_[i], values[i]});
+  std::string parent(io::Dirname(prefix));
+  if (!parent.empty()) {
+    if (absl::Status s = env->RecursivelyCreateDir(parent); !s.ok()) return cleanup(s);
+  }
+  return cleanup(train::WriteTrainingCheckpoint(model, state, prefix));
+}
+
+absl::Status Trainer::RestoreCheckpoint(const std::string& prefix) {
+  const SaverDef& saver = bundle_.meta_graph_def.saver_def();
+  if (saver.filename_tensor_name().empty() || saver.restore_op_name().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(kWhat, export_dir_, " has no saver"));
+  }
+  Env* env = Env::Default();
+  std::string tmp;
+  if (!env->LocalTempFilename(&tmp)) return absl::InternalError("trainer: no temporary file name");
+  auto cleanup = [&](absl::Status s) {
+    int64_t files = 0, dirs = 0;
+    env->DeleteRecursively(tmp, &files, &dirs).IgnoreError();
+    return s;
+  };
+  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(tmp));
+  const std::string model = io::JoinPath(tmp, "model");
+  std::map<std::string, Tensor> state;
+  if (absl::Status s = train::ReadTrainingCheckpoint(prefix, model, &state); !s.ok()) {
+    return cleanup(absl::Status(s.code(), absl::StrCat(kWhat, "--resume=", prefix, ": ", s.message())));
+  }
+  // Every state variable must be in it, of the right dtype, before anything is assigned.
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (size_t i = 0; i < state_names_.size(); ++i) {
+    auto it = state.find(state_names_[i]);
+    if (it == state.end()) {
+      return cleanup(absl::InvalidArgumentError(absl::StrCat(
+          kWhat, "checkpoint '", prefix, "' has no optimizer state '", state_names_[i],
+          "' (written with another optimizer?)")));
+    }
+    feeds.push_back({state_feeds_[i], it->second});
+  }
+  if (absl::Status s = bundle_.session->Run({{saver.filename_tensor_name(), StringTensor(model)}},
+                                            {}, {saver.restore_op_name()}, nullptr);
+      !s.ok()) {
+    return cleanup(s);
+  }
+  return cleanup(bundle_.session->Run(feeds, {}, state_assigns_, nullptr));
+}
+
+absl::Status Trainer::Export(const std::string& dir) {
+  TF_RETURN_IF_ERROR(CheckExportTarget(dir));
   Env* env = Env::Default();
   const std::string tmp = absl::StrCat(dir, ".tf_ext_export_", getpid());
   auto cleanup = [&](absl::Status s) {
@@ -386,16 +476,7 @@ absl::Status Trainer::Export(const std::string& dir) {
   if (env->IsDirectory(assets).ok()) {
     if (absl::Status s = CopyTree(env, assets, io::JoinPath(tmp, "assets")); !s.ok()) return cleanup(s);
   }
-  if (!sync_ops_.empty()) {
-    if (absl::Status s = bundle_.session->Run({}, {}, sync_ops_, nullptr); !s.ok()) return cleanup(s);
-  }
-  // The variables, by the SavedModel's own save function.
-  Tensor prefix(DT_STRING, TensorShape({}));
-  prefix.scalar<tstring>()() = io::JoinPath(tmp, "variables", "variables");
-  std::vector<Tensor> ignored;
-  if (absl::Status s = bundle_.session->Run({{saver.filename_tensor_name(), prefix}},
-                                            {saver.save_tensor_name()}, {}, &ignored);
-      !s.ok()) {
+  if (absl::Status s = SaveModelVariables(io::JoinPath(tmp, "variables", "variables")); !s.ok()) {
     return cleanup(s);
   }
   if (env->FileExists(dir).ok()) env->DeleteDir(dir).IgnoreError();  // empty, checked above

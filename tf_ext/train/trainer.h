@@ -57,6 +57,12 @@ class Trainer {
 
   // The trainable variables' current values, by the object graph's names, in the order found.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
+  // An object-based checkpoint (checkpoint.h): the SavedModel's variables under "root" (so
+  // tf.train.Checkpoint(root=tf.saved_model.load(dir)).restore(prefix) works in Python) and the
+  // optimizer's state. Restore sets both, so training resumes as if uninterrupted.
+  absl::Status SaveCheckpoint(const std::string& prefix);
+  absl::Status RestoreCheckpoint(const std::string& prefix);
+
   // Every variable the signature's function captures (trainable or not: BatchNormalization's
   // moving statistics too), by the object graph's names.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> VariableValues();
@@ -79,6 +85,10 @@ class Trainer {
   // Assignments the loaded graph makes of other variables from captured ones (Keras 3's export
   // tracks each variable twice, the second set initialized from the first): rerun before saving.
   std::vector<std::string> sync_ops_;
+  // The optimizer's state: names, reads, and placeholder -> assign pairs to restore it.
+  std::vector<std::string> state_names_, state_reads_, state_feeds_, state_assigns_;
+  // Writes the SavedModel's variables with its own save function at `prefix`.
+  absl::Status SaveModelVariables(const std::string& prefix);
   std::vector<std::string> input_keys_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_, iterations_tensor_;
