@@ -2,7 +2,8 @@
 // (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
 // _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
 // (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc), RaggedFillEmptyRows,
-// RaggedTensorToSparse and RaggedGather (ragged_grad.cc) against numeric Jacobians.
+// RaggedTensorToSparse, RaggedGather, RaggedTensorToVariant and RaggedTensorFromVariant
+// (ragged_grad.cc) against numeric Jacobians.
 // Comparisons with Python's gradients: tests/python/test_tf_misc_parity_grads.py.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/cc/framework/gradients.h"
 #include "tensorflow/cc/framework/scope.h"
 #include "tensorflow/cc/ops/array_ops.h"
 #include "tensorflow/cc/ops/const_op.h"
@@ -379,6 +382,61 @@ TEST(MiscParityGrads, RaggedGather) {
       {test::AsTensor<int32>({0, 1, 3}, {3}), test::AsTensor<int32>({0, 2, 2, 5}, {4}),
        Random(DT_DOUBLE, {5}, 58), test::AsTensor<int32>({1, 0, 1}, {3})},
       {2});
+}
+
+// RaggedTensorToVariant then RaggedTensorFromVariant gives back the dense values, so the
+// gradient of the pair (through the client registry, AddSymbolicGradients: the decoder's
+// gradient, a variant, feeds the encoder's) is the identity: d(values) = d(output values).
+void ExpectVariantRoundTripIsIdentity(int ragged_rank, bool batched, int input_ragged_rank,
+                                      int output_ragged_rank, const std::vector<Tensor>& splits,
+                                      const TensorShape& values_shape) {
+  SCOPED_TRACE(absl::StrCat("ragged_rank ", ragged_rank, (batched ? " batched" : ""),
+                            " input_ragged_rank ", input_ragged_rank));
+  Scope s = Scope::NewRootScope();
+  std::vector<NodeBuilder::NodeOut> split_outs;
+  for (const Tensor& t : splits) split_outs.push_back(ops::Const(s, t).node());
+  const Tensor x = Random(DT_DOUBLE, values_shape, 60);
+  auto values = ops::Const(s, x);
+  Node* encode;
+  Node* decode;
+  TF_ASSERT_OK(NodeBuilder("encode", "RaggedTensorToVariant")
+                   .Input(split_outs)
+                   .Input(values.node())
+                   .Attr("RAGGED_RANK", ragged_rank)
+                   .Attr("Tsplits", DT_INT64)
+                   .Attr("batched_input", batched)
+                   .Finalize(s.graph(), &encode));
+  TF_ASSERT_OK(NodeBuilder("decode", "RaggedTensorFromVariant")
+                   .Input(encode)
+                   .Attr("input_ragged_rank", input_ragged_rank)
+                   .Attr("output_ragged_rank", output_ragged_rank)
+                   .Attr("Tvalues", DT_DOUBLE)
+                   .Attr("Tsplits", DT_INT64)
+                   .Finalize(s.graph(), &decode));
+  const Tensor dy = Random(DT_DOUBLE, values_shape, 61);
+  std::vector<Output> grads;
+  TF_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, output_ragged_rank)}, {values},
+                                    {ops::Const(s, dy)}, &grads));
+  TF_ASSERT_OK(s.status());
+  GraphDef gd;
+  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  TF_ASSERT_OK(session->Create(gd));
+  std::vector<Tensor> out;
+  TF_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
+                            {grads[0].name(), Output(decode, output_ragged_rank).name()}, {},
+                            &out));
+  test::ExpectTensorNear<double>(out[1], x);  // the round trip
+  test::ExpectTensorNear<double>(out[0], dy);
+}
+
+TEST(MiscParityGrads, RaggedTensorToAndFromVariant) {
+  const std::vector<Tensor> splits = {Int64s({0, 2, 2, 5}, {4})};
+  ExpectVariantRoundTripIsIdentity(1, true, 0, 1, splits, {5, 2});
+  ExpectVariantRoundTripIsIdentity(1, false, 1, 1, splits, {5});
+  ExpectVariantRoundTripIsIdentity(1, true, -1, 1, splits, {5});  // inferred input rank
+  ExpectVariantRoundTripIsIdentity(0, false, 0, 0, {}, {3, 2});   // a dense tensor
+  ExpectVariantRoundTripIsIdentity(2, true, 1, 2, {Int64s({0, 1, 3}, {3}), splits[0]}, {5});
 }
 
 }  // namespace

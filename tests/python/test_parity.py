@@ -102,9 +102,7 @@ PYTHON_DECLINES = {
 NOT_YET_PORTED = {
     "CompositeTensorVariantFromComponents",
     "CompositeTensorVariantToComponents",
-    "RaggedTensorFromVariant",
     "RaggedTensorToTensor",
-    "RaggedTensorToVariant",
     # SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax have no kernel in tensorflow-cpu
     # either; they stay open work of the CSR port (docs/registries.md) rather than exclusions.
     "SparseMatrixAdd",

@@ -4,7 +4,8 @@ DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
 (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
 Python's gradients of the same node on the same inputs; BlockLSTM (rnn_grad.cc) too, and
 BlockLSTMV2 against central differences, where Python's gradient is not the derivative; the
-ragged ops RaggedFillEmptyRows, RaggedTensorToSparse and RaggedGather (ragged_grad.cc).
+ragged ops RaggedFillEmptyRows, RaggedTensorToSparse, RaggedGather, RaggedTensorToVariant and
+RaggedTensorFromVariant (ragged_grad.cc).
 
 The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
 test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians:
@@ -247,3 +248,58 @@ def test_ragged_gather(dtype, splits_dtype, index_dtype):
         compare(lambda: tf.raw_ops.RaggedGather(
             params_nested_splits=splits, params_dense_values=values, indices=indices,
             OUTPUT_RAGGED_RANK=output_rank).output_dense_values, TOL[dtype])
+
+
+@pytest.mark.parametrize("case", ["batched", "unbatched", "inferred", "dense", "rank2"])
+def test_ragged_tensor_to_and_from_variant(case):
+    """Encode then decode: the decoder's C++ gradient (a variant) fed to the encoder's, against
+    Python's gradient of the pair; both the identity on the dense values."""
+    inner = np.array([0, 2, 2, 5], np.int64)
+    splits, shape, batched, in_rank, out_rank = {
+        "batched": ([inner], (5, 2), True, 0, 1),
+        "unbatched": ([inner], (5,), False, 1, 1),
+        "inferred": ([inner], (5,), True, -1, 1),
+        "dense": ([], (3, 2), False, 0, 0),
+        "rank2": ([np.array([0, 1, 3], np.int64), inner], (5,), True, 1, 2)}[case]
+    x = grid(shape, np.float64, seed=80)
+    dy = grid(shape, np.float64, seed=81)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        values = tf.constant(x)
+        encoded = tf.raw_ops.RaggedTensorToVariant(
+            rt_nested_splits=splits, rt_dense_values=values, batched_input=batched)
+        decoded = tf.raw_ops.RaggedTensorFromVariant(
+            encoded_ragged=encoded, input_ragged_rank=in_rank, output_ragged_rank=out_rank,
+            Tvalues=tf.float64, Tsplits=tf.int64)
+        outs = list(decoded.output_nested_splits) + [decoded.output_dense_values]
+        dys = [tf.zeros_like(o) for o in outs[:-1]] + [tf.constant(dy)]
+        (d_encoded,) = symbolic_gradient(outs[-1].op, dys, [tf.variant])
+        cpp = symbolic_gradient(encoded.op, [d_encoded], [t.dtype for t in encoded.op.inputs])
+        (py,) = tf.gradients(decoded.output_dense_values, values, grad_ys=tf.constant(dy))
+        with tf.compat.v1.Session() as sess:
+            got, want, out = sess.run([cpp, py, decoded.output_dense_values])
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(got[-1], want)
+    np.testing.assert_array_equal(got[-1], dy)
+    assert all(not np.any(g) for g in got[:-1])
+
+
+def test_ragged_tensor_from_variant_of_rank_2_fails_as_python():
+    message = "RaggedTensorToVariant can currently only generate 0D or 1D output"
+    with tf.Graph().as_default():
+        tf_ext.library()
+        encoded = tf.raw_ops.RaggedTensorToVariant(
+            rt_nested_splits=[np.array([0, 1, 1, 3, 4], np.int64)],
+            rt_dense_values=grid((4,), np.float32, seed=82), batched_input=True)
+        encoded = tf.reshape(encoded, [2, 2])
+        decoded = tf.raw_ops.RaggedTensorFromVariant(
+            encoded_ragged=encoded, input_ragged_rank=0, output_ragged_rank=2,
+            Tvalues=tf.float32, Tsplits=tf.int64)
+        with pytest.raises(ValueError, match=message):
+            tf.gradients(decoded.output_dense_values, encoded)
+        dys = [tf.zeros_like(s) for s in decoded.output_nested_splits]
+        dys.append(tf.ones_like(decoded.output_dense_values))
+        cpp = symbolic_gradient(decoded.output_dense_values.op, dys, [tf.variant])
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                sess.run(cpp)

@@ -138,7 +138,8 @@ absl::Status RaggedGatherGrad(const AttrSlice& attrs, FunctionDef* g) {
   nodes.push_back({{"range_splits", "ids"}, "RaggedRange", {"starts", "limits", "deltas"},
                    {{"T", tsplits}, {"Tsplits", DT_INT64}}});
   // rows = shape(values)[0]
-  nodes.push_back({{"values_shape"}, "Shape", {"values"}, {{"T", tvalues}, {"out_type", tsplits}}});
+  nodes.push_back(
+      {{"values_shape"}, "Shape", {"values"}, {{"T", tvalues}, {"out_type", tsplits}}});
   nodes.push_back({{"rows"}, "StridedSlice", {"values_shape", "zero", "one", "one"},
                    {{"T", tsplits}, {"Index", DT_INT32}, {"shrink_axis_mask", 1}}});
   // d(values) = UnsortedSegmentSum(d(output_values), ids, rows)
@@ -150,8 +151,103 @@ absl::Status RaggedGatherGrad(const AttrSlice& attrs, FunctionDef* g) {
   return absl::OkStatus();
 }
 
+// RaggedTensorToVariant(rt_nested_splits[RAGGED_RANK], rt_dense_values) encodes a ragged
+// tensor (batched_input: each row) as variants. As Python, the dedicated op decodes the
+// gradient's dense values, in the forward's value shape:
+//   d(rt_dense_values) = RaggedTensorToVariantGradient(d(encoded_ragged), splits_0 (0 when
+//                        RAGGED_RANK = 0), shape(rt_dense_values))
+// and the splits get zeros.
+absl::Status RaggedTensorToVariantGrad(const AttrSlice& attrs, FunctionDef* g) {
+  int rank;
+  DataType tvalues, tsplits;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "RAGGED_RANK", &rank));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tvalues", &tvalues));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tsplits", &tsplits));
+  std::vector<std::string> in, out;
+  std::vector<FDH::Node> nodes;
+  for (int i = 0; i < rank; ++i) in.push_back(Arg(absl::StrCat("splits_", i), tsplits));
+  in.push_back(Arg("values", tvalues));
+  in.push_back(Arg("d_encoded", DT_VARIANT));
+  for (int i = 0; i < rank; ++i) {
+    out.push_back(Arg(absl::StrCat("d_splits_", i), tsplits));
+    // d(splits_i) = 0
+    nodes.push_back({{absl::StrCat("d_splits_", i)}, "ZerosLike", {absl::StrCat("splits_", i)},
+                     {{"T", tsplits}}});
+  }
+  out.push_back(Arg("d_values", tvalues));
+  std::string row_splits = "splits_0";
+  if (rank == 0) {
+    nodes.push_back(FDH::Const<int64_t>("zero", 0));
+    nodes.push_back({{"zero_splits"}, "Cast", {"zero"}, {{"SrcT", DT_INT64}, {"DstT", tsplits}}});
+    row_splits = "zero_splits";
+  }
+  nodes.push_back(
+      {{"values_shape"}, "Shape", {"values"}, {{"T", tvalues}, {"out_type", DT_INT32}}});
+  // d(values) = the dense values the variant gradient encodes
+  nodes.push_back({{"d_values"}, "RaggedTensorToVariantGradient",
+                   {"d_encoded", row_splits, "values_shape"},
+                   {{"Tvalues", tvalues}, {"Tsplits", tsplits}}});
+  *g = FDH::Define(in, out, {}, nodes);
+  return absl::OkStatus();
+}
+
+// RaggedTensorFromVariant(encoded_ragged) decodes variants into one ragged tensor (splits,
+// dense values). As Python, its gradient encodes the dense values' gradient with the forward's
+// splits:
+//   d(encoded_ragged) = RaggedTensorToVariant(output_nested_splits, d(output_dense_values),
+//                                             batched_input)
+// batched_input: whether encoded_ragged is a vector (rank output_ragged_rank -
+// input_ragged_rank; Python reads it from the static shape, and when that is unknown guesses
+// output_ragged_rank > 0, as C++ does for an inferred input_ragged_rank of -1); a higher rank
+// fails with Python's message. The forward is recomputed in the body for its splits.
+absl::Status RaggedTensorFromVariantGrad(const AttrSlice& attrs, FunctionDef* g) {
+  int input_rank, output_rank;
+  DataType tvalues, tsplits;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "input_ragged_rank", &input_rank));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "output_ragged_rank", &output_rank));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tvalues", &tvalues));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tsplits", &tsplits));
+  bool batched = output_rank > 0;
+  if (input_rank >= 0) {
+    const int variant_rank = output_rank - input_rank;
+    if (variant_rank > 1) {
+      return absl::InvalidArgumentError(
+          "RaggedTensorFromVariant: Unable to compute gradient: RaggedTensorToVariant can "
+          "currently only generate 0D or 1D output.");
+    }
+    batched = variant_rank == 1;
+  }
+  std::vector<std::string> in = {Arg("encoded", DT_VARIANT)};
+  for (int i = 0; i < output_rank; ++i) {
+    in.push_back(Arg(absl::StrCat("d_output_splits_", i), tsplits));
+  }
+  in.push_back(Arg("d_output_values", tvalues));
+  std::vector<std::string> out = {Arg("d_encoded", DT_VARIANT)};
+  std::vector<std::string> fwd_rets, splits;
+  for (int i = 0; i < output_rank; ++i) {
+    fwd_rets.push_back(absl::StrCat("fwd_splits_", i));
+    splits.push_back(absl::StrCat("fwd_splits_", i));
+  }
+  fwd_rets.push_back("fwd_values");
+  std::vector<FDH::Node> nodes;
+  // the forward's splits
+  nodes.push_back({fwd_rets, "RaggedTensorFromVariant", {"encoded"},
+                   {{"input_ragged_rank", input_rank}, {"output_ragged_rank", output_rank},
+                    {"Tvalues", tvalues}, {"Tsplits", tsplits}}});
+  std::vector<std::string> args = splits;
+  args.push_back("d_output_values");
+  // d(encoded) = the dense values' gradient encoded with the forward's splits
+  nodes.push_back({{"d_encoded"}, "RaggedTensorToVariant", args,
+                   {{"RAGGED_RANK", output_rank}, {"Tvalues", tvalues}, {"Tsplits", tsplits},
+                    {"batched_input", batched}}});
+  *g = FDH::Define(in, out, {}, nodes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorToVariant", RaggedTensorToVariantGrad);
+TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorFromVariant", RaggedTensorFromVariantGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedFillEmptyRows", RaggedFillEmptyRowsGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorToSparse", RaggedTensorToSparseGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedGather", RaggedGatherGrad);
