@@ -66,6 +66,27 @@ Tensor StringTensor(const std::string& s) {
   return t;
 }
 
+// A temporary directory, deleted with everything in it when this goes out of scope.
+class ScopedTempDir {
+ public:
+  ~ScopedTempDir() {
+    if (path_.empty()) return;
+    int64_t files = 0, dirs = 0;
+    Env::Default()->DeleteRecursively(path_, &files, &dirs).IgnoreError();
+  }
+  absl::Status Create() {
+    if (!Env::Default()->LocalTempFilename(&path_)) {
+      path_.clear();
+      return absl::InternalError("trainer: no temporary file name");
+    }
+    return Env::Default()->RecursivelyCreateDir(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Copies the files under `from` to `to` (created), recursively.
 absl::Status CopyTree(Env* env, const std::string& from, const std::string& to) {
   TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(to));
@@ -392,26 +413,17 @@ absl::Status Trainer::SaveModelVariables(const std::string& prefix) {
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& prefix) {
-  Env* env = Env::Default();
-  std::string tmp;
-  if (!env->LocalTempFilename(&tmp)) return absl::InternalError("trainer: no temporary file name");
-  auto cleanup = [&](absl::Status s) {
-    int64_t files = 0, dirs = 0;
-    env->DeleteRecursively(tmp, &files, &dirs).IgnoreError();
-    return s;
-  };
-  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(tmp));
-  const std::string model = io::JoinPath(tmp, "model");
-  if (absl::Status s = SaveModelVariables(model); !s.ok()) return cleanup(s);
+  ScopedTempDir tmp;
+  TF_RETURN_IF_ERROR(tmp.Create());
+  const std::string model = io::JoinPath(tmp.path(), "model");
+  TF_RETURN_IF_ERROR(SaveModelVariables(model));
   std::vector<Tensor> values;
-  if (absl::Status s = bundle_.session->Run({}, state_reads_, {}, &values); !s.ok()) return cleanup(s);
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, state_reads_, {}, &values));
   std::vector<std::pair<std::string, Tensor>> state;
   for (size_t i = 0; i < values.size(); ++i) state.push_back({state_names_[i], values[i]});
   std::string parent(io::Dirname(prefix));
-  if (!parent.empty()) {
-    if (absl::Status s = env->RecursivelyCreateDir(parent); !s.ok()) return cleanup(s);
-  }
-  return cleanup(train::WriteTrainingCheckpoint(model, state, prefix));
+  if (!parent.empty()) TF_RETURN_IF_ERROR(Env::Default()->RecursivelyCreateDir(parent));
+  return train::WriteTrainingCheckpoint(model, state, prefix);
 }
 
 absl::Status Trainer::RestoreCheckpoint(const std::string& prefix) {
@@ -419,37 +431,27 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& prefix) {
   if (saver.filename_tensor_name().empty() || saver.restore_op_name().empty()) {
     return absl::FailedPreconditionError(absl::StrCat(kWhat, export_dir_, " has no saver"));
   }
-  Env* env = Env::Default();
-  std::string tmp;
-  if (!env->LocalTempFilename(&tmp)) return absl::InternalError("trainer: no temporary file name");
-  auto cleanup = [&](absl::Status s) {
-    int64_t files = 0, dirs = 0;
-    env->DeleteRecursively(tmp, &files, &dirs).IgnoreError();
-    return s;
-  };
-  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(tmp));
-  const std::string model = io::JoinPath(tmp, "model");
+  ScopedTempDir tmp;
+  TF_RETURN_IF_ERROR(tmp.Create());
+  const std::string model = io::JoinPath(tmp.path(), "model");
   std::map<std::string, Tensor> state;
   if (absl::Status s = train::ReadTrainingCheckpoint(prefix, model, &state); !s.ok()) {
-    return cleanup(absl::Status(s.code(), absl::StrCat(kWhat, "--resume=", prefix, ": ", s.message())));
+    return absl::Status(s.code(), absl::StrCat(kWhat, "checkpoint '", prefix, "': ", s.message()));
   }
   // Every state variable must be in it, of the right dtype, before anything is assigned.
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (size_t i = 0; i < state_names_.size(); ++i) {
     auto it = state.find(state_names_[i]);
     if (it == state.end()) {
-      return cleanup(absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           kWhat, "checkpoint '", prefix, "' has no optimizer state '", state_names_[i],
-          "' (written with another optimizer?)")));
+          "' (written with another optimizer?)"));
     }
     feeds.push_back({state_feeds_[i], it->second});
   }
-  if (absl::Status s = bundle_.session->Run({{saver.filename_tensor_name(), StringTensor(model)}},
-                                            {}, {saver.restore_op_name()}, nullptr);
-      !s.ok()) {
-    return cleanup(s);
-  }
-  return cleanup(bundle_.session->Run(feeds, {}, state_assigns_, nullptr));
+  TF_RETURN_IF_ERROR(bundle_.session->Run({{saver.filename_tensor_name(), StringTensor(model)}}, {},
+                                          {saver.restore_op_name()}, nullptr));
+  return bundle_.session->Run(feeds, {}, state_assigns_, nullptr);
 }
 
 absl::Status Trainer::Export(const std::string& dir) {
