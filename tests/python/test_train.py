@@ -434,3 +434,33 @@ def test_checkpoint_restores_in_python_and_resumes(tmp_path):
     r = run_tool(tmp_path, *[f for f in flags if not f.startswith("--optimizer")], "--optimizer=sgd",
                  "--momentum=0.9", "--epochs=1", f"--resume={tmp_path / 'ckpt' / 'step'}")
     assert r.returncode != 0 and "has no optimizer state" in r.stderr, r.stderr
+
+
+def test_progress_bar_on_a_terminal_one_line_per_epoch_otherwise(tmp_path):
+    import pty
+    export = str(tmp_path / "model")
+    mlp(2).export(export, verbose=False)
+    rng = np.random.default_rng(41)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(N, 5)).astype(np.float32),
+             t=rng.normal(size=(N, 2)).astype(np.float32))
+    args = [TOOL, f"--library={LIBRARY}", f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+            "--inputs=x", "--targets=t", "--loss=mse", f"--batch_size={BATCH}", "--epochs=2"]
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert "\r" not in piped.stdout and piped.stdout.count("epoch ") == 2
+    main, child = pty.openpty()
+    p = subprocess.Popen(args, stdout=child, stderr=subprocess.DEVNULL, close_fds=True)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            data = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    assert p.wait(timeout=300) == 0
+    text = out.decode()
+    assert f"\repoch 1/2 [" in text and f"] {N}/{N} loss " in text  # the bar, redrawn in place
+    assert "epoch 2/2: loss" in text

@@ -4,9 +4,12 @@
 //                --loss=NAME[:from_logits] --optimizer=sgd|adam|adamw|rmsprop|adagrad
 //                --learning_rate=F --batch_size=N --epochs=N [--history=FILE.csv] ...
 //
-// Batches are taken in file order; one line per epoch (its mean step loss, as Keras's history).
+// Batches are taken in file order; one line per epoch (its mean step loss, as Keras's history),
+// with a progress bar and the running loss between them on a terminal.
 // --save_weights writes the trained variables to an .npz (by the object graph's names); --export
 // writes the trained SavedModel (same signatures), only once training has succeeded.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -279,6 +282,7 @@ int Main(int argc, char** argv) {
     }
   }
   int64_t step = 0;
+  const bool terminal = isatty(fileno(stdout)) != 0;  // else one line per epoch
   std::vector<double> step_ms;  // each Step's wall time
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -310,6 +314,16 @@ int Main(int argc, char** argv) {
       // Keras's epoch loss: the mean of the step losses weighted by batch size
       loss_sum += *loss_value * b.size;
       seen += b.size;
+      if (terminal) {
+        // A progress bar with the running loss, redrawn in place.
+        constexpr int kWidth = 30;
+        const int done = static_cast<int>(kWidth * seen / examples);
+        std::printf("\repoch %d/%d [%s%s] %lld/%lld loss %.6g", static_cast<int>(epoch + 1),
+                    static_cast<int>(epochs), std::string(done, '=').c_str(),
+                    std::string(kWidth - done, ' ').c_str(), static_cast<long long>(seen),
+                    static_cast<long long>(examples), loss_sum / seen);
+        std::fflush(stdout);
+      }
       ++step;
       return true;
     });
@@ -334,7 +348,8 @@ int Main(int argc, char** argv) {
         validation_csv << epoch << "," << absl::StrFormat("%.9g", val_sum / val_seen) << "\n";
       }
     }
-    std::printf("%s\n", line.c_str());
+    // On a terminal the bar's line is replaced by the epoch's summary.
+    std::printf("%s%s\n", terminal ? "\r\033[K" : "", line.c_str());
     std::fflush(stdout);
     if (!checkpoint.empty()) {
       if (absl::Status s = (*trainer)->SaveCheckpoint(checkpoint); !s.ok()) {
