@@ -2,8 +2,8 @@
 // (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
 // _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
 // (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc), RaggedFillEmptyRows,
-// RaggedTensorToSparse, RaggedGather, RaggedTensorToVariant and RaggedTensorFromVariant
-// (ragged_grad.cc) against numeric Jacobians.
+// RaggedTensorToSparse, RaggedGather, RaggedTensorToTensor, RaggedTensorToVariant and
+// RaggedTensorFromVariant (ragged_grad.cc) against numeric Jacobians.
 // Comparisons with Python's gradients: tests/python/test_tf_misc_parity_grads.py.
 #include <gtest/gtest.h>
 
@@ -382,6 +382,40 @@ TEST(MiscParityGrads, RaggedGather) {
       {test::AsTensor<int32>({0, 1, 3}, {3}), test::AsTensor<int32>({0, 2, 2, 5}, {4}),
        Random(DT_DOUBLE, {5}, 58), test::AsTensor<int32>({1, 0, 1}, {3})},
       {2});
+}
+
+TEST(MiscParityGrads, RaggedTensorToTensor) {
+  const Tensor splits = Int64s({0, 2, 2, 5}, {4});  // rows [v0, v1], [], [v2, v3, v4]
+  const std::vector<std::string> row_splits = {"ROW_SPLITS"};
+  const OpAttrs attrs = {{"num_row_partition_tensors", 1}, {"row_partition_types", row_splits}};
+  // padded to [4, 3] with a scalar default
+  ExpectRaggedMatchesNumeric("RaggedTensorToTensor", attrs,
+                             {Int64s({4, 3}, {2}), Random(DT_DOUBLE, {5}, 62),
+                              Random(DT_DOUBLE, {}, 63), splits},
+                             {1, 2});
+  // cropped to [2, 2]: v2..v4 dropped (zero gradient), the default fills row 1
+  ExpectRaggedMatchesNumeric("RaggedTensorToTensor", attrs,
+                             {Int64s({2, 2}, {2}), Random(DT_DOUBLE, {5}, 64),
+                              Random(DT_DOUBLE, {}, 65), splits},
+                             {1, 2});
+  // values of shape [2] with a default of shape [2]; of shape [3, 2] with a default of shape
+  // [1, 2] (a leading one, broadcast along it too)
+  ExpectRaggedMatchesNumeric("RaggedTensorToTensor", attrs,
+                             {Int64s({3, 4, 2}, {3}), Random(DT_DOUBLE, {5, 2}, 66),
+                              Random(DT_DOUBLE, {2}, 67), splits},
+                             {1, 2});
+  ExpectRaggedMatchesNumeric("RaggedTensorToTensor", attrs,
+                             {Int64s({3, 4, 3, 2}, {4}), Random(DT_DOUBLE, {5, 3, 2}, 66),
+                              Random(DT_DOUBLE, {1, 2}, 67), splits},
+                             {1, 2});
+  // the first dimension's size and value row ids, int32 partitions
+  const std::vector<std::string> rowids = {"FIRST_DIM_SIZE", "VALUE_ROWIDS"};
+  ExpectRaggedMatchesNumeric(
+      "RaggedTensorToTensor",
+      {{"num_row_partition_tensors", 2}, {"row_partition_types", rowids}},
+      {test::AsTensor<int32>({4, 3}, {2}), Random(DT_DOUBLE, {5}, 68), Random(DT_DOUBLE, {}, 69),
+       test::AsTensor<int32>({4}, {}), test::AsTensor<int32>({0, 0, 2, 2, 3}, {5})},
+      {1, 2});
 }
 
 // RaggedTensorToVariant then RaggedTensorFromVariant gives back the dense values, so the

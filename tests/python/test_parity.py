@@ -102,7 +102,6 @@ PYTHON_DECLINES = {
 NOT_YET_PORTED = {
     "CompositeTensorVariantFromComponents",
     "CompositeTensorVariantToComponents",
-    "RaggedTensorToTensor",
     # SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax have no kernel in tensorflow-cpu
     # either; they stay open work of the CSR port (docs/registries.md) rather than exclusions.
     "SparseMatrixAdd",

@@ -4,8 +4,8 @@ DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
 (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
 Python's gradients of the same node on the same inputs; BlockLSTM (rnn_grad.cc) too, and
 BlockLSTMV2 against central differences, where Python's gradient is not the derivative; the
-ragged ops RaggedFillEmptyRows, RaggedTensorToSparse, RaggedGather, RaggedTensorToVariant and
-RaggedTensorFromVariant (ragged_grad.cc).
+ragged ops RaggedFillEmptyRows, RaggedTensorToSparse, RaggedGather, RaggedTensorToTensor,
+RaggedTensorToVariant and RaggedTensorFromVariant (ragged_grad.cc).
 
 The C++ gradient runs alone (a SymbolicGradient node in a tf.compat.v1 Session, `compare` of
 test_tf_nn_math_grads.py); Python's is tf.gradients of the same node. Numeric Jacobians:
@@ -303,3 +303,34 @@ def test_ragged_tensor_from_variant_of_rank_2_fails_as_python():
         with tf.compat.v1.Session() as sess:
             with pytest.raises(tf.errors.InvalidArgumentError, match=message):
                 sess.run(cpp)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ragged_tensor_to_tensor(dtype):
+    """Padding and cropping (dropped values get zeros), defaults broadcast along value and
+    leading-one dimensions, row ids with the first dimension's size, the natural shape."""
+    splits = np.array([0, 2, 2, 5], np.int64)
+
+    def to_tensor(shape, values, default, partitions=(splits,), types=("ROW_SPLITS",)):
+        return lambda: tf.raw_ops.RaggedTensorToTensor(
+            shape=np.array(shape, np.int64), values=values, default_value=default,
+            row_partition_tensors=list(partitions), row_partition_types=list(types))
+
+    values = grid((5,), dtype, seed=90)
+    compare(to_tensor([4, 3], values, dtype(0.25)), TOL[dtype])
+    compare(to_tensor([2, 2], values, dtype(0.25)), TOL[dtype])
+    compare(to_tensor([3, 4, 2], grid((5, 2), dtype, seed=91), grid((2,), dtype, seed=92)),
+            TOL[dtype])
+    compare(to_tensor([3, 4, 3, 2], grid((5, 3, 2), dtype, seed=93),
+                      grid((1, 2), dtype, seed=94)), TOL[dtype])
+    compare(to_tensor([4, 3], values, dtype(0.25),
+                      partitions=(np.int64(4), np.array([0, 0, 2, 2, 3], np.int64)),
+                      types=("FIRST_DIM_SIZE", "VALUE_ROWIDS")), TOL[dtype])
+
+    def natural():
+        rt = tf.RaggedTensor.from_row_splits(tf.constant(values), splits)
+        out = rt.to_tensor(default_value=dtype(-1))
+        assert out.op.type == "RaggedTensorToTensor"
+        return out
+
+    compare(natural, TOL[dtype])

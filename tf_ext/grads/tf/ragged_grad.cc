@@ -244,8 +244,114 @@ absl::Status RaggedTensorFromVariantGrad(const AttrSlice& attrs, FunctionDef* g)
   return absl::OkStatus();
 }
 
+// RaggedTensorToTensor(shape, values, default_value, row_partition_tensors[N]) = a dense
+// tensor of the ragged tensor (k = 1 + ragged_rank leading dimensions, ragged_rank the
+// partitions that are not FIRST_DIM_SIZE), padded with default_value (broadcast to a value's
+// shape), cropped to `shape`. As Python: the same op on the value numbers,
+//   index = RaggedTensorToTensor(shape(d(result))[:k], range(rows of values), -1, partitions)
+// says which value (or -1: the default) fills each position, so
+//   d(values) = UnsortedSegmentSum(d(result)[index != -1], index[index != -1], rows)
+//   d(default_value) = reshape(sum over d(result)[index == -1] of the dimensions the default
+//                      was broadcast along, shape(default_value))
+// (Python's IndexedSlices densified; the reduced dimensions: all but default_value's rank
+// without its leading ones, computed at run time as Python does for an unknown shape). The
+// shape and partitions get zeros.
+absl::Status RaggedTensorToTensorGrad(const AttrSlice& attrs, FunctionDef* g) {
+  int n;
+  DataType t, tindex, tshape;
+  std::vector<std::string> types;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "num_row_partition_tensors", &n));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "T", &t));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tindex", &tindex));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tshape", &tshape));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "row_partition_types", &types));
+  int ragged_rank = 0;
+  for (const std::string& type : types) ragged_rank += type != "FIRST_DIM_SIZE";
+  const int k = 1 + ragged_rank;
+  std::vector<std::string> in = {Arg("shape", tshape), Arg("values", t),
+                                 Arg("default_value", t)};
+  for (int i = 0; i < n; ++i) in.push_back(Arg(absl::StrCat("partition_", i), tindex));
+  in.push_back(Arg("d_result", t));
+  std::vector<std::string> out = {Arg("d_shape", tshape), Arg("d_values", t),
+                                  Arg("d_default_value", t)};
+  std::vector<FDH::Node> nodes;
+  const FDH::AttrValueWrapper i32(DT_INT32);
+  nodes.push_back({{"d_shape"}, "ZerosLike", {"shape"}, {{"T", tshape}}});
+  std::vector<std::string> partitions;
+  for (int i = 0; i < n; ++i) {
+    partitions.push_back(absl::StrCat("partition_", i));
+    // d(partition_i) = 0
+    nodes.push_back({{absl::StrCat("d_partition_", i)}, "ZerosLike", {partitions.back()},
+                     {{"T", tindex}}});
+    out.push_back(Arg(absl::StrCat("d_partition_", i), tindex));
+  }
+  nodes.push_back(FDH::Const<int32>("zero", 0));
+  nodes.push_back(FDH::Const<int32>("one", 1));
+  nodes.push_back(FDH::Const<int32>("minus_one", -1));
+  nodes.push_back(FDH::Const<int32>("begin", std::vector<int32>{0}));
+  nodes.push_back(FDH::Const<int32>("k", std::vector<int32>{k}));
+  nodes.push_back(FDH::Const<int32>("stride", std::vector<int32>{1}));
+  nodes.push_back(FDH::Const<int32>("flat", std::vector<int32>{-1}));
+  // rows = shape(values)[0]; index = the value number at each position of d(result), or -1
+  nodes.push_back({{"values_shape"}, "Shape", {"values"}, {{"T", t}, {"out_type", i32}}});
+  nodes.push_back({{"rows"}, "StridedSlice", {"values_shape", "begin", "stride", "stride"},
+                   {{"T", i32}, {"Index", i32}, {"shrink_axis_mask", 1}}});
+  nodes.push_back({{"numbers"}, "Range", {"zero", "rows", "one"}, {{"Tidx", i32}}});
+  nodes.push_back({{"grad_shape"}, "Shape", {"d_result"}, {{"T", t}, {"out_type", i32}}});
+  nodes.push_back({{"outer_shape"}, "StridedSlice", {"grad_shape", "begin", "k", "stride"},
+                   {{"T", i32}, {"Index", i32}}});  // shape(d(result))[:k]
+  std::vector<std::string> index_args = {"outer_shape", "numbers", "minus_one"};
+  index_args.insert(index_args.end(), partitions.begin(), partitions.end());
+  nodes.push_back({{"index"}, "RaggedTensorToTensor", index_args,
+                   {{"T", i32}, {"Tindex", tindex}, {"Tshape", i32},
+                    {"num_row_partition_tensors", n}, {"row_partition_types", types}}});
+  // d(result) as [positions, value shape...]; the positions each value / the default fills
+  nodes.push_back({{"inner_shape"}, "StridedSlice", {"grad_shape", "k", "begin", "stride"},
+                   {{"T", i32}, {"Index", i32}, {"end_mask", 1}}});  // shape(d(result))[k:]
+  nodes.push_back({{"flat_grad_shape"}, "ConcatV2", {"flat", "inner_shape", "zero"},
+                   {{"T", i32}, {"N", 2}, {"Tidx", i32}}});
+  nodes.push_back({{"flat_grad"}, "Reshape", {"d_result", "flat_grad_shape"},
+                   {{"T", t}, {"Tshape", i32}}});
+  nodes.push_back({{"flat_index"}, "Reshape", {"index", "flat"}, {{"T", i32}, {"Tshape", i32}}});
+  nodes.push_back({{"is_value"}, "NotEqual", {"flat_index", "minus_one"}, {{"T", i32}}});
+  nodes.push_back({{"is_default"}, "LogicalNot", {"is_value"}, {}});
+  for (const char* which : {"value", "default"}) {
+    const std::string pos = absl::StrCat(which, "_where"), at = absl::StrCat(which, "_at");
+    nodes.push_back({{pos}, "Where", {absl::StrCat("is_", which)}, {{"T", DT_BOOL}}});
+    nodes.push_back({{at}, "Reshape", {pos, "flat"}, {{"T", DT_INT64}, {"Tshape", i32}}});
+    nodes.push_back({{absl::StrCat(which, "_grads")}, "GatherV2", {"flat_grad", at, "zero"},
+                     {{"Tparams", t}, {"Tindices", DT_INT64}, {"Taxis", i32}}});
+  }
+  nodes.push_back({{"value_ids"}, "GatherV2", {"flat_index", "value_at", "zero"},
+                   {{"Tparams", i32}, {"Tindices", DT_INT64}, {"Taxis", i32}}});
+  // d(values) = the gradients of the positions each value fills, summed
+  nodes.push_back({{"d_values"}, "UnsortedSegmentSum", {"value_grads", "value_ids", "rows"},
+                   {{"T", t}, {"Tindices", i32}, {"Tnumsegments", i32}}});
+  // default_value's rank without its leading ones
+  nodes.push_back({{"default_shape"}, "Shape", {"default_value"}, {{"T", t}, {"out_type", i32}}});
+  nodes.push_back({{"dim_is_one"}, "Equal", {"default_shape", "one"}, {{"T", i32}}});
+  nodes.push_back({{"dim_is_one_i"}, "Cast", {"dim_is_one"}, {{"SrcT", DT_BOOL}, {"DstT", i32}}});
+  nodes.push_back({{"leading_ones"}, "Cumprod", {"dim_is_one_i", "zero"},
+                   {{"T", i32}, {"Tidx", i32}}});
+  nodes.push_back({{"num_leading_ones"}, "Sum", {"leading_ones", "zero"},
+                   {{"T", i32}, {"Tidx", i32}}});
+  nodes.push_back({{"default_rank"}, "Rank", {"default_value"}, {{"T", t}}});
+  nodes.push_back({{"kept_rank"}, "Sub", {"default_rank", "num_leading_ones"}, {{"T", i32}}});
+  nodes.push_back({{"grads_rank"}, "Rank", {"default_grads"}, {{"T", t}}});
+  nodes.push_back({{"num_reduced"}, "Sub", {"grads_rank", "kept_rank"}, {{"T", i32}}});
+  nodes.push_back({{"reduced"}, "Range", {"zero", "num_reduced", "one"}, {{"Tidx", i32}}});
+  nodes.push_back({{"default_sum"}, "Sum", {"default_grads", "reduced"},
+                   {{"T", t}, {"Tidx", i32}}});
+  // d(default_value) = the default positions' gradients summed over its broadcast dimensions
+  nodes.push_back({{"d_default_value"}, "Reshape", {"default_sum", "default_shape"},
+                   {{"T", t}, {"Tshape", i32}}});
+  *g = FDH::Define(in, out, {}, nodes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorToTensor", RaggedTensorToTensorGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorToVariant", RaggedTensorToVariantGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedTensorFromVariant", RaggedTensorFromVariantGrad);
 TF_EXT_REGISTER_TF_GRADIENT("RaggedFillEmptyRows", RaggedFillEmptyRowsGrad);
