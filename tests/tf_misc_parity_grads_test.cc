@@ -1,9 +1,10 @@
 // The C++ gradients tf_ext adds for the last TensorFlow ops of Python's gradient registry
-// (docs/registries.md, "Parity with Python"): the debugger's pass-through identities and
-// _EagerConst's refusal (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization
-// (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc), RaggedFillEmptyRows,
-// RaggedTensorToSparse, RaggedGather, RaggedTensorToTensor, RaggedTensorToVariant and
-// RaggedTensorFromVariant (ragged_grad.cc) against numeric Jacobians.
+// (docs/registries.md, "Parity with Python"): the debugger's pass-through identities,
+// _EagerConst's refusal and the composite-tensor variants (tf_ext/grads/tf/array_grad.cc),
+// BatchNormWithGlobalNormalization (nn_grad.cc), BlockLSTM and BlockLSTMV2 (rnn_grad.cc),
+// RaggedFillEmptyRows, RaggedTensorToSparse, RaggedGather, RaggedTensorToTensor,
+// RaggedTensorToVariant and RaggedTensorFromVariant (ragged_grad.cc) against numeric
+// Jacobians.
 // Comparisons with Python's gradients: tests/python/test_tf_misc_parity_grads.py.
 #include <gtest/gtest.h>
 
@@ -86,6 +87,46 @@ TEST(MiscParityGrads, EagerConstRefusesAsPython) {
   EXPECT_TRUE(absl::StrContains(r.status().message(),
                                 "This op should never interact with gradient APIs"))
       << r.status();
+}
+
+// CompositeTensorVariantFromComponents then ToComponents gives back the components (a
+// double and an int64 one here; an empty metadata proto): through the client registry
+// (AddSymbolicGradients: the decoder's gradient, a variant, feeds the encoder's) d(double
+// component) = d(its output).
+TEST(MiscParityGrads, CompositeTensorVariantRoundTrip) {
+  Scope s = Scope::NewRootScope();
+  const Tensor x = Random(DT_DOUBLE, {3, 2}, 70);
+  auto values = ops::Const(s, x);
+  auto ints = ops::Const(s, test::AsTensor<int64_t>({0, 2, 3}, {3}));
+  const DataTypeVector types = {DT_DOUBLE, DT_INT64};
+  Node* encode;
+  Node* decode;
+  TF_ASSERT_OK(NodeBuilder("encode", "CompositeTensorVariantFromComponents")
+                   .Input(std::vector<NodeBuilder::NodeOut>{values.node(), ints.node()})
+                   .Attr("metadata", "")
+                   .Finalize(s.graph(), &encode));
+  TF_ASSERT_OK(NodeBuilder("decode", "CompositeTensorVariantToComponents")
+                   .Input(encode)
+                   .Attr("metadata", "")
+                   .Attr("Tcomponents", types)
+                   .Finalize(s.graph(), &decode));
+  const Tensor dy = Random(DT_DOUBLE, {3, 2}, 71);
+  std::vector<Output> grads;
+  TF_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, 0)}, {values, ints},
+                                    {ops::Const(s, dy)}, &grads));
+  GraphDef gd;
+  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  std::unique_ptr<Session> session(NewSession(SessionOptions()));
+  TF_ASSERT_OK(session->Create(gd));
+  std::vector<Tensor> out;
+  TF_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
+                            {grads[0].name(), grads[1].name(), Output(decode, 0).name()}, {},
+                            &out));
+  test::ExpectTensorNear<double>(out[2], x);  // the round trip
+  test::ExpectTensorNear<double>(out[0], dy);
+  // As Python's: the int64 component's "gradient" is the component the gradient variant
+  // holds, the forward's (no gradient flows through integers).
+  test::ExpectTensorNear<int64_t>(out[1], test::AsTensor<int64_t>({0, 2, 3}, {3}));
 }
 
 // ---------------------------------------------------------------------------------------------

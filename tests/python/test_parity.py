@@ -100,8 +100,6 @@ PYTHON_DECLINES = {
 
 # Open work of issue 22 (not exclusions). Remove an op when it gains a C++ gradient.
 NOT_YET_PORTED = {
-    "CompositeTensorVariantFromComponents",
-    "CompositeTensorVariantToComponents",
     # SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax have no kernel in tensorflow-cpu
     # either; they stay open work of the CSR port (docs/registries.md) rather than exclusions.
     "SparseMatrixAdd",

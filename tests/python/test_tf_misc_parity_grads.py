@@ -1,7 +1,7 @@
 """tf_ext's C++ gradients of the last ops of Python's gradient registry (docs/registries.md,
 "Parity with Python"): the debugger's identities (DebugGradientIdentity,
-DebugGradientRefIdentity, DebugIdentityV2) and _EagerConst's refusal
-(tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
+DebugGradientRefIdentity, DebugIdentityV2), _EagerConst's refusal and the composite-tensor
+variants (tf_ext/grads/tf/array_grad.cc), BatchNormWithGlobalNormalization (nn_grad.cc), against
 Python's gradients of the same node on the same inputs; BlockLSTM (rnn_grad.cc) too, and
 BlockLSTMV2 against central differences, where Python's gradient is not the derivative; the
 ragged ops RaggedFillEmptyRows, RaggedTensorToSparse, RaggedGather, RaggedTensorToTensor,
@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
 from tensorflow.python.debug.lib import debug_gradients
+from tensorflow.python.ops import composite_tensor_ops
 
 import tf_ext
 from test_tf_nn_math_grads import cgrid, compare, grid
@@ -334,3 +335,35 @@ def test_ragged_tensor_to_tensor(dtype):
         return out
 
     compare(natural, TOL[dtype])
+
+
+# ------------------------------------------------------------------------------------------
+# CompositeTensorVariantFromComponents / ToComponents (array_grad.cc): a ragged tensor
+# encoded as one variant and decoded; the decoder's C++ gradient (a variant) fed to the
+# encoder's, against Python's gradient of the pair.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_composite_tensor_variant_round_trip(dtype):
+    x = grid((5, 2), dtype, seed=95)
+    dy = grid((5, 2), dtype, seed=96)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        values = tf.constant(x)
+        rt = tf.RaggedTensor.from_row_splits(values, np.array([0, 2, 2, 5], np.int64))
+        encoded = composite_tensor_ops.composite_tensor_to_variants(rt)
+        spec = rt._type_spec  # pylint: disable=protected-access
+        decoded = composite_tensor_ops.composite_tensor_from_variant(encoded, spec)
+        out = decoded.flat_values
+        decode_op, encode_op = out.op, encoded.op
+        assert decode_op.type == "CompositeTensorVariantToComponents"
+        assert encode_op.type == "CompositeTensorVariantFromComponents"
+        dys = [tf.constant(dy) if o is out else tf.zeros_like(o) for o in decode_op.outputs]
+        (d_encoded,) = symbolic_gradient(decode_op, dys, [tf.variant])
+        cpp = symbolic_gradient(encode_op, [d_encoded], [t.dtype for t in encode_op.inputs])
+        (py,) = tf.gradients(out, values, grad_ys=tf.constant(dy))
+        i = [t.ref() for t in encode_op.inputs].index(values.ref())
+        with tf.compat.v1.Session() as sess:
+            got, want, y = sess.run([cpp[i], py, out])
+    np.testing.assert_array_equal(y, x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, dy)

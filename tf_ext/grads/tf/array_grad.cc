@@ -273,8 +273,64 @@ absl::Status TensorStridedSliceUpdateGrad(const AttrSlice& attrs, FunctionDef* g
   return b.Build(g);
 }
 
+// CompositeTensorVariantFromComponents(components: Tcomponents; metadata) encodes a composite
+// tensor (a TypeSpec in metadata, its component tensors) as one variant, and
+// CompositeTensorVariantToComponents decodes it; each one's gradient is the other, as Python:
+//   d(components) = ToComponents(d(encoded))
+//   d(encoded) = FromComponents(components'), component i of components' being d(component i)
+//                for a floating or complex component and the forward's component otherwise
+// (Python puts the forward's component where no gradient flows, None: its integer row splits,
+// shapes, ...; a SymbolicGradient's incoming gradients are zeros there, which would encode a
+// different structure).
+absl::Status CompositeTensorFromComponentsGrad(const AttrSlice& attrs, FunctionDef* g) {
+  std::string metadata;
+  DataTypeVector types;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "metadata", &metadata));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tcomponents", &types));
+  std::vector<std::string> in, out, rets;
+  for (size_t i = 0; i < types.size(); ++i) {
+    in.push_back(absl::StrCat("component_", i, ": ", DataTypeString(types[i])));
+    out.push_back(absl::StrCat("d_component_", i, ": ", DataTypeString(types[i])));
+    rets.push_back(absl::StrCat("d_component_", i));
+  }
+  in.push_back("d_encoded: variant");
+  // d(components) = the components d(encoded) holds
+  std::vector<FunctionDefHelper::Node> nodes = {
+      {rets, "CompositeTensorVariantToComponents", {"d_encoded"},
+       {{"metadata", metadata}, {"Tcomponents", types}}}};
+  *g = FunctionDefHelper::Define(in, out, {}, nodes);
+  return absl::OkStatus();
+}
+
+absl::Status CompositeTensorToComponentsGrad(const AttrSlice& attrs, FunctionDef* g) {
+  std::string metadata;
+  DataTypeVector types;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "metadata", &metadata));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tcomponents", &types));
+  std::vector<std::string> in = {"encoded: variant"}, fwd, components;
+  for (size_t i = 0; i < types.size(); ++i) {
+    in.push_back(absl::StrCat("d_component_", i, ": ", DataTypeString(types[i])));
+    fwd.push_back(absl::StrCat("fwd_", i));
+    const bool differentiable = DataTypeIsFloating(types[i]) || DataTypeIsComplex(types[i]);
+    components.push_back(differentiable ? absl::StrCat("d_component_", i) : fwd.back());
+  }
+  std::vector<FunctionDefHelper::Node> nodes = {
+      // the forward's components (those no gradient flows through are encoded as they are)
+      {fwd, "CompositeTensorVariantToComponents", {"encoded"},
+       {{"metadata", metadata}, {"Tcomponents", types}}},
+      // d(encoded) = the gradients encoded in the forward's structure
+      {{"d_encoded"}, "CompositeTensorVariantFromComponents", components,
+       {{"metadata", metadata}, {"Tcomponents", types}}}};
+  *g = FunctionDefHelper::Define(in, {"d_encoded: variant"}, {}, nodes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantFromComponents",
+                            CompositeTensorFromComponentsGrad);
+TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantToComponents",
+                            CompositeTensorToComponentsGrad);
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
 TF_EXT_REGISTER_TF_GRADIENT("PlaceholderWithDefault", [](const AttrSlice& a, FunctionDef* g) {
   return PassThroughGrad("PlaceholderWithDefault", "input", "output", a, g);
