@@ -18,6 +18,7 @@
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/loop_variables.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -54,20 +55,6 @@ void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph) {
 }
 
 namespace {
-
-// The VarHandleOp a resource tensor comes from, through Identity nodes (what inlining leaves
-// between a call's resource argument and its reads); null if it is anything else.
-Node* VariableOf(const Edge* e) {
-  Node* n = e->src();
-  while (n->type_string() == "Identity" || n->type_string() == "IdentityN") {
-    const Edge* in = nullptr;
-    const int index = n->type_string() == "IdentityN" ? e->src_output() : 0;
-    if (!n->input_edge(index, &in).ok()) return nullptr;
-    e = in;
-    n = in->src();
-  }
-  return n->type_string() == "VarHandleOp" ? n : nullptr;
-}
 
 // Replaces `old` (whose output 0 it takes over, data and control edges) by `n`.
 absl::Status Reroute(Graph* g, Node* old, Node* n) {
@@ -182,6 +169,8 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
   TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), graph, &g));
   GraphDef().Swap(&graph);
   TF_RETURN_IF_ERROR(InlineFunctionCalls(&g).status());
+  // Loops that read variables (a Keras LSTM) take their values, read before the loop.
+  TF_RETURN_IF_ERROR(ReadLoopVariablesOutside(&g, [](const Node*) { return true; }).status());
 
   // The variables the graph reads, and each read.
   std::vector<Node*> reads;
@@ -192,7 +181,7 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
     if (op != "ReadVariableOp" && op != "ResourceGather" && op != "ResourceGatherNd") continue;
     const Edge* e = nullptr;
     TF_RETURN_IF_ERROR(n->input_edge(0, &e));
-    Node* v = VariableOf(e);
+    Node* v = VariableOfEdge(e);
     if (v == nullptr) continue;  // refused below, with the other resource uses
     if (variables.emplace(v, handles.size()).second) handles.push_back(v);
     reads.push_back(n);
@@ -226,7 +215,7 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
   for (Node* n : reads) {
     const Edge* e = nullptr;
     TF_RETURN_IF_ERROR(n->input_edge(0, &e));
-    const Tensor& value = values[variables.at(VariableOf(e))];
+    const Tensor& value = values[variables.at(VariableOfEdge(e))];
     Node* c = nullptr;
     TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(n->name() + "/frozen"), "Const")
                            .Attr("dtype", value.dtype())
@@ -269,7 +258,7 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || e->src()->output_type(e->src_output()) != DT_RESOURCE) continue;
       if (n->type_string() == "Identity" || n->type_string() == "IdentityN") continue;
-      Node* v = VariableOf(e);
+      Node* v = VariableOfEdge(e);
       return absl::UnimplementedError(absl::StrCat(
           kWhat, "node '", n->name(), "' (", n->type_string(), ") uses ",
           v != nullptr ? absl::StrCat("variable '", v->name(), "'") : "a resource",

@@ -19,6 +19,7 @@
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/export.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/loop_variables.h"
 #include "tf_ext/graph/saved_model.h"
 #include "tf_ext/graph/workarounds.h"
 #include "tf_ext/train/checkpoint.h"
@@ -45,19 +46,6 @@ void Rename(GraphDef* graph, const std::string& prefix) {
     n.set_name(absl::StrCat(prefix, "/", n.name()));
     for (std::string& in : *n.mutable_input()) in = renamed(in);
   }
-}
-
-// The VarHandleOp a resource tensor comes from, through Identity nodes; null otherwise.
-Node* VariableOf(const Edge* e) {
-  Node* n = e->src();
-  int index = e->src_output();
-  while (n->type_string() == "Identity" || n->type_string() == "IdentityN") {
-    const Edge* in = nullptr;
-    if (!n->input_edge(n->type_string() == "IdentityN" ? index : 0, &in).ok()) return nullptr;
-    n = in->src();
-    index = in->src_output();
-  }
-  return n->type_string() == "VarHandleOp" ? n : nullptr;
 }
 
 Tensor StringTensor(const std::string& s) {
@@ -175,6 +163,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), forward, &g));
   GraphDef().Swap(&forward);
   TF_RETURN_IF_ERROR(InlineFunctionCalls(&g).status());
+  // Loops that read trainable variables (a Keras LSTM's While) take their values instead.
+  auto is_trainable = [&](const Node* v) {
+    return trainable.count(std::string(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"))) > 0;
+  };
+  TF_RETURN_IF_ERROR(ReadLoopVariablesOutside(&g, is_trainable).status());
   std::map<std::string, Node*> nodes;
   for (Node* n : g.op_nodes()) nodes[n->name()] = n;
   auto renamed = [](const std::string& name) { return absl::StrCat(kPrefix, "/", name); };
@@ -185,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || e->src()->output_type(e->src_output()) != DT_RESOURCE) continue;
       if (n->type_string() == "Identity" || n->type_string() == "IdentityN") continue;
-      Node* v = VariableOf(e);
+      Node* v = VariableOfEdge(e);
       if (v == nullptr) continue;
       const std::string original(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"));
       if (!trainable.count(original)) continue;
@@ -193,8 +186,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
         return absl::UnimplementedError(absl::StrCat(
             kWhat, "trainable variable '", trainable[original], "' is used by node '", n->name(),
             "' (", n->type_string(), "); only variables read by ReadVariableOp in the signature's "
-            "function can be trained yet (not an Embedding's ResourceGather, not a read inside a loop "
-            "body)"));
+            "function or its loop bodies can be trained yet (not a ResourceGather, not a read inside a "
+            "conditional branch)"));
       }
       reads[original].push_back({n, 0});
     }

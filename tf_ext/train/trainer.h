@@ -10,8 +10,10 @@
 // cannot return a float gradient for a resource; summed over every read of a variable), and the
 // optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
 //
-// Variables used other than by ReadVariableOp (an Embedding's ResourceGather, a read inside a
-// loop body) are not trainable yet: Create refuses them, naming the variable.
+// A loop whose body reads trainable variables (a Keras LSTM) takes their values, read before the
+// loop (tf_ext/graph/loop_variables.h). Variables used other than by ReadVariableOp (a
+// ResourceGather, a read inside a conditional branch) are not trainable yet: Create refuses
+// them, naming the variable.
 #ifndef TF_EXT_TRAIN_TRAINER_H_
 #define TF_EXT_TRAIN_TRAINER_H_
 
