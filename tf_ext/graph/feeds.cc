@@ -51,7 +51,7 @@ absl::Status CheckFitsInMemory(const std::string& what, DataType dtype, const Te
                                int64_t bytes_per_element) {
   const int64_t elements = shape.num_elements();
   const double bytes = static_cast<double>(elements) * bytes_per_element;
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const double memory = PhysicalMemoryBytes();
   if (memory > 0 && bytes > memory / 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %s %s needs %.3g bytes, more than half of this machine's memory (%.3g bytes)", what,
@@ -152,6 +152,11 @@ absl::StatusOr<Tensor> FeedFromFile(const std::string& spec, const std::string& 
 }
 
 }  // namespace
+
+double PhysicalMemoryBytes() {
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  return memory > 0 ? memory : 0;
+}
 
 absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
                                                        const GraphDef& graph) {

@@ -33,6 +33,10 @@ absl::StatusOr<std::pair<TensorRef, Tensor>> ParseFeed(const std::string& spec,
 // InvalidArgument naming the placeholder (as for ParseFeed's random and raw-file feeds).
 absl::StatusOr<std::vector<std::string>> AddRandomFeeds(GradientRequest* request, uint64_t seed);
 
+// This machine's physical memory in bytes (0 if unknown): random feeds and GradientSession's
+// default memory budget are bounded by half of it.
+double PhysicalMemoryBytes();
+
 // The request's feeds as Session::Run takes them ("node:index", value), and, for a run of
 // result->session, the constants it takes as feeds (GradientResult::constant_feeds).
 std::vector<std::pair<std::string, Tensor>> SessionFeeds(const GradientRequest& request,

@@ -1,9 +1,6 @@
 #include "tf_ext/graph/gradient_session.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <deque>
 #include <set>
 #include <string>
 #include <utility>
@@ -23,7 +20,9 @@
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/util/overflow.h"
+#include "tf_ext/graph/feeds.h"
 #include "tf_ext/graph/gradient_graph.h"
+#include "tf_ext/graph/graph_io.h"
 #include "tf_ext/graph/session_options.h"
 
 namespace tensorflow::tf_ext {
@@ -44,30 +43,10 @@ bool IsValueFeed(const Tensor& t) {
   return (t.dtype() == DT_INT32 || t.dtype() == DT_INT64) && t.NumElements() <= kValueFeedElements;
 }
 
+// Half of physical memory, as random feeds are bounded (feeds.h).
 int64_t DefaultBudget() {
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const double memory = PhysicalMemoryBytes();
   return memory > 0 ? static_cast<int64_t>(memory / 2) : (int64_t{1} << 34);
-}
-
-// Nodes of `graph` that computing `fetches` needs (data and control inputs, transitively).
-std::set<std::string> NeededNodes(const GraphDef& graph, const std::vector<std::string>& fetches) {
-  std::map<std::string, const NodeDef*> by_name;
-  for (const NodeDef& n : graph.node()) by_name[n.name()] = &n;
-  std::set<std::string> needed;
-  std::deque<std::string> queue;
-  for (const std::string& f : fetches) queue.push_back(f.substr(0, f.rfind(':')));
-  while (!queue.empty()) {
-    std::string name = queue.front();
-    queue.pop_front();
-    if (!needed.insert(name).second) continue;
-    auto it = by_name.find(name);
-    if (it == by_name.end()) continue;
-    for (const std::string& in : it->second->input()) {
-      std::string src(absl::StripPrefix(in, "^"));
-      queue.push_back(src.substr(0, src.find(':')));
-    }
-  }
-  return needed;
 }
 
 std::string ShapeString(const TensorShape& s) { return s.DebugString(); }
@@ -146,7 +125,9 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   for (const std::string& y : built.y_names) gs->fetches_.push_back(y);
   for (const std::string& dx : built.dx_names) gs->fetches_.push_back(dx);
   // Only the placeholders the fetches need must be fed.
-  const std::set<std::string> needed = NeededNodes(built.graph, gs->fetches_);
+  std::set<std::string> fetched;
+  for (const std::string& f : gs->fetches_) fetched.insert(InputNodeName(f));
+  const std::set<std::string> needed = NeededNodes(built.graph, fetched);
   std::vector<GradientSessionInput> inputs;
   for (GradientSessionInput& in : gs->inputs_) {
     if (!needed.count(in.node)) continue;

@@ -1,17 +1,53 @@
 #include "tf_ext/graph/graph_io.h"
 
 #include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/graph/npy_io.h"
 #include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext {
+
+std::string InputNodeName(const std::string& input) {
+  std::string src(absl::StripPrefix(input, "^"));
+  return src.substr(0, src.find(':'));
+}
+
+std::set<std::string> NeededNodes(const GraphDef& graph, const std::set<std::string>& roots) {
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : graph.node()) by_name[n.name()] = &n;
+  std::set<std::string> needed;
+  std::deque<std::string> queue(roots.begin(), roots.end());
+  while (!queue.empty()) {
+    const std::string name = queue.front();
+    queue.pop_front();
+    if (!needed.insert(name).second) continue;
+    auto it = by_name.find(name);
+    if (it == by_name.end()) continue;
+    for (const std::string& in : it->second->input()) queue.push_back(InputNodeName(in));
+  }
+  return needed;
+}
+
+void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph) {
+  const std::set<std::string> needed = NeededNodes(*graph, roots);
+  GraphDef kept;
+  for (const NodeDef& n : graph->node()) {
+    if (needed.count(n.name())) *kept.add_node() = n;
+  }
+  *kept.mutable_library() = graph->library();
+  *kept.mutable_versions() = graph->versions();
+  graph->Swap(&kept);
+}
 
 absl::Status LoadGraph(const std::string& path, GraphDef* graph) {
   if (!Env::Default()->FileExists(path).ok()) {

@@ -1,7 +1,8 @@
-// Reading forward graphs; writing and printing gradients.
+// Reading forward graphs and keeping the part that is needed; writing and printing gradients.
 #ifndef TF_EXT_GRAPH_GRAPH_IO_H_
 #define TF_EXT_GRAPH_GRAPH_IO_H_
 
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -14,6 +15,15 @@ namespace tensorflow::tf_ext {
 // Reads a GraphDef in binary or text format (binary is tried first, so a binary file never
 // logs text-format parse errors).
 absl::Status LoadGraph(const std::string& path, GraphDef* graph);
+
+// The node a NodeDef input names ("^ctrl", "node:1" -> "ctrl", "node").
+std::string InputNodeName(const std::string& input);
+
+// The nodes `roots` need: themselves and their data and control inputs, transitively.
+std::set<std::string> NeededNodes(const GraphDef& graph, const std::set<std::string>& roots);
+
+// Keeps only the nodes `roots` need (and the library and versions).
+void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph);
 
 // Writes y and every gradient at full precision: an np.savez archive when `path` ends in
 // .npz (arrays "y", then "d_<x node>[_<index>]"), else text with 17 significant digits (one

@@ -1,6 +1,5 @@
 #include "tf_ext/graph/saved_model.h"
 
-#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -17,6 +16,7 @@
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
+#include "tf_ext/graph/graph_io.h"
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/loop_variables.h"
 
@@ -24,37 +24,6 @@ namespace tensorflow::tf_ext {
 namespace {
 
 constexpr char kWhat[] = "SavedModel: ";
-
-std::string SrcNode(const std::string& input) {
-  std::string src(absl::StripPrefix(input, "^"));
-  return src.substr(0, src.find(':'));
-}
-
-}  // namespace
-
-void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph) {
-  std::map<std::string, const NodeDef*> by_name;
-  for (const NodeDef& n : graph->node()) by_name[n.name()] = &n;
-  std::set<std::string> needed;
-  std::deque<std::string> queue(roots.begin(), roots.end());
-  while (!queue.empty()) {
-    const std::string name = queue.front();
-    queue.pop_front();
-    if (!needed.insert(name).second) continue;
-    auto it = by_name.find(name);
-    if (it == by_name.end()) continue;
-    for (const std::string& in : it->second->input()) queue.push_back(SrcNode(in));
-  }
-  GraphDef kept;
-  for (const NodeDef& n : graph->node()) {
-    if (needed.count(n.name())) *kept.add_node() = n;
-  }
-  *kept.mutable_library() = graph->library();
-  *kept.mutable_versions() = graph->versions();
-  graph->Swap(&kept);
-}
-
-namespace {
 
 // Replaces `old` (whose output 0 it takes over, data and control edges) by `n`.
 absl::Status Reroute(Graph* g, Node* old, Node* n) {
@@ -119,7 +88,7 @@ absl::StatusOr<std::vector<CapturedVariable>> SignatureVariables(const MetaGraph
     const int first = call.input_size() - bound;
     for (int i = 0; i < bound; ++i) {
       if (first + i < 0) break;
-      const std::string handle = SrcNode(call.input(first + i));
+      const std::string handle = InputNodeName(call.input(first + i));
       const int id = cf->second.bound_inputs(i);
       if (id < 0 || id >= objects.nodes_size() || !objects.nodes(id).has_variable()) continue;
       if (!seen.insert(handle).second) continue;
@@ -129,15 +98,14 @@ absl::StatusOr<std::vector<CapturedVariable>> SignatureVariables(const MetaGraph
   }
   if (out.empty() && objects.nodes_size() == 0) {
     // TF1: the VarHandleOps the outputs need.
-    GraphDef graph = meta.graph_def();
     std::set<std::string> roots;
     for (const auto& [key, info] : signature.outputs()) {
       auto ref = TensorRef::Parse(info.name());
       if (ref.ok()) roots.insert(ref->node);
     }
-    PruneGraphDef(roots, &graph);
-    for (const NodeDef& n : graph.node()) {
-      if (n.op() == "VarHandleOp") out.push_back({n.name(), n.name(), true});
+    const std::set<std::string> needed = NeededNodes(meta.graph_def(), roots);
+    for (const NodeDef& n : meta.graph_def().node()) {
+      if (n.op() == "VarHandleOp" && needed.count(n.name())) out.push_back({n.name(), n.name(), true});
     }
   }
   return out;

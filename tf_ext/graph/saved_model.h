@@ -24,6 +24,7 @@
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tf_ext/graph/gradient_session.h"
+#include "tf_ext/graph/graph_io.h"
 #include "tf_ext/graph/tensor_ref.h"
 
 namespace tensorflow::tf_ext {
@@ -57,9 +58,6 @@ struct CapturedVariable {
 // (no object graph): every VarHandleOp the outputs need, trainable.
 absl::StatusOr<std::vector<CapturedVariable>> SignatureVariables(const MetaGraphDef& meta,
                                                                  const SignatureDef& signature);
-
-// Keeps only the nodes `roots` need (data and control inputs, transitively).
-void PruneGraphDef(const std::set<std::string>& roots, GraphDef* graph);
 
 absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& export_dir,
                                                             const std::string& signature_key,
