@@ -23,6 +23,19 @@ LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
 N, BATCH, EPOCHS = 48, 16, 5
 
 
+def read_history(path):
+    """The --history CSV's rows, and each epoch's mean step loss (Keras's epoch loss)."""
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return rows, [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e])
+                  for e in range(EPOCHS)]
+
+
+def assert_weights(trained, variables, atol=1e-6):
+    for v in variables:
+        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=atol, err_msg=v.path)
+
+
 def mlp(outputs, activation=None, seed=0):
     import keras
     keras.utils.set_random_seed(seed)
@@ -79,17 +92,13 @@ def train_both(tmp_path, model, loss, keras_loss, targets, opt, weights=None):
                   jit_compile=False)
     fit = model.fit(x, targets, sample_weight=weights, batch_size=BATCH, epochs=EPOCHS,
                     shuffle=False, verbose=0)
-    with open(tmp_path / "history.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows, ours = read_history(tmp_path / "history.csv")
     assert len(rows) == EPOCHS * (N // BATCH)
-    ours = [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e]) for e in range(EPOCHS)]
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     assert fit.history["loss"][-1] < fit.history["loss"][0]  # it trained
     trained = dict(np.load(tmp_path / "w.npz"))
     assert sorted(trained) == sorted(v.path for v in model.trainable_variables)
-    for v in model.trainable_variables:
-        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-6,
-                                   err_msg=v.path)
+    assert_weights(trained, model.trainable_variables)
 
 
 OPTIMIZERS = [
@@ -207,14 +216,11 @@ def test_embedding_classifier_matches_model_fit(tmp_path):
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
                   loss="sparse_categorical_crossentropy", jit_compile=False)
     fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    with open(tmp_path / "h.csv") as f:
-        rows = list(csv.DictReader(f))
-    ours = [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e]) for e in range(EPOCHS)]
+    _, ours = read_history(tmp_path / "h.csv")
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     assert fit.history["loss"][-1] < fit.history["loss"][0]
     trained = dict(np.load(tmp_path / "w.npz"))
-    for v in model.trainable_variables:
-        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-6, err_msg=v.path)
+    assert_weights(trained, model.trainable_variables)
 
 
 def test_lstm_matches_model_fit(tmp_path):
@@ -238,14 +244,11 @@ def test_lstm_matches_model_fit(tmp_path):
     assert r.returncode == 0, r.stderr
     model.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse", jit_compile=False)
     fit = model.fit(seq, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    with open(tmp_path / "h.csv") as f:
-        rows = list(csv.DictReader(f))
-    ours = [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e]) for e in range(EPOCHS)]
+    _, ours = read_history(tmp_path / "h.csv")
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     assert fit.history["loss"][-1] < fit.history["loss"][0]
     trained = dict(np.load(tmp_path / "w.npz"))
-    for v in model.trainable_variables:
-        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-6, err_msg=v.path)
+    assert_weights(trained, model.trainable_variables)
 
 
 def test_export_is_the_trained_saved_model(tmp_path):
@@ -396,15 +399,12 @@ def test_batchnorm_cnn_in_training_mode_matches_model_fit(tmp_path):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     fit = model.fit(images, labels, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    with open(tmp_path / "h.csv") as f:
-        rows = list(csv.DictReader(f))
-    ours = [np.mean([float(r["loss"]) for r in rows if int(r["epoch"]) == e]) for e in range(EPOCHS)]
+    _, ours = read_history(tmp_path / "h.csv")
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     trained = dict(np.load(tmp_path / "w.npz"))
     moving = [v for v in model.variables if "moving" in v.path]
     assert len(moving) == 2 and all(v.path in trained for v in moving)
-    for v in model.trainable_variables + moving:
-        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-5, err_msg=v.path)
+    assert_weights(trained, model.trainable_variables + moving, atol=1e-5)
     assert np.abs(moving[0].numpy()).max() > 1e-3  # the moving mean moved from its zeros
     # inference mode (moving statistics) in the trained export, as the trained Keras model
     loaded = tf.saved_model.load(trained_dir)
