@@ -13,7 +13,6 @@ Node* GraphOps::Finish(NodeBuilder* b) {
     status_ = s;
     return nullptr;
   }
-  last_ = n;
   return n;
 }
 
@@ -71,11 +70,6 @@ GraphTensor GraphOps::SumAll(GraphTensor x) {
   // sum over range(rank(x))
   GraphTensor axes = Op("Range", {Scalar(DT_INT32, 0), Unary("Rank", x), Scalar(DT_INT32, 1)}, "axes");
   return Op("Sum", {x, axes}, "Sum");
-}
-
-GraphTensor GraphOps::MeanAll(GraphTensor x) {
-  GraphTensor axes = Op("Range", {Scalar(DT_INT32, 0), Unary("Rank", x), Scalar(DT_INT32, 1)}, "axes");
-  return Op("Mean", {x, axes}, "Mean");
 }
 
 GraphTensor GraphOps::ReduceLast(const std::string& op, GraphTensor x) {

@@ -25,7 +25,6 @@ class GraphOps {
   GraphTensor Binary(const std::string& op, GraphTensor a, GraphTensor b);
   GraphTensor Cast(GraphTensor x, DataType to);
   // Reductions over all axes, or the last (keepdims false).
-  GraphTensor MeanAll(GraphTensor x);
   GraphTensor SumAll(GraphTensor x);
   GraphTensor ReduceLast(const std::string& op, GraphTensor x);  // "Mean", "Sum"
   GraphTensor Size(GraphTensor x, DataType out);                  // number of elements
@@ -37,7 +36,6 @@ class GraphOps {
   // Any op: inputs, attrs set by `set` on the builder.
   GraphTensor Op(const std::string& op, const std::vector<GraphTensor>& inputs, const std::string& name,
        const std::vector<std::pair<std::string, AttrValue>>& attrs = {}, int output = 0);
-  Node* LastNode() const { return last_; }
 
   absl::Status status() const { return status_; }
   Graph* graph() const { return g_; }
@@ -48,7 +46,6 @@ class GraphOps {
   Graph* g_;
   std::string prefix_;
   absl::Status status_;
-  Node* last_ = nullptr;
 };
 
 }  // namespace tensorflow::tf_ext::train

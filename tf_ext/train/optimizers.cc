@@ -78,7 +78,6 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
   init.push_back(ops->Assign("AssignVariableOp", iterations, ops->Scalar(DT_INT64, 0)));
   GraphTensor step = ReadAfter(ops, iterations, DT_INT64, ready);
   out->iterations = step;
-  out->iterations_handle = iterations;
   out->state.push_back({"iterations", iterations});
   out->state_types.push_back(DT_INT64);
 

@@ -50,7 +50,6 @@ struct OptimizerGraph {
   Node* init = nullptr;     // creates the optimizer's state (slots at Keras's initial values, iterations 0)
   Node* step = nullptr;     // applies one update and increments iterations
   GraphTensor iterations;         // int64, read in the step, before its update
-  GraphTensor iterations_handle;  // the variable, to read it outside a step
   // The optimizer's state for checkpoints: "iterations" and "<variable>/<slot>", with dtypes.
   std::vector<std::pair<std::string, GraphTensor>> state;
   std::vector<DataType> state_types;

@@ -315,9 +315,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     t->variable_reads_.push_back(value.node->name() + ":0");
   }
   t->step_op_ = opt.step->name();
-  GraphTensor iterations = ops.Read(opt.iterations_handle, DT_INT64);
-  TF_RETURN_IF_ERROR(ops.status());
-  t->iterations_tensor_ = iterations.node->name() + ":0";
 
   GraphDef step_graph;
   g.ToGraphDef(&step_graph);
@@ -488,9 +485,14 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::VariableVal
 }
 
 absl::StatusOr<int64_t> Trainer::Iterations() {
-  std::vector<Tensor> values;
-  TF_RETURN_IF_ERROR(bundle_.session->Run({}, {iterations_tensor_}, {}, &values));
-  return values[0].scalar<int64_t>()();
+  // "iterations" is part of the optimizer's state (optimizers.h), read as a checkpoint reads it.
+  for (size_t i = 0; i < state_names_.size(); ++i) {
+    if (state_names_[i] != "iterations") continue;
+    std::vector<Tensor> values;
+    TF_RETURN_IF_ERROR(bundle_.session->Run({}, {state_reads_[i]}, {}, &values));
+    return values[0].scalar<int64_t>()();
+  }
+  return absl::InternalError("trainer: the optimizer has no iteration count");
 }
 
 }  // namespace tensorflow::tf_ext

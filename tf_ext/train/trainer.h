@@ -93,7 +93,7 @@ class Trainer {
   absl::Status SaveModelVariables(const std::string& prefix);
   std::vector<std::string> input_keys_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
-  std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_, iterations_tensor_;
+  std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_;
   std::vector<std::string> trainable_names_, trainable_reads_;
   std::vector<std::string> variable_names_, variable_reads_;
   bool has_targets_ = true;
