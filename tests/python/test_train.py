@@ -6,8 +6,11 @@ momentum and centered, Adagrad), each loss (mse, mae, the cross-entropies from p
 from logits, per-example weights), the learning-rate schedules, clipnorm and global_clipnorm,
 and the validation loss; --shuffle reproducible by seed. Then bad input: missing keys,
 a batch larger than the data, a NaN loss, an unknown optimizer; --export read back by
-tf.saved_model.load; and what the trainer cannot
-train yet refused by name; an Embedding classifier with SGD and momentum; an LSTM."""
+tf.saved_model.load; and what the trainer cannot train yet refused by name. An Embedding
+classifier (repeated ids) with every optimizer and clipping, its gradient sparse as Keras's
+tf.IndexedSlices (no [vocab, dim] gradient in the traced step); a tf.gather of a variable
+(ResourceGather); a table also read whole (dense gradient); an LSTM; the optimizer's iteration
+count across --resume."""
 import csv
 import os
 import subprocess
@@ -192,28 +195,62 @@ def test_bad_input_gets_one_clear_error(tmp_path):
         assert "Traceback" not in r.stderr and "Check failed" not in r.stderr
 
 
-def test_embedding_classifier_matches_model_fit(tmp_path):
-    # Keras 3 reads the embedding table (ReadVariableOp) and gathers from the value; the
-    # trainer's gradient of the table is dense for now. SGD with momentum (linear in the
-    # gradient) then matches model.fit; Keras's Adam squares each gathered row's gradient before
-    # summing repeated ids (IndexedSlices), which the dense gradient does not reproduce yet.
+VOCAB = 37  # distinct from every other dimension of the models below
+
+
+def embedding_model(seed=1):
     import keras
-    keras.utils.set_random_seed(1)
+    keras.utils.set_random_seed(seed)
     ids = keras.Input(shape=(4,), dtype="int32", name="ids")
-    e = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 3)(ids))
-    model = keras.Model(ids, keras.layers.Dense(3, activation="softmax")(e))
-    export = str(tmp_path / "model")
-    model.export(export, verbose=False)
+    e = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCAB, 3)(ids))
+    return keras.Model(ids, keras.layers.Dense(3, activation="softmax")(e))
+
+
+def embedding_data(tmp_path):
+    """Ids with repeats within examples and within batches (and ids never seen), classes."""
     rng = np.random.default_rng(2)
-    x = rng.integers(0, 20, size=(N, 4)).astype(np.int32)
+    x = rng.integers(0, VOCAB - 7, size=(N, 4)).astype(np.int32)
+    x[::3, 1] = x[::3, 0]
+    x[::5, 3] = x[::5, 2] = 4
     t = rng.integers(0, 3, size=(N,)).astype(np.int32)
     np.savez(tmp_path / "d.npz", ids=x, t=t)
+    return x, t
+
+
+EMBEDDING_OPTIMIZERS = [
+    ("sgd", {"learning_rate": 0.5}),
+    ("sgd", {"learning_rate": 0.5, "momentum": 0.9}),
+    ("sgd", {"learning_rate": 0.3, "momentum": 0.8, "nesterov": True}),
+    ("adam", {"learning_rate": 0.05}),
+    ("adamw", {"learning_rate": 0.05, "weight_decay": 0.1}),
+    ("rmsprop", {"learning_rate": 0.02}),
+    ("rmsprop", {"learning_rate": 0.01, "momentum": 0.5}),
+    ("adagrad", {"learning_rate": 0.3}),
+    ("adam", {"learning_rate": 0.05, "clipnorm": 0.1}),
+    ("adam", {"learning_rate": 0.05, "global_clipnorm": 0.1}),
+]
+
+
+@pytest.mark.parametrize("opt", EMBEDDING_OPTIMIZERS,
+                         ids=lambda o: f"{o[0]}-{'-'.join(map(str, o[1].values()))}")
+def test_embedding_classifier_matches_model_fit(opt, tmp_path):
+    """Keras 3's Embedding reads its table and gathers rows (GatherV2); model.fit's gradient is
+    then a tf.IndexedSlices and each optimizer applies it its own way (Adam, RMSprop and Adagrad
+    square each row before summing repeated ids). The trainer's sparse gradient (the gathered
+    rows at their ids) matches it for every optimizer and for clipping, repeated ids included.
+    (Not centered RMSprop: with repeated ids its denominator velocity - average^2 goes negative
+    and Keras 3.15's own sparse division then fails with InvalidArgument.)"""
+    import keras
+    model = embedding_model()
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    x, t = embedding_data(tmp_path)
     r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
                  "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
-                 f"--epochs={EPOCHS}", "--optimizer=sgd", "--learning_rate=0.5", "--momentum=0.9",
-                 f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}")
+                 f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}",
+                 f"--save_weights={tmp_path / 'w.npz'}", *cli_flags(opt[0], **dict(opt[1])))
     assert r.returncode == 0, r.stderr
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5, momentum=0.9),
+    model.compile(optimizer=keras_optimizer(opt[0], **dict(opt[1])),
                   loss="sparse_categorical_crossentropy", jit_compile=False)
     fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
     _, ours = read_history(tmp_path / "h.csv")
@@ -221,6 +258,158 @@ def test_embedding_classifier_matches_model_fit(tmp_path):
     assert fit.history["loss"][-1] < fit.history["loss"][0]
     trained = dict(np.load(tmp_path / "w.npz"))
     assert_weights(trained, model.trainable_variables)
+
+
+def step_stats_outputs(path):
+    """(node name, op, shape) of every output the traced step computed (--step_stats); a node
+    without outputs (a variable update) as (name, op, None)."""
+    from tensorflow.core.protobuf import config_pb2
+    meta = config_pb2.RunMetadata()
+    with open(path, "rb") as f:
+        meta.ParseFromString(f.read())
+    out = []
+    for dev in meta.step_stats.dev_stats:
+        for n in dev.node_stats:
+            op = n.timeline_label.split(" = ")[1].split("(")[0] if " = " in n.timeline_label else ""
+            for o in n.output:
+                out.append((n.node_name, op, tuple(d.size for d in o.tensor_description.shape.dim)))
+            if not n.output:
+                out.append((n.node_name, op, None))
+    return out
+
+
+def dense_table_gradients(outputs, dim):
+    """The step's [VOCAB, dim] tensors that are gradients: computed under the backprop's name
+    prefix, or by the ops that densify rows (UnsortedSegmentSum, ScatterNd) or sum gradients."""
+    return [(name, op) for name, op, shape in outputs if shape == (VOCAB, dim) and (
+        "/gradients/" in name or op in ("UnsortedSegmentSum", "ScatterNd", "AddN"))]
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_embedding_gradient_has_no_vocab_sized_tensor(opt, tmp_path):
+    """The traced first step (--step_stats: every node's output shapes, as the executor ran it):
+    no [vocab, dim] gradient of the table. With plain SGD, no [vocab, dim] tensor at all but the
+    table's own reads (the update is a scatter of the rows); with Adam the dense slots are
+    updated in place (as Keras's). The same check finds the dense gradient of a table that is
+    also read whole (tied input and output embeddings, below), so it can fail."""
+    model = embedding_model()
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    embedding_data(tmp_path)
+    stats = tmp_path / "step.pb"
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
+                 "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
+                 "--epochs=1", f"--optimizer={opt}", f"--step_stats={stats}")
+    assert r.returncode == 0, r.stderr
+    outputs = step_stats_outputs(stats)
+    assert any(op == "GatherV2" for _, op, _ in outputs)  # the trace has the forward's ops
+    assert dense_table_gradients(outputs, 3) == []
+    vocab_sized = sorted({op for _, op, shape in outputs if shape == (VOCAB, 3)})
+    if opt == "sgd":
+        assert vocab_sized == ["ReadVariableOp"], vocab_sized
+    assert any(op == "ResourceScatterSub" if opt == "sgd" else op == "ResourceScatterAdd"
+               for _, op, _ in outputs)
+
+
+def gather_module(tied, table, kernel, bias):
+    """A tf.Module whose __call__ gathers rows with tf.gather on the variable (ResourceGather,
+    not a read and GatherV2); `tied` also multiplies by the whole table (a dense use)."""
+    import tensorflow as tf
+
+    class Gather(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = tf.Variable(table, name="table")
+            self.kernel = tf.Variable(kernel, name="kernel")
+            self.bias = tf.Variable(bias, name="bias")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.int32, name="ids")])
+        def __call__(self, ids):
+            e = tf.reduce_mean(tf.gather(self.table, ids), axis=1)
+            if tied:
+                return tf.matmul(e, self.table, transpose_b=True)  # logits over the vocabulary
+            return tf.nn.softmax(tf.matmul(e, self.kernel) + self.bias)
+
+    return Gather()
+
+
+def saved_ops(export):
+    from tensorflow.core.protobuf import saved_model_pb2
+    sm = saved_model_pb2.SavedModel()
+    with open(os.path.join(export, "saved_model.pb"), "rb") as f:
+        sm.ParseFromString(f.read())
+    return {n.op for f in sm.meta_graphs[0].graph_def.library.function for n in f.node_def}
+
+
+def test_resource_gather_trains_sparse_like_model_fit(tmp_path):
+    """tf.gather on a tf.Variable in a tf.function is a ResourceGather of the variable itself:
+    the trainer differentiates the gathered rows (a sparse gradient), and the module trains as
+    model.fit trains the same Keras model from the same weights (Adam: losses and weights)."""
+    import keras
+    import tensorflow as tf
+    model = embedding_model()
+    table, kernel, bias = (v.numpy() for v in model.trainable_variables)
+    module = gather_module(False, table, kernel, bias)
+    export = str(tmp_path / "module")
+    tf.saved_model.save(module, export, signatures={"serving_default": module.__call__})
+    assert "ResourceGather" in saved_ops(export) and "GatherV2" not in saved_ops(export)
+    x, t = embedding_data(tmp_path)
+    stats = tmp_path / "step.pb"
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
+                 "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
+                 f"--epochs={EPOCHS}", "--optimizer=adam", "--learning_rate=0.05",
+                 f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}",
+                 f"--step_stats={stats}")
+    assert r.returncode == 0, r.stderr
+    assert dense_table_gradients(step_stats_outputs(stats), 3) == []
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.05),
+                  loss="sparse_categorical_crossentropy", jit_compile=False)
+    fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    trained = dict(np.load(tmp_path / "w.npz"))
+    assert sorted(trained) == ["bias", "kernel", "table"]
+    for name, v in zip(["table", "kernel", "bias"], model.trainable_variables):
+        np.testing.assert_allclose(trained[name], v.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_table_also_read_whole_gets_the_summed_dense_gradient(tmp_path):
+    """A table both gathered (ResourceGather) and read whole (tied embeddings: logits =
+    mean(rows) table^T) has a dense gradient, the gathered rows summed into it as
+    tf.GradientTape sums them: plain SGD matches a GradientTape loop, and the step's trace shows
+    the [vocab, dim] gradient the Embedding tests above check is absent."""
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    table = rng.normal(size=(VOCAB, 3)).astype(np.float32)
+    module = gather_module(True, table, np.zeros((3, 3), np.float32), np.zeros(3, np.float32))
+    export = str(tmp_path / "module")
+    tf.saved_model.save(module, export, signatures={"serving_default": module.__call__})
+    x, _ = embedding_data(tmp_path)
+    t = rng.integers(0, VOCAB, size=(N,)).astype(np.int32)
+    np.savez(tmp_path / "d.npz", ids=x, t=t)
+    stats = tmp_path / "step.pb"
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
+                 "--targets=t", "--loss=sparse_categorical_crossentropy:from_logits",
+                 f"--batch_size={BATCH}", "--epochs=2", "--optimizer=sgd", "--learning_rate=0.5",
+                 f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}",
+                 f"--step_stats={stats}")
+    assert r.returncode == 0, r.stderr
+    assert dense_table_gradients(step_stats_outputs(stats), 3) != []
+    var = tf.Variable(table)
+    losses = []
+    for _ in range(2):
+        for b in range(0, N, BATCH):
+            with tf.GradientTape() as tape:
+                e = tf.reduce_mean(tf.gather(var, x[b:b + BATCH]), axis=1)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    t[b:b + BATCH], tf.matmul(e, var, transpose_b=True)))
+            var.assign_sub(0.5 * tf.convert_to_tensor(tape.gradient(loss, var)))
+            losses.append(float(loss))
+    with open(tmp_path / "h.csv") as f:
+        ours = [float(row["loss"]) for row in csv.DictReader(f)]
+    np.testing.assert_allclose(ours, losses, rtol=1e-4)
+    np.testing.assert_allclose(dict(np.load(tmp_path / "w.npz"))["table"], var.numpy(), rtol=1e-4,
+                               atol=1e-6)
 
 
 def test_lstm_matches_model_fit(tmp_path):
@@ -416,7 +605,8 @@ def test_checkpoint_restores_in_python_and_resumes(tmp_path):
     """--checkpoint writes an object-based checkpoint: Python's
     tf.train.Checkpoint(root=tf.saved_model.load(dir)).restore(prefix) restores the trained model
     (assert_existing_objects_matched passes). --resume continues with the optimizer's state: 3 + 2
-    epochs give the losses and weights of 5 uninterrupted ones."""
+    epochs give the losses and weights of 5 uninterrupted ones, and the optimizer's iteration
+    count (Trainer::Iterations) goes on from the checkpoint's."""
     import tensorflow as tf
     model = mlp(2, seed=31)
     export = str(tmp_path / "model")
@@ -427,17 +617,20 @@ def test_checkpoint_restores_in_python_and_resumes(tmp_path):
     flags = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x", "--targets=t",
              "--loss=mse", f"--batch_size={BATCH}", "--optimizer=adam", "--learning_rate=0.01"]
 
-    def train(name, epochs, *extra):
+    def train(name, epochs, iterations, *extra):
         r = run_tool(tmp_path, *flags, f"--epochs={epochs}", f"--history={tmp_path / name}.csv",
                      f"--save_weights={tmp_path / name}.npz", *extra)
         assert r.returncode == 0, r.stderr
+        # Trainer::Iterations: the optimizer's step count, the checkpoint's included on --resume
+        assert f"optimizer iterations: {iterations}\n" in r.stdout, r.stdout
         with open(f"{tmp_path / name}.csv") as f:
             losses = [float(row["loss"]) for row in csv.DictReader(f)]
         return losses, dict(np.load(f"{tmp_path / name}.npz"))
 
-    full, full_w = train("full", 5)
-    first, first_w = train("first", 3, f"--checkpoint={tmp_path / 'ckpt' / 'step'}")
-    rest, rest_w = train("rest", 2, f"--resume={tmp_path / 'ckpt' / 'step'}")
+    steps = N // BATCH
+    full, full_w = train("full", 5, 5 * steps)
+    first, first_w = train("first", 3, 3 * steps, f"--checkpoint={tmp_path / 'ckpt' / 'step'}")
+    rest, rest_w = train("rest", 2, 5 * steps, f"--resume={tmp_path / 'ckpt' / 'step'}")
     np.testing.assert_allclose(first + rest, full, rtol=1e-5)
     for k in full_w:
         np.testing.assert_allclose(rest_w[k], full_w[k], rtol=1e-5, atol=1e-7, err_msg=k)

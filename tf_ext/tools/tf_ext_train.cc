@@ -200,6 +200,10 @@ int Main(int argc, char** argv) {
   std::string export_dir;
   parser.String("export", &export_dir,
                 "write the trained SavedModel here (same signatures, the trained variables)");
+  std::string step_stats;
+  parser.String("step_stats", &step_stats,
+                "write the first training step's tensorflow.RunMetadata here (binary; its "
+                "step_stats give every node's time and output shapes)");
   std::string library;
   parser.String("library", &library, "the op library (default: found as tf_ext_grad finds it)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
@@ -300,7 +304,15 @@ int Main(int argc, char** argv) {
     std::string error;
     const bool ok = ForEachBatch(*epoch_data, batch_size, [&](const Batch& b) {
       const auto started = std::chrono::steady_clock::now();
-      auto loss_value = (*trainer)->Step(b.inputs, b.targets, b.weights);
+      RunMetadata trace;
+      const bool traced = step == 0 && !step_stats.empty();
+      auto loss_value = (*trainer)->Step(b.inputs, b.targets, b.weights, traced ? &trace : nullptr);
+      if (traced && loss_value.ok()) {
+        if (absl::Status s = WriteBinaryProto(Env::Default(), step_stats, trace); !s.ok()) {
+          error = absl::StrCat("--step_stats=", step_stats, ": ", s.message());
+          return false;
+        }
+      }
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
       if (!loss_value.ok()) {
         error = absl::StrCat("step ", step, ": ", loss_value.status().message());
@@ -364,6 +376,11 @@ int Main(int argc, char** argv) {
     std::printf("steady state over %zu steps: median %.3f ms per step\n", steady.size(),
                 steady[steady.size() / 2]);
   }
+  // The optimizer's step count (Keras's optimizer.iterations): a resumed run's count includes
+  // the checkpoint's.
+  auto iterations = (*trainer)->Iterations();
+  if (!iterations.ok()) return Fail(std::string(iterations.status().message()));
+  std::printf("optimizer iterations: %lld\n", static_cast<long long>(*iterations));
   if (!export_dir.empty()) {
     if (absl::Status s = (*trainer)->Export(export_dir); !s.ok()) {
       return Fail(absl::StrCat("--export=", export_dir, ": ", s.message()));

@@ -108,6 +108,30 @@ Node* GraphOps::Assign(const std::string& op, GraphTensor handle, GraphTensor va
   return Finish(&b);
 }
 
+Node* GraphOps::Scatter(const std::string& op, GraphTensor handle, GraphTensor indices,
+                        GraphTensor rows, const std::vector<Node*>& after) {
+  if (!status_.ok()) return nullptr;
+  if (handle.node == nullptr || indices.node == nullptr || rows.node == nullptr) {
+    status_ = absl::InternalError(absl::StrCat("trainer: an input of ", op, " is missing"));
+    return nullptr;
+  }
+  NodeBuilder b(g_->NewName(absl::StrCat(prefix_, "/", op)), op);
+  b.Input(handle.node, handle.index).Input(indices.node, indices.index).Input(rows.node, rows.index);
+  for (Node* n : after) {
+    if (n != nullptr) b.ControlInput(n);
+  }
+  return Finish(&b);
+}
+
+GraphTensor GraphOps::GatherRows(GraphTensor handle, DataType dtype, GraphTensor indices,
+                                 Node* after) {
+  AttrValue d;
+  SetAttrValue(dtype, &d);
+  GraphTensor rows = Op("ResourceGather", {handle, indices}, "gather_rows", {{"dtype", d}});
+  if (rows.node != nullptr && after != nullptr) g_->AddControlEdge(after, rows.node);
+  return rows;
+}
+
 Node* GraphOps::Group(const std::string& name, const std::vector<Node*>& nodes) {
   if (!status_.ok()) return nullptr;
   NodeBuilder b(g_->NewName(absl::StrCat(prefix_, "/", name)), "NoOp");

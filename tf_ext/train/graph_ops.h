@@ -33,6 +33,12 @@ class GraphOps {
   // Assign / AssignAdd / AssignSub VariableOp; returns the node (no outputs).
   Node* Assign(const std::string& op, GraphTensor handle, GraphTensor value, const std::vector<Node*>& after = {});
   Node* Group(const std::string& name, const std::vector<Node*>& nodes);
+  // ResourceScatterAdd / ResourceScatterSub of `rows` ([n, ...]) at `indices` ([n]) into the
+  // variable, after `after`; returns the node (no outputs).
+  Node* Scatter(const std::string& op, GraphTensor handle, GraphTensor indices, GraphTensor rows,
+                const std::vector<Node*>& after = {});
+  // The variable's rows at `indices` (ResourceGather), read after `after`.
+  GraphTensor GatherRows(GraphTensor handle, DataType dtype, GraphTensor indices, Node* after);
   // Any op: inputs, attrs set by `set` on the builder.
   GraphTensor Op(const std::string& op, const std::vector<GraphTensor>& inputs, const std::string& name,
        const std::vector<std::pair<std::string, AttrValue>>& attrs = {}, int output = 0);

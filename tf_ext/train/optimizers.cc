@@ -68,7 +68,7 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
 
 absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
                           const std::vector<TrainableVariable>& variables,
-                          const std::vector<GraphTensor>& gradients, const std::vector<Node*>& after,
+                          const std::vector<Gradient>& gradients, const std::vector<Node*>& after,
                           OptimizerGraph* out) {
   TF_RETURN_IF_ERROR(ValidateOptimizer(spec));
   std::vector<Node*> init;
@@ -81,19 +81,22 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
   out->state.push_back({"iterations", iterations});
   out->state_types.push_back(DT_INT64);
 
-  // Keras's _clip_gradients, before anything else.
-  std::vector<GraphTensor> clipped = gradients;
+  // Keras's _clip_gradients, before anything else. A sparse gradient's norm is that of its rows
+  // (tf.clip_by_norm of an IndexedSlices; Keras's global_norm sums the squared rows), repeated
+  // ids not summed first; its rows are scaled (and, by global_clipnorm, made dense by Keras).
+  std::vector<Gradient> clipped = gradients;
   if (spec.clipnorm > 0) {
     for (size_t i = 0; i < clipped.size(); ++i) {
       // tf.clip_by_norm: g clipnorm / max(||g||, clipnorm), ||g|| taken as 0 where sum(g^2) = 0
       const DataType t = variables[i].dtype;
-      GraphTensor g = gradients[i];
+      GraphTensor g = gradients[i].values;
       GraphTensor l2sum = ops->SumAll(ops->Unary("Square", g));
       GraphTensor positive = ops->Binary("Greater", l2sum, ops->Scalar(t, 0));
       GraphTensor safe = ops->Op("SelectV2", {positive, l2sum, ops->Scalar(t, 1)}, "safe");
       GraphTensor norm = ops->Op("SelectV2", {positive, ops->Unary("Sqrt", safe), l2sum}, "norm");
       GraphTensor c = ops->Scalar(t, spec.clipnorm);
-      clipped[i] = ops->Binary("RealDiv", ops->Binary("Mul", g, c), ops->Binary("Maximum", norm, c));
+      clipped[i].values =
+          ops->Binary("RealDiv", ops->Binary("Mul", g, c), ops->Binary("Maximum", norm, c));
     }
   } else if (spec.global_clipnorm > 0 && !gradients.empty()) {
     // norm = sqrt(sum_i sum(g_i^2)); scale = c min(1 / norm, 1 / c) + (norm - norm)
@@ -101,7 +104,7 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
     GraphTensor squared = ops->Scalar(t, 0);
     for (size_t i = 0; i < gradients.size(); ++i) {
       squared = ops->Binary("AddV2", squared,
-                            ops->Cast(ops->SumAll(ops->Unary("Square", gradients[i])), t));
+                            ops->Cast(ops->SumAll(ops->Unary("Square", gradients[i].values)), t));
     }
     GraphTensor norm = ops->Unary("Sqrt", squared);
     GraphTensor c = ops->Scalar(t, spec.global_clipnorm);
@@ -112,7 +115,17 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
                                 ops->Binary("RealDiv", ops->Scalar(t, 1), c))),
         ops->Binary("Sub", norm, norm));
     for (size_t i = 0; i < gradients.size(); ++i) {
-      clipped[i] = ops->Binary("Mul", gradients[i], ops->Cast(scale, variables[i].dtype));
+      clipped[i].values = ops->Binary("Mul", gradients[i].values, ops->Cast(scale, variables[i].dtype));
+      if (!clipped[i].sparse()) continue;
+      // Keras multiplies the IndexedSlices by the scale with `*`, which densifies it: the
+      // optimizer then sees the rows of repeated ids summed. Summed here without densifying:
+      // one row per distinct id (Unique, UnsortedSegmentSum).
+      GraphTensor unique = ops->Op("Unique", {clipped[i].indices}, "unique");
+      GraphTensor position{unique.node, 1};
+      clipped[i].values = ops->Op("UnsortedSegmentSum",
+                                  {clipped[i].values, position, ops->Size(unique, DT_INT32)},
+                                  "sum_repeated_ids");
+      clipped[i].indices = unique;
     }
   }
 
@@ -120,7 +133,9 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
   for (size_t i = 0; i < variables.size(); ++i) {
     const TrainableVariable& var = variables[i];
     const DataType t = var.dtype;
-    GraphTensor g = clipped[i];
+    GraphTensor g = clipped[i].values;
+    const bool sparse = clipped[i].sparse();
+    GraphTensor ids = clipped[i].indices;
     auto c = [&](double v) { return ops->Scalar(t, v); };
     // The learning rate at this step: lr0, or Keras's schedule of iterations.
     const double lr0 = spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name);
@@ -146,16 +161,47 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
                             ops->Binary("Sub", v, ops->Binary("Mul", v, ops->Binary("Mul", c(wd), lr))));
     }
     Node* order = decayed != nullptr ? decayed : ready;
+    // A sparse gradient's part of a dense slot: slot <- slot * keep, then its rows scattered in
+    // (added: repeated ids sum); returns the scatter, after which the slot holds the new value.
+    auto decay_and_add = [&](GraphTensor handle, double keep, GraphTensor rows) {
+      GraphTensor s = ReadAfter(ops, handle, t, ready);
+      Node* scaled = ops->Assign("AssignVariableOp", handle, ops->Binary("Mul", s, c(keep)));
+      Node* added = ops->Scatter("ResourceScatterAdd", handle, ids, rows, {scaled});
+      updates.push_back(scaled);
+      updates.push_back(added);
+      return added;
+    };
     if (spec.name == "sgd") {
       if (spec.momentum == 0) {
-        // var -= g lr
-        updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, ops->Binary("Mul", g, lr), {order}));
+        // var -= g lr (sparse: every row subtracted at its id)
+        updates.push_back(sparse ? ops->Scatter("ResourceScatterSub", var.handle, ids,
+                                                ops->Binary("Mul", g, lr), {order})
+                                 : ops->Assign("AssignSubVariableOp", var.handle,
+                                               ops->Binary("Mul", g, lr), {order}));
         continue;
       }
       // m <- m momentum - g lr; var += m (Nesterov: var += m momentum - g lr)
       GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
-      GraphTensor m = ReadAfter(ops, m_handle, t, ready);
       GraphTensor gl = ops->Binary("Mul", g, lr);
+      if (sparse) {
+        // Keras: m momentum - (g lr densified, repeated ids summed)
+        GraphTensor m = ReadAfter(ops, m_handle, t, ready);
+        Node* scaled = ops->Assign("AssignVariableOp", m_handle, ops->Binary("Mul", m, c(spec.momentum)));
+        Node* sub = ops->Scatter("ResourceScatterSub", m_handle, ids, gl, {scaled});
+        updates.push_back(scaled);
+        updates.push_back(sub);
+        GraphTensor m_new = ReadAfter(ops, m_handle, t, sub);
+        if (spec.nesterov) {
+          Node* add = ops->Assign("AssignAddVariableOp", var.handle,
+                                  ops->Binary("Mul", m_new, c(spec.momentum)), {order});
+          updates.push_back(add);
+          updates.push_back(ops->Scatter("ResourceScatterSub", var.handle, ids, gl, {add}));
+        } else {
+          updates.push_back(ops->Assign("AssignAddVariableOp", var.handle, m_new, {order}));
+        }
+        continue;
+      }
+      GraphTensor m = ReadAfter(ops, m_handle, t, ready);
       GraphTensor m_new = ops->Binary("Sub", ops->Binary("Mul", m, c(spec.momentum)), gl);
       updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
       GraphTensor delta = spec.nesterov
@@ -172,21 +218,58 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
           ops->Binary("Sub", c(1), ops->Binary("Pow", c(spec.beta_1), local)));
       GraphTensor m_handle = Slot(ops, var, "m", 0, &init, out);
       GraphTensor v_handle = Slot(ops, var, "v", 0, &init, out);
-      GraphTensor m = ReadAfter(ops, m_handle, t, ready);
-      GraphTensor v = ReadAfter(ops, v_handle, t, ready);
-      // m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2)
-      GraphTensor m_new = ops->Binary("AddV2", m, ops->Binary("Mul", ops->Binary("Sub", g, m), c(1 - spec.beta_1)));
-      GraphTensor v_new = ops->Binary(
-          "AddV2", v, ops->Binary("Mul", ops->Binary("Sub", ops->Unary("Square", g), v), c(1 - spec.beta_2)));
-      updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
-      updates.push_back(ops->Assign("AssignVariableOp", v_handle, v_new));
+      GraphTensor m_new, v_new;
+      if (sparse) {
+        // m += (dense(g) - m)(1 - beta_1); v += (dense(g^2 per row) - v)(1 - beta_2)
+        Node* m_done = decay_and_add(m_handle, spec.beta_1, ops->Binary("Mul", g, c(1 - spec.beta_1)));
+        Node* v_done = decay_and_add(
+            v_handle, spec.beta_2, ops->Binary("Mul", ops->Unary("Square", g), c(1 - spec.beta_2)));
+        m_new = ReadAfter(ops, m_handle, t, m_done);
+        v_new = ReadAfter(ops, v_handle, t, v_done);
+      } else {
+        GraphTensor m = ReadAfter(ops, m_handle, t, ready);
+        GraphTensor v = ReadAfter(ops, v_handle, t, ready);
+        // m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2)
+        m_new = ops->Binary("AddV2", m, ops->Binary("Mul", ops->Binary("Sub", g, m), c(1 - spec.beta_1)));
+        v_new = ops->Binary(
+            "AddV2", v, ops->Binary("Mul", ops->Binary("Sub", ops->Unary("Square", g), v), c(1 - spec.beta_2)));
+        updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
+        updates.push_back(ops->Assign("AssignVariableOp", v_handle, v_new));
+      }
       // var -= m alpha / (sqrt(v) + epsilon)
       GraphTensor delta = ops->Binary("RealDiv", ops->Binary("Mul", m_new, alpha),
                                       ops->Binary("AddV2", ops->Unary("Sqrt", v_new), c(spec.epsilon)));
       updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, delta, {order}));
     } else if (spec.name == "rmsprop") {
-      // velocity <- rho velocity + (1 - rho) g^2
+      // velocity <- rho velocity + (1 - rho) g^2 (sparse: each row squared, then summed by id)
       GraphTensor vel_handle = Slot(ops, var, "velocity", 0, &init, out);
+      GraphTensor avg_handle;
+      if (spec.centered) avg_handle = Slot(ops, var, "average_gradient", 0, &init, out);
+      if (sparse) {
+        Node* vel_done = decay_and_add(vel_handle, spec.rho,
+                                       ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
+        // denominator = velocity - average^2 + epsilon at the gradient's rows
+        GraphTensor denominator = ops->GatherRows(vel_handle, t, ids, vel_done);
+        if (spec.centered) {
+          Node* avg_done = decay_and_add(avg_handle, spec.rho, ops->Binary("Mul", c(1 - spec.rho), g));
+          denominator = ops->Binary(
+              "Sub", denominator, ops->Unary("Square", ops->GatherRows(avg_handle, t, ids, avg_done)));
+        }
+        denominator = ops->Binary("AddV2", denominator, c(spec.epsilon));
+        // increment = lr g / sqrt(denominator), one row per gradient row
+        GraphTensor increment =
+            ops->Binary("RealDiv", ops->Binary("Mul", lr, g), ops->Unary("Sqrt", denominator));
+        if (spec.momentum > 0) {
+          // m <- momentum m + dense(increment); var -= m
+          GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
+          Node* m_done = decay_and_add(m_handle, spec.momentum, increment);
+          updates.push_back(ops->Assign("AssignSubVariableOp", var.handle,
+                                        ReadAfter(ops, m_handle, t, m_done), {order}));
+        } else {
+          updates.push_back(ops->Scatter("ResourceScatterSub", var.handle, ids, increment, {order}));
+        }
+        continue;
+      }
       GraphTensor vel = ReadAfter(ops, vel_handle, t, ready);
       GraphTensor vel_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), vel),
                                         ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
@@ -194,7 +277,6 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
       GraphTensor denominator;
       if (spec.centered) {
         // average <- rho average + (1 - rho) g; denominator = velocity - average^2 + epsilon
-        GraphTensor avg_handle = Slot(ops, var, "average_gradient", 0, &init, out);
         GraphTensor avg = ReadAfter(ops, avg_handle, t, ready);
         GraphTensor avg_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), avg),
                                           ops->Binary("Mul", c(1 - spec.rho), g));
@@ -219,6 +301,19 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
     } else {  // adagrad
       // accumulator += g^2; var -= lr g / sqrt(accumulator + epsilon)
       GraphTensor acc_handle = Slot(ops, var, "accumulator", spec.initial_accumulator_value, &init, out);
+      if (sparse) {
+        // each row squared and added at its id; then each row divided by its id's accumulator
+        Node* added = ops->Scatter("ResourceScatterAdd", acc_handle, ids, ops->Unary("Square", g),
+                                   {ready});
+        updates.push_back(added);
+        GraphTensor acc_rows = ops->GatherRows(acc_handle, t, ids, added);
+        updates.push_back(ops->Scatter(
+            "ResourceScatterSub", var.handle, ids,
+            ops->Binary("RealDiv", ops->Binary("Mul", lr, g),
+                        ops->Unary("Sqrt", ops->Binary("AddV2", acc_rows, c(spec.epsilon)))),
+            {order}));
+        continue;
+      }
       GraphTensor acc = ReadAfter(ops, acc_handle, t, ready);
       GraphTensor acc_new = ops->Binary("AddV2", acc, ops->Unary("Square", g));
       updates.push_back(ops->Assign("AssignVariableOp", acc_handle, acc_new));

@@ -46,6 +46,21 @@ struct TrainableVariable {
   DataType dtype = DT_FLOAT;
 };
 
+// A variable's gradient: dense (`values` of the variable's shape), or sparse as TensorFlow's
+// IndexedSlices (an Embedding's table): `values` the rows [n, ...] to add at `indices` [n], with
+// repeated ids repeated. Sparse gradients are applied as Keras 3's optimizers apply a
+// tf.IndexedSlices: where Keras mixes it with dense state it sums the rows of repeated ids
+// (m, velocity, momentum), where it squares it first it squares each row and then sums (Adam's
+// and RMSprop's second moments, Adagrad's accumulator), and its scatter updates of the variable
+// add every row. With global_clipnorm Keras's clipping densifies the gradient (rows of repeated
+// ids summed), so the rows of repeated ids are summed first. No [vocab, ...] gradient tensor is
+// formed; the slots stay dense.
+struct Gradient {
+  GraphTensor values;
+  GraphTensor indices;  // sparse only (int32 or int64)
+  bool sparse() const { return indices.node != nullptr; }
+};
+
 struct OptimizerGraph {
   Node* init = nullptr;     // creates the optimizer's state (slots at Keras's initial values, iterations 0)
   Node* step = nullptr;     // applies one update and increments iterations
@@ -59,7 +74,7 @@ struct OptimizerGraph {
 // `after` has run (the step's loss and gradients: the forward's reads come first).
 absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
                           const std::vector<TrainableVariable>& variables,
-                          const std::vector<GraphTensor>& gradients, const std::vector<Node*>& after,
+                          const std::vector<Gradient>& gradients, const std::vector<Node*>& after,
                           OptimizerGraph* out);
 
 }  // namespace tensorflow::tf_ext::train

@@ -174,6 +174,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
 
   // Each trainable variable's reads; any other use of it is refused.
   std::map<std::string, std::vector<GraphTensor>> reads;  // handle (renamed) -> reads
+  std::map<std::string, std::vector<Node*>> gathers;      // handle -> its ResourceGathers
   for (Node* n : g.op_nodes()) {
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || e->src()->output_type(e->src_output()) != DT_RESOURCE) continue;
@@ -182,12 +183,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
       if (v == nullptr) continue;
       const std::string original(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"));
       if (!trainable.count(original)) continue;
+      if (n->type_string() == "ResourceGather" && e->dst_input() == 0) {
+        int32_t batch_dims = 0;
+        if (!TryGetNodeAttr(n->attrs(), "batch_dims", &batch_dims)) batch_dims = 0;
+        if (batch_dims == 0) {
+          gathers[original].push_back(n);
+          continue;
+        }
+      }
       if (n->type_string() != "ReadVariableOp") {
         return absl::UnimplementedError(absl::StrCat(
             kWhat, "trainable variable '", trainable[original], "' is used by node '", n->name(),
-            "' (", n->type_string(), "); only variables read by ReadVariableOp in the signature's "
-            "function or its loop bodies can be trained yet (not a ResourceGather, not a read inside a "
-            "conditional branch)"));
+            "' (", n->type_string(), "); only variables read by ReadVariableOp or gathered by "
+            "ResourceGather (batch_dims 0) in the signature's function or its loop bodies can be "
+            "trained yet (not a read inside a conditional branch)"));
       }
       reads[original].push_back({n, 0});
     }
@@ -239,12 +248,77 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   TF_RETURN_IF_ERROR(ops.status());
   t->loss_tensor_ = absl::StrCat(loss.node->name(), ":", loss.index);
 
-  // d loss / d (each read), summed per variable.
-  std::vector<GraphTensor> xs;
+  // What each variable's gradient is taken from. A read whose every use is a GatherV2 of rows
+  // (axis 0, batch_dims 0: Keras 3's Embedding) or a shape (Shape, Size, Rank: no gradient), and
+  // a ResourceGather of the variable, give a sparse gradient: the gradient of the gathered
+  // values, reshaped to rows at the flattened indices (TensorFlow's IndexedSlices), so that no
+  // [vocab, ...] gradient is formed. A variable with any other use of a read value gets the
+  // dense gradient of its reads, to which its gathers' rows are added (as tf.GradientTape sums
+  // IndexedSlices and a dense gradient).
+  struct Sources {
+    std::vector<GraphTensor> dense;                             // reads
+    std::vector<std::pair<GraphTensor, GraphTensor>> gathered;  // (gathered values, indices)
+  };
+  auto is_rows_gather = [](const Edge* e) {
+    const Node* n = e->dst();
+    if (n->type_string() != "GatherV2" || e->dst_input() != 0) return false;
+    int32_t batch_dims = 0;
+    if (TryGetNodeAttr(n->attrs(), "batch_dims", &batch_dims) && batch_dims != 0) return false;
+    const Edge* axis = nullptr;
+    if (!n->input_edge(2, &axis).ok() || axis->src()->type_string() != "Const") return false;
+    Tensor value;
+    if (!GetNodeAttr(axis->src()->attrs(), "value", &value).ok() || value.NumElements() != 1) return false;
+    if (value.dtype() == DT_INT32) return value.flat<int32>()(0) == 0;
+    if (value.dtype() == DT_INT64) return value.flat<int64_t>()(0) == 0;
+    return false;
+  };
+  auto no_gradient_use = [](const Node* n) {
+    const std::string& op = n->type_string();
+    return op == "Shape" || op == "ShapeN" || op == "Size" || op == "Rank";
+  };
   std::vector<std::string> order;
-  for (const auto& [handle, rs] : reads) {
-    order.push_back(handle);
-    xs.insert(xs.end(), rs.begin(), rs.end());
+  for (const auto& [handle, rs] : reads) order.push_back(handle);
+  for (const auto& [handle, gs] : gathers) {
+    if (!reads.count(handle)) order.push_back(handle);
+  }
+  std::map<std::string, Sources> sources;
+  for (const std::string& handle : order) {
+    Sources& src = sources[handle];
+    for (Node* g : gathers[handle]) {
+      const Edge* indices = nullptr;
+      TF_RETURN_IF_ERROR(g->input_edge(1, &indices));
+      src.gathered.push_back({{g, 0}, {indices->src(), indices->src_output()}});
+    }
+    for (const GraphTensor& r : reads[handle]) {
+      std::vector<const Edge*> rows;
+      bool dense = false;
+      for (const Edge* e : r.node->out_edges()) {
+        if (e->IsControlEdge() || no_gradient_use(e->dst())) continue;
+        if (is_rows_gather(e)) {
+          rows.push_back(e);
+        } else {
+          dense = true;
+        }
+      }
+      if (dense) {
+        src.dense.push_back(r);
+        continue;
+      }
+      for (const Edge* e : rows) {
+        const Edge* indices = nullptr;
+        TF_RETURN_IF_ERROR(e->dst()->input_edge(1, &indices));
+        src.gathered.push_back({{e->dst(), 0}, {indices->src(), indices->src_output()}});
+      }
+    }
+    // Nothing the loss can depend on (every read only measured): the reads, as before.
+    if (src.dense.empty() && src.gathered.empty()) src.dense = reads[handle];
+  }
+  // d loss / d (each source), combined per variable.
+  std::vector<GraphTensor> xs;
+  for (const std::string& handle : order) {
+    const Sources& src = sources[handle];
+    xs.insert(xs.end(), src.dense.begin(), src.dense.end());
+    for (const auto& [values, indices] : src.gathered) xs.push_back(values);
   }
   if (xs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, "output '", output_key,
@@ -258,28 +332,98 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   backprop.name_prefix = absl::StrCat(kPrefix, "/gradients");
   TF_RETURN_IF_ERROR(AddGradients(&g, {loss}, {one}, xs, &dxs, backprop));
   std::vector<train::TrainableVariable> variables;
-  std::vector<GraphTensor> grads;
+  std::vector<train::Gradient> grads;
   std::vector<Node*> after = {loss.node};
   size_t next = 0;
-  for (const std::string& handle : order) {
-    const size_t n = reads[handle].size();
-    std::vector<GraphTensor> parts(dxs.begin() + next, dxs.begin() + next + n);
-    next += n;
-    GraphTensor grad = parts[0];
-    if (n > 1) {
-      std::vector<NodeBuilder::NodeOut> outs;
-      for (const GraphTensor& p : parts) outs.push_back({p.node, p.index});
-      Node* sum = nullptr;
-      TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/grad_sum")), "AddN")
-                             .Input(outs)
-                             .Finalize(&g, &sum));
-      grad = {sum, 0};
+  auto int_const = [&](DataType dtype, std::vector<int64_t> values) {
+    Tensor v(dtype, TensorShape({static_cast<int64_t>(values.size())}));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (dtype == DT_INT32) v.flat<int32>()(i) = static_cast<int32>(values[i]);
+      else v.flat<int64_t>()(i) = values[i];
     }
-    for (const GraphTensor& p : parts) after.push_back(p.node);
+    return ops.Const(v);
+  };
+  for (const std::string& handle : order) {
+    const Sources& src = sources[handle];
     train::TrainableVariable var;
     var.name = trainable[handle];
     var.handle = {nodes.at(renamed(handle)), 0};
     TF_RETURN_IF_ERROR(GetNodeAttr(var.handle.node->attrs(), "dtype", &var.dtype));
+    std::vector<GraphTensor> dense(dxs.begin() + next, dxs.begin() + next + src.dense.size());
+    next += src.dense.size();
+    // The gathers' gradients as rows [n, dims of the variable after the first] at indices [n].
+    std::vector<GraphTensor> rows, ids;
+    GraphTensor row_shape;
+    bool int64_ids = false;
+    for (const auto& [values, indices] : src.gathered) {
+      if (indices.node->output_type(indices.index) == DT_INT64) int64_ids = true;
+    }
+    absl::Status concat_error;
+    auto concat = [&](const std::vector<GraphTensor>& parts, const char* name) {
+      if (parts.size() == 1) return parts[0];
+      if (!ops.status().ok()) return GraphTensor{};
+      std::vector<NodeBuilder::NodeOut> outs;
+      for (const GraphTensor& p : parts) outs.push_back({p.node, p.index});
+      Node* n = nullptr;
+      absl::Status s = NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/", name)), "ConcatV2")
+                           .Input(outs)
+                           .Input(ops.Scalar(DT_INT32, 0).node)
+                           .Finalize(&g, &n);
+      if (!s.ok()) {
+        concat_error = s;
+        return GraphTensor{};
+      }
+      return GraphTensor{n, 0};
+    };
+    if (!src.gathered.empty()) {
+      // concat([-1], shape(variable)[1:])
+      GraphTensor shape = ops.Op("VariableShape", {var.handle}, "shape");
+      GraphTensor inner = ops.Op("Slice", {shape, int_const(DT_INT32, {1}), int_const(DT_INT32, {-1})},
+                                 "row_shape");
+      row_shape = concat({int_const(DT_INT32, {-1}), inner}, "row_shape");
+    }
+    for (const auto& [values, indices] : src.gathered) {
+      const GraphTensor& d = dxs[next++];
+      after.push_back(d.node);
+      rows.push_back(ops.Op("Reshape", {d, row_shape}, "rows"));
+      GraphTensor flat = ops.Op("Reshape", {indices, int_const(DT_INT32, {-1})}, "ids");
+      if (int64_ids && indices.node->output_type(indices.index) != DT_INT64) flat = ops.Cast(flat, DT_INT64);
+      ids.push_back(flat);
+    }
+    train::Gradient grad;
+    if (dense.empty()) {
+      grad.values = concat(rows, "rows");
+      grad.indices = concat(ids, "ids");
+      TF_RETURN_IF_ERROR(concat_error);
+      TF_RETURN_IF_ERROR(ops.status());
+      if (grad.values.node == nullptr || grad.indices.node == nullptr) {
+        return absl::InternalError(absl::StrCat(kWhat, "cannot join the rows of '", var.name, "'"));
+      }
+    } else {
+      // dense: the reads' gradients plus the gathered rows summed into [vocab, ...]
+      for (size_t i = 0; i < rows.size(); ++i) {
+        AttrValue shrink;
+        shrink.set_i(1);
+        GraphTensor vocab = ops.Op("StridedSlice",
+                                   {ops.Op("VariableShape", {var.handle}, "shape"),
+                                    int_const(DT_INT32, {0}), int_const(DT_INT32, {1}),
+                                    int_const(DT_INT32, {1})},
+                                   "vocab", {{"shrink_axis_mask", shrink}});
+        dense.push_back(ops.Op("UnsortedSegmentSum", {rows[i], ids[i], vocab}, "dense_rows"));
+      }
+      grad.values = dense[0];
+      if (dense.size() > 1) {
+        std::vector<NodeBuilder::NodeOut> outs;
+        for (const GraphTensor& p : dense) outs.push_back({p.node, p.index});
+        Node* sum = nullptr;
+        TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/grad_sum")), "AddN")
+                               .Input(outs)
+                               .Finalize(&g, &sum));
+        grad.values = {sum, 0};
+      }
+    }
+    TF_RETURN_IF_ERROR(ops.status());
+    for (const GraphTensor& p : dense) after.push_back(p.node);
     variables.push_back(var);
     grads.push_back(grad);
     t->trainable_names_.push_back(var.name);
@@ -324,8 +468,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
 }
 
 absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                                     const Tensor& targets, const Tensor& weights) {
-  return Run(inputs, targets, weights, /*train=*/true);
+                                     const Tensor& targets, const Tensor& weights,
+                                     RunMetadata* trace) {
+  return Run(inputs, targets, weights, /*train=*/true, trace);
 }
 
 absl::StatusOr<double> Trainer::Evaluate(const std::vector<std::pair<std::string, Tensor>>& inputs,
@@ -334,7 +479,8 @@ absl::StatusOr<double> Trainer::Evaluate(const std::vector<std::pair<std::string
 }
 
 absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                                    const Tensor& targets, const Tensor& weights, bool train) {
+                                    const Tensor& targets, const Tensor& weights, bool train,
+                                    RunMetadata* trace) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   std::set<std::string> given;
   for (const auto& [key, value] : inputs) {
@@ -377,7 +523,14 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   std::vector<Tensor> out;
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
-  TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, targets_run, &out));
+  if (trace != nullptr) {
+    RunOptions run_options;
+    run_options.set_trace_level(RunOptions::FULL_TRACE);
+    TF_RETURN_IF_ERROR(
+        bundle_.session->Run(run_options, feeds, {loss_tensor_}, targets_run, &out, trace));
+  } else {
+    TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, targets_run, &out));
+  }
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
 }

@@ -11,9 +11,11 @@
 // optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
 //
 // A loop whose body reads trainable variables (a Keras LSTM) takes their values, read before the
-// loop (tf_ext/graph/loop_variables.h). Variables used other than by ReadVariableOp (a
-// ResourceGather, a read inside a conditional branch) are not trainable yet: Create refuses
-// them, naming the variable.
+// loop (tf_ext/graph/loop_variables.h). A variable only gathered by rows (a read whose uses are
+// GatherV2 on axis 0 and shapes, as Keras 3's Embedding; or ResourceGather) gets a sparse
+// gradient: the gathered rows' gradient at their ids (optimizers.h's Gradient), never a
+// [vocab, ...] tensor. Variables used otherwise (a read inside a conditional branch) are not
+// trainable yet: Create refuses them, naming the variable.
 #ifndef TF_EXT_TRAIN_TRAINER_H_
 #define TF_EXT_TRAIN_TRAINER_H_
 
@@ -27,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/cc/saved_model/loader.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/train/losses.h"
 #include "tf_ext/train/optimizers.h"
 
@@ -50,8 +53,11 @@ class Trainer {
   // One step on a batch: the signature's inputs by key, the targets (ignored by the "output"
   // loss; may be an empty Tensor then) and, with sample_weights, one weight per example.
   // Returns the batch's loss before the update (as Keras's train_step).
+  // With `trace`, the step runs traced (RunOptions FULL_TRACE) and its RunMetadata, with every
+  // node's output shapes in step_stats, is written there.
   absl::StatusOr<double> Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                              const Tensor& targets, const Tensor& weights = Tensor());
+                              const Tensor& targets, const Tensor& weights = Tensor(),
+                              RunMetadata* trace = nullptr);
 
   // The loss on a batch without training (a validation batch).
   absl::StatusOr<double> Evaluate(const std::vector<std::pair<std::string, Tensor>>& inputs,
@@ -81,7 +87,8 @@ class Trainer {
  private:
   Trainer() = default;
   absl::StatusOr<double> Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                             const Tensor& targets, const Tensor& weights, bool train);
+                             const Tensor& targets, const Tensor& weights, bool train,
+                             RunMetadata* trace = nullptr);
   SavedModelBundle bundle_;
   std::string export_dir_;  // the SavedModel trained
   // Assignments the loaded graph makes of other variables from captured ones (Keras 3's export
