@@ -1,5 +1,7 @@
 #include "tf_ext/grads/registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/cc/framework/ops.h"
@@ -172,7 +174,21 @@ bool RegisterNoGradient(const std::string& op_type) {
 
 bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator creator) {
   if (HasAnyGradient(op_type)) return true;  // TensorFlow's own stays
-  return creator ? RegisterGradient(op_type, std::move(creator)) : RegisterNoGradient(op_type);
+  if (!creator) return RegisterNoGradient(op_type);
+  AddedTfGradients().Insert(op_type, creator);
+  return RegisterGradient(op_type, std::move(creator));
+}
+
+std::vector<std::string> AddedTfGradientOps() {
+  std::vector<OpDef> defs;
+  OpRegistry::Global()->GetRegisteredOps(&defs);
+  std::vector<std::string> out;
+  gradient::Creator unused;
+  for (const OpDef& d : defs) {
+    if (AddedTfGradients().Find(d.name(), &unused)) out.push_back(d.name());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message) {

@@ -63,6 +63,10 @@ bool RegisterNoGradient(const std::string& op_type);
 // TensorFlow already has a gradient for op_type in either C++ registry (a newer release may add
 // one): TensorFlow's then stays, silently. Returns true (for use in static initialisers).
 bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator creator);
+// The TensorFlow ops (sorted) whose gradient function RegisterGradientIfMissing added in this
+// process (not the no-gradient registrations, not the ops where TensorFlow's own stayed): the
+// "new gradients" that tf_ext_gradcheck --added_tf_gradients checks.
+std::vector<std::string> AddedTfGradientOps();
 // op_type has a gradient that is not implemented (e.g. the dedicated backward op of another
 // op: its gradient is a second derivative). Differentiating it fails with `message` in every
 // registry, instead of silently giving zeros as a no-gradient op would.

@@ -35,4 +35,9 @@ const SideTable& GradientReads() {
   return *table;
 }
 
+const SideTable& AddedTfGradients() {
+  static const SideTable* table = new SideTable("added_tf_gradient");
+  return *table;
+}
+
 }  // namespace tensorflow::tf_ext

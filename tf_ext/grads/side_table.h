@@ -36,6 +36,9 @@ const SideTable& UnimplementedGradients();
 const SideTable& ForwardOutputReaders();
 // The forward inputs and outputs each op's gradient reads (DeclareGradientReads).
 const SideTable& GradientReads();
+// TensorFlow ops whose gradient tf_ext added (RegisterGradientIfMissing with a creator, while
+// TensorFlow had none); each entry is the creator.
+const SideTable& AddedTfGradients();
 
 }  // namespace tensorflow::tf_ext
 

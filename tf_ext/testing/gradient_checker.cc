@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/session.h"
@@ -21,9 +22,10 @@
 namespace tensorflow::tf_ext::test {
 namespace {
 
-// Values the checker built itself: dtype and size are right by construction.
+// Values the checker built itself: dtype and size are right by construction. Complex
+// elements are two reals each (tensor_doubles.h, FromReals).
 Tensor MakeTensor(DataType dtype, const TensorShape& shape, const std::vector<double>& v) {
-  return *FromDoubles(dtype, shape, v);
+  return *FromReals(dtype, shape, v);
 }
 
 NodeDef Placeholder(const std::string& name, DataType dt) {
@@ -34,10 +36,42 @@ NodeDef Placeholder(const std::string& name, DataType dt) {
   return n;
 }
 
-bool AllowsDouble(const OpDef::AttrDef& attr) {
+// The 64-bit type of a differentiable dtype's kind: double, or complex128 for complex.
+DataType Wide(DataType t) { return IsComplexType(t) ? DT_COMPLEX128 : DT_DOUBLE; }
+
+bool Allows(const OpDef::AttrDef& attr, DataType t) {
   if (!attr.has_allowed_values()) return true;
   const auto& types = attr.allowed_values().list().type();
-  return std::find(types.begin(), types.end(), DT_DOUBLE) != types.end();
+  return std::find(types.begin(), types.end(), t) != types.end();
+}
+
+bool IsSupported(DataType t) { return IsNumeric(t) || IsComplexType(t); }
+
+// An all-zero tensor (numeric, complex or bool): the incoming gradient of an output that is
+// not compared.
+Tensor Zeros(DataType dtype, const TensorShape& shape) {
+  if (IsSupported(dtype)) {
+    const int64_t reals = shape.num_elements() * RealsPerElement(dtype);
+    return MakeTensor(dtype, shape, std::vector<double>(reals, 0.0));
+  }
+  Tensor t(dtype, shape);
+  t.flat<bool>().setZero();
+  return t;
+}
+
+// Whether output j of `node` (an op of `def`) belongs to an output arg named in `names`.
+bool OutputNamed(const OpDef& def, const NodeDef& node, size_t j,
+                 const std::vector<std::string>& names) {
+  NameRangeMap ranges;
+  if (!NameRangesForNode(node, def, nullptr, &ranges).ok()) return false;
+  for (const std::string& name : names) {
+    auto it = ranges.find(name);
+    if (it != ranges.end() && static_cast<int>(j) >= it->second.first &&
+        static_cast<int>(j) < it->second.second) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -90,13 +124,13 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   DataTypeVector in_types, out_types;
   TF_RETURN_IF_ERROR(InOutTypesForNode(op, *op_def, &in_types, &out_types));
   for (DataType t : out_types) {
-    if (!IsNumeric(t)) {
+    if (!IsSupported(t) && t != DT_BOOL) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CheckGradient(", op_type, "): outputs of type ", DataTypeString(t), " are not supported"));
     }
   }
   for (int i = 0; i < n_in; ++i) {
-    if (!IsNumeric(in_types[i])) {
+    if (!IsSupported(in_types[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("CheckGradient(", op_type, "): input '", op_def->input_arg(i).name(),
                        "' has unsupported type ", DataTypeString(in_types[i])));
@@ -108,20 +142,27 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
     }
   }
 
-  // The numeric twin: every floating type attr switched to double when the op allows it.
+  // The numeric twin: every floating type attr switched to double (complex ones to
+  // complex128) when the op allows it.
   NodeDef nop = op;
   nop.set_name("nop");
   bool f64 = options.numeric_in_float64;
   for (const OpDef::AttrDef& a : op_def->attr()) {
     if (a.type() != "type") continue;
-    const AttrValue& v = op.attr().at(a.name());
-    if (IsFloatingPoint(v.type()) && v.type() != DT_DOUBLE && !AllowsDouble(a)) f64 = false;
+    const DataType t = op.attr().at(a.name()).type();
+    if (IsDifferentiableType(t) && !Allows(a, Wide(t))) f64 = false;
   }
   if (f64) {
     for (const OpDef::AttrDef& a : op_def->attr()) {
-      if (a.type() == "type" && IsFloatingPoint(op.attr().at(a.name()).type())) {
-        (*nop.mutable_attr())[a.name()].set_type(DT_DOUBLE);
-      }
+      if (a.type() != "type") continue;
+      const DataType t = op.attr().at(a.name()).type();
+      if (IsDifferentiableType(t)) (*nop.mutable_attr())[a.name()].set_type(Wide(t));
+    }
+    // Allowed by the OpDef but without a CPU kernel (AvgPool3DGrad): the inputs' dtype.
+    if (!KernelDefAvailable(DEVICE_CPU, nop)) {
+      f64 = false;
+      nop = op;
+      nop.set_name("nop");
     }
   }
   DataTypeVector nin_types, nout_types;
@@ -178,12 +219,20 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   std::vector<Tensor> outs;
   TF_RETURN_IF_ERROR(session->Run(feeds, out_names, {}, &outs));
 
-  // Row space: the concatenation of every floating-point output.
+  // Row space: the concatenation of every compared floating-point output, a complex element
+  // being two rows (its real and imaginary parts: incoming gradients 1 and i).
+  std::vector<bool> compared(out_types.size());
+  for (size_t j = 0; j < out_types.size(); ++j) {
+    compared[j] = IsDifferentiableType(out_types[j]) &&
+                  !OutputNamed(*op_def, op, j, options.ignored_outputs);
+  }
   std::vector<int64_t> out_offset(out_types.size(), 0);
   int64_t total_out = 0;
   for (size_t j = 0; j < out_types.size(); ++j) {
     out_offset[j] = total_out;
-    if (IsFloatingPoint(out_types[j])) total_out += outs[j].NumElements();
+    if (compared[j]) {
+      total_out += outs[j].NumElements() * RealsPerElement(out_types[j]);
+    }
   }
   const bool one_hot = total_out <= options.max_rows;
   const int64_t n_rows = one_hot ? total_out : options.num_projections;
@@ -200,7 +249,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   auto row_name = [&](int64_t r) {
     if (!one_hot) return absl::StrCat("projection ", r);
     for (size_t j = out_types.size(); j-- > 0;) {
-      if (IsFloatingPoint(out_types[j]) && r >= out_offset[j]) {
+      if (compared[j] && r >= out_offset[j]) {
         return absl::StrCat("output[", j, "][", r - out_offset[j], "]");
       }
     }
@@ -219,10 +268,12 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   for (int64_t r = 0; r < n_rows; ++r) {
     auto row_feeds = feeds;
     for (size_t j = 0; j < out_types.size(); ++j) {
-      std::vector<double> dy(outs[j].NumElements(), 0.0);
-      if (IsFloatingPoint(out_types[j])) {
-        std::copy_n(rows[r].begin() + out_offset[j], dy.size(), dy.begin());
+      if (!compared[j]) {
+        row_feeds.push_back({absl::StrCat("dy", j), Zeros(out_types[j], outs[j].shape())});
+        continue;
       }
+      std::vector<double> dy(outs[j].NumElements() * RealsPerElement(out_types[j]), 0.0);
+      std::copy_n(rows[r].begin() + out_offset[j], dy.size(), dy.begin());
       row_feeds.push_back({absl::StrCat("dy", j), MakeTensor(out_types[j], outs[j].shape(), dy)});
     }
     std::vector<Tensor> grads;
@@ -234,7 +285,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
             "' has shape ", grads[i].shape().DebugString(), ", expected ",
             inputs[i].shape().DebugString()));
       }
-      sym[r].push_back(ToDoubles(grads[i]));
+      sym[r].push_back(ToReals(grads[i]));
       if (is_nondiff(i)) {
         for (double g : sym[r][i]) {
           result->nondiff_max_abs = std::max(result->nondiff_max_abs, std::abs(g));
@@ -248,7 +299,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   std::vector<std::pair<std::string, Tensor>> nfeeds;
   std::vector<std::vector<double>> base(n_in);
   for (int i = 0; i < n_in; ++i) {
-    base[i] = ToDoubles(inputs[i]);
+    base[i] = ToReals(inputs[i]);
     nfeeds.push_back({absl::StrCat("nx", i), MakeTensor(nin_types[i], inputs[i].shape(), base[i])});
   }
   std::vector<std::string> nout_names;
@@ -259,21 +310,47 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
     TF_RETURN_IF_ERROR(session->Run(nfeeds, nout_names, {}, &y));
     flat_out->assign(total_out, 0.0);
     for (size_t j = 0; j < out_types.size(); ++j) {
-      if (!IsFloatingPoint(out_types[j])) continue;
-      std::vector<double> v = ToDoubles(y[j]);
+      if (!compared[j]) continue;
+      std::vector<double> v = ToReals(y[j]);
       std::copy(v.begin(), v.end(), flat_out->begin() + out_offset[j]);
     }
     return absl::OkStatus();
   };
+  auto is_symmetric = [&](int i) {
+    const auto& si = options.symmetric_inputs;
+    return std::find(si.begin(), si.end(), op_def->input_arg(i).name()) != si.end();
+  };
   std::vector<double> plus, minus;
   for (int i = 0; i < n_in; ++i) {
-    if (!IsFloatingPoint(in_types[i]) || is_nondiff(i)) continue;
-    for (int64_t k = 0; k < inputs[i].NumElements(); ++k) {
+    if (!IsDifferentiableType(in_types[i]) || is_nondiff(i)) continue;
+    const int reals = RealsPerElement(in_types[i]);
+    const bool symmetric = is_symmetric(i);
+    const int64_t dims = inputs[i].dims();
+    if (symmetric && (dims < 2 || inputs[i].dim_size(dims - 1) != inputs[i].dim_size(dims - 2))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CheckGradient(", op_type, "): symmetric input '",
+                       op_def->input_arg(i).name(), "' is not a batch of square matrices: ",
+                       inputs[i].shape().DebugString()));
+    }
+    const int64_t n = symmetric ? inputs[i].dim_size(dims - 1) : 0;
+    for (int64_t k = 0; k < static_cast<int64_t>(base[i].size()); ++k) {
+      // The column's partner (a symmetric input's mirrored entry) and its sign.
+      int64_t partner = k;
+      double sign = 1;
+      if (symmetric) {
+        const int64_t element = k / reals, part = k % reals, in_matrix = element % (n * n);
+        const int64_t row = in_matrix / n, col = in_matrix % n;
+        if (row < col || (row == col && part == 1)) continue;  // the upper triangle; Im(diag)
+        partner = (element - in_matrix + col * n + row) * reals + part;
+        sign = part == 1 ? -1 : 1;
+      }
       std::vector<double> x = base[i];
       x[k] = base[i][k] + delta;
+      if (partner != k) x[partner] = base[i][partner] + sign * delta;
       nfeeds[i].second = MakeTensor(nin_types[i], inputs[i].shape(), x);
       TF_RETURN_IF_ERROR(eval(&plus));
       x[k] = base[i][k] - delta;
+      if (partner != k) x[partner] = base[i][partner] - sign * delta;
       nfeeds[i].second = MakeTensor(nin_types[i], inputs[i].shape(), x);
       TF_RETURN_IF_ERROR(eval(&minus));
       ++result->columns;
@@ -282,7 +359,8 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
         for (int64_t e = 0; e < total_out; ++e) {
           if (rows[r][e] != 0) num += rows[r][e] * (plus[e] - minus[e]) / (2 * delta);
         }
-        const double s = sym[r][i][k];
+        const double s =
+            sym[r][i][k] + (partner != k ? sign * sym[r][i][partner] : 0.0);
         const double abs_err = std::abs(s - num);
         const double rel_err = abs_err / std::max(1.0, std::abs(num));
         result->max_abs_error = std::max(result->max_abs_error, abs_err);

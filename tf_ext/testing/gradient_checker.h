@@ -7,8 +7,15 @@
 //
 // Rows: one per element of every floating-point output (one-hot incoming gradient), or, when
 // the outputs have more than `max_rows` elements in total, `num_projections` random incoming
-// gradients v (both Jacobians are compared as v^T J). Integer outputs get zero incoming
-// gradients (their gradient is ignored by definition).
+// gradients v (both Jacobians are compared as v^T J). Integer and bool outputs get zero
+// incoming gradients (their gradient is ignored by definition). The numeric pass runs in the
+// inputs' dtype when the op has no CPU kernel for float64.
+//
+// Complex inputs and outputs count as two reals per element (real part, imaginary part), with
+// TensorFlow's convention: the incoming gradient of a complex y for the real loss
+// L = sum Re(conj(v) y) is v, and the gradient of a complex x is dL/dRe(x) + i dL/dIm(x). So a
+// row is an output's real part (v = 1) or imaginary part (v = i), a column an input's real or
+// imaginary part; the numeric pass runs in complex128.
 //
 // Errors per entry: abs = |sym - num|, rel = abs / max(1, |num|). Inputs listed in
 // `non_differentiable_inputs` are not compared with finite differences; their symbolic
@@ -40,6 +47,15 @@ struct GradientCheckOptions {
   uint64_t seed = 301;
   // Names (OpDef input names) of inputs whose gradient must be zero and is not differenced.
   std::vector<std::string> non_differentiable_inputs;
+  // Names of inputs (batches of square matrices) the op reads through one triangle only
+  // (Cholesky, SelfAdjointEigV2): differenced along symmetric perturbations e_ij + e_ji
+  // (Hermitian for complex: the imaginary parts with opposite signs), against g_ij + g_ji
+  // (g_ij - g_ji for imaginary parts) of the symbolic gradient; i >= j only.
+  std::vector<std::string> symmetric_inputs;
+  // Names of outputs whose incoming gradient is zero and which are not compared (outputs
+  // Python's gradient ignores by design, e.g. CTCLoss's `gradient`). Integer and bool outputs
+  // are always so.
+  std::vector<std::string> ignored_outputs;
   // Run the numeric pass in float64 when the op allows it (recommended).
   bool numeric_in_float64 = true;
   // Difference the op's registered surrogate forward (registry.h) when it has one: for
@@ -52,7 +68,7 @@ struct GradientCheckResult {
   double max_rel_error = 0;
   double nondiff_max_abs = 0;     // largest |gradient| of a non-differentiable input
   std::string worst_input;        // OpDef name of the input where max_rel_error occurred
-  int64_t worst_element = -1;     // flat index into that input
+  int64_t worst_element = -1;     // flat index into that input (complex: 2 * element + part)
   std::string worst_row;          // "output[k]" or "projection p"
   double worst_symbolic = 0, worst_numeric = 0;
   int64_t rows = 0;               // Jacobian rows compared

@@ -24,6 +24,17 @@ std::vector<double> ToDoubles(const Tensor& t);
 absl::StatusOr<Tensor> FromDoubles(DataType dtype, const TensorShape& shape,
                                    const std::vector<double>& values);
 
+// Complex tensors as real vectors, for numeric Jacobians: complex64/complex128 elements are
+// two reals each (real part, then imaginary part), every other numeric dtype one.
+bool IsComplexType(DataType dtype);
+// Floating point or complex: the dtypes a gradient check differences.
+bool IsDifferentiableType(DataType dtype);
+int RealsPerElement(DataType dtype);
+// Like ToDoubles / FromDoubles, with complex elements interleaved as (re, im).
+std::vector<double> ToReals(const Tensor& t);
+absl::StatusOr<Tensor> FromReals(DataType dtype, const TensorShape& shape,
+                                 const std::vector<double>& values);
+
 }  // namespace tensorflow::tf_ext::test
 
 #endif  // TF_EXT_TESTING_TENSOR_DOUBLES_H_

@@ -1,7 +1,9 @@
 #include "tf_ext/tools/gradcheck_spec.h"
 
 #include <algorithm>
+#include <complex>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -29,15 +31,51 @@ absl::StatusOr<std::vector<double>> Numbers(absl::string_view text) {
   return out;
 }
 
+absl::StatusOr<std::vector<int64_t>> Shape(absl::string_view text, const std::string& whole) {
+  std::vector<int64_t> shape;
+  for (absl::string_view d : absl::StrSplit(text, 'x')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(d, &v) || v < 0) return Bad("shape", whole);
+    shape.push_back(v);
+  }
+  return shape;
+}
+
 absl::StatusOr<InputSpec> ParseInput(const std::string& text) {
   InputSpec s;
   absl::string_view t = text;
-  if (absl::ConsumePrefix(&t, "values:")) {
+  if (absl::ConsumePrefix(&t, "values")) {
     s.kind = InputSpec::kValues;
+    std::optional<std::vector<int64_t>> shape;
+    if (absl::ConsumePrefix(&t, "[")) {  // values[2x3]:...
+      const size_t close = t.find("]");
+      if (close == absl::string_view::npos) return Bad("values shape", text);
+      auto sh = Shape(t.substr(0, close), text);
+      if (!sh.ok()) return sh.status();
+      shape = *sh;
+      t.remove_prefix(close + 1);
+    }
+    if (!absl::ConsumePrefix(&t, ":")) return Bad("values", text);
     auto v = Numbers(t);
     if (!v.ok()) return v.status();
     s.values = *v;
-    s.shape = {static_cast<int64_t>(s.values.size())};
+    s.shape = shape.value_or(std::vector<int64_t>{static_cast<int64_t>(s.values.size())});
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    if (n != static_cast<int64_t>(s.values.size())) {
+      return Bad(absl::StrCat("values (", s.values.size(), " for ", n, " elements)"), text);
+    }
+    return s;
+  }
+  if (absl::ConsumePrefix(&t, "spd:")) {
+    s.kind = InputSpec::kSpd;
+    auto sh = Shape(t, text);
+    if (!sh.ok()) return sh.status();
+    s.shape = *sh;
+    if (s.shape.size() == 1) s.shape.push_back(s.shape[0]);  // spd:N is N x N
+    if (s.shape[s.shape.size() - 1] != s.shape[s.shape.size() - 2]) {
+      return Bad("spd shape (square matrices)", text);
+    }
     return s;
   }
   if (absl::ConsumePrefix(&t, "scalar:")) {
@@ -68,19 +106,42 @@ absl::StatusOr<InputSpec> ParseInput(const std::string& text) {
     s.scalar = true;
     return s;
   }
-  for (absl::string_view d : absl::StrSplit(parts[0], 'x')) {
-    int64_t v;
-    if (!absl::SimpleAtoi(d, &v) || v < 0) return Bad("shape", text);
-    s.shape.push_back(v);
-  }
+  auto sh = Shape(parts[0], text);
+  if (!sh.ok()) return sh.status();
+  s.shape = *sh;
   return s;
+}
+
+// A batch of n x n matrices M M^T / n + I (M M^H / n + I), M's entries uniform in [-1, 1]:
+// symmetric (Hermitian) with eigenvalues >= 1. `v` holds `reals` reals per element.
+void SymmetricPositiveDefinite(const std::vector<int64_t>& shape, int reals, std::mt19937_64* rng,
+                               std::vector<double>* v) {
+  const int64_t n = shape.back();
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < shape.size(); ++i) batch *= shape[i];
+  std::uniform_real_distribution<double> u(-1, 1);
+  v->assign(batch * n * n * reals, 0.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<std::complex<double>> m(n * n);
+    for (auto& e : m) e = {u(*rng), reals == 2 ? u(*rng) : 0.0};
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        std::complex<double> a = i == j ? 1.0 : 0.0;
+        for (int64_t k = 0; k < n; ++k) a += m[i * n + k] * std::conj(m[j * n + k]) / double(n);
+        const int64_t at = ((b * n + i) * n + j) * reals;
+        (*v)[at] = a.real();
+        if (reals == 2) (*v)[at + 1] = i == j ? 0.0 : a.imag();
+      }
+    }
+  }
 }
 
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text) {
-  std::map<std::string, OpSpec> specs;
+absl::StatusOr<std::map<std::string, std::vector<OpSpec>>> ParseSpecConfigs(
+    const std::string& text) {
+  std::map<std::string, std::vector<OpSpec>> specs;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = line.substr(0, line.find('#'));
     std::vector<std::string> tokens = absl::StrSplit(line, ' ', absl::SkipWhitespace());
@@ -96,6 +157,14 @@ absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text
         spec.attrs[key.substr(5)] = value;
       } else if (key == "nondiff") {
         spec.nondiff = absl::StrSplit(value, ',', absl::SkipEmpty());
+      } else if (key == "symmetric") {
+        spec.symmetric = absl::StrSplit(value, ',', absl::SkipEmpty());
+      } else if (key == "ignore_outputs") {
+        spec.ignore_outputs = absl::StrSplit(value, ',', absl::SkipEmpty());
+      } else if (key == "delta" || key == "tol") {
+        double v;
+        if (!absl::SimpleAtod(value, &v) || !(v > 0)) return Bad(key, tok);
+        (key == "delta" ? spec.delta : spec.tol) = v;
       } else if (key == "dtypes") {
         spec.dtypes = absl::StrSplit(value, ',', absl::SkipEmpty());
       } else {
@@ -104,8 +173,16 @@ absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text
         spec.inputs[key] = *in;
       }
     }
-    specs[spec.op] = spec;
+    specs[spec.op].push_back(spec);
   }
+  return specs;
+}
+
+absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text) {
+  auto configs = ParseSpecConfigs(text);
+  if (!configs.ok()) return configs.status();
+  std::map<std::string, OpSpec> specs;
+  for (const auto& [op, list] : *configs) specs[op] = list.front();
   return specs;
 }
 
@@ -129,15 +206,19 @@ absl::StatusOr<AttrValue> ParseAttrValue(const OpDef::AttrDef& def, const std::s
     DataType dt;
     if (!DataTypeFromString(text, &dt)) return Bad("type attr " + def.name(), text);
     v.set_type(dt);
-  } else if (type == "list(int)") {
+  } else if (type == "list(int)" || type == "shape") {
     absl::string_view t = text;
     if (!absl::ConsumePrefix(&t, "[") || !absl::ConsumeSuffix(&t, "]")) {
-      return Bad("list(int) attr " + def.name(), text);
+      return Bad(type + " attr " + def.name(), text);
     }
     for (absl::string_view p : absl::StrSplit(t, ',', absl::SkipEmpty())) {
       int64_t i;
-      if (!absl::SimpleAtoi(p, &i)) return Bad("list(int) attr " + def.name(), text);
-      v.mutable_list()->add_i(i);
+      if (!absl::SimpleAtoi(p, &i)) return Bad(type + " attr " + def.name(), text);
+      if (type == "shape") {
+        v.mutable_shape()->add_dim()->set_size(i);  // -1: unknown
+      } else {
+        v.mutable_list()->add_i(i);
+      }
     }
   } else {
     return absl::UnimplementedError(
@@ -150,12 +231,20 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
                                  const std::vector<int64_t>& image_shape, uint64_t seed) {
   TensorShape shape;
   for (int64_t d : spec.shape) shape.AddDim(d);
-  const int64_t n = shape.num_elements();
+  const int reals = test::RealsPerElement(dtype);
+  const int64_t n = shape.num_elements() * reals;  // complex: (re, im) pairs
   std::vector<double> v(n);
   std::mt19937_64 rng(seed);
   switch (spec.kind) {
     case InputSpec::kValues:
-      v = spec.values;
+      if (static_cast<int64_t>(spec.values.size()) * reals != n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradcheck spec: ", spec.values.size(), " values for shape ", shape.DebugString()));
+      }
+      for (size_t i = 0; i < spec.values.size(); ++i) v[i * reals] = spec.values[i];
+      break;
+    case InputSpec::kSpd:
+      SymmetricPositiveDefinite(spec.shape, reals, &rng, &v);
       break;
     case InputSpec::kRandom: {
       // A shuffled evenly spaced grid: distinct, well separated values.
@@ -185,7 +274,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
       break;
     }
   }
-  return test::FromDoubles(dtype, shape, v);
+  return test::FromReals(dtype, shape, v);
 }
 
 OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,
@@ -214,6 +303,28 @@ OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::stri
       out.attrs.push_back({name, *v});
     }
   }
+  // Type attrs the spec leaves that hold both precisions of a kind follow dt's precision.
+  const bool wide = dt == DT_DOUBLE || dt == DT_COMPLEX128;
+  for (const auto& a : def.attr()) {
+    if (a.type() != "type" || a.name() == type_attr) continue;
+    bool set = false;
+    for (const auto& [name, v] : out.attrs) set = set || name == a.name();
+    if (set || dt == DT_INVALID) continue;
+    const auto& allowed = a.allowed_values().list().type();
+    auto allows = [&](DataType t) {
+      return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
+    };
+    const std::pair<DataType, DataType> kinds[] = {{DT_FLOAT, DT_DOUBLE},
+                                                   {DT_COMPLEX64, DT_COMPLEX128}};
+    for (const auto& [narrow, wide_t] : kinds) {
+      if (allows(narrow) && allows(wide_t)) {
+        AttrValue v;
+        v.set_type(wide ? wide_t : narrow);
+        out.attrs.push_back({a.name(), v});
+        break;
+      }
+    }
+  }
   std::vector<int64_t> image_shape;
   for (int i = 0; i < def.input_arg_size(); ++i) {
     const auto& arg = def.input_arg(i);
@@ -236,7 +347,8 @@ OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::stri
     InputSpec in_spec;
     const bool has_spec = spec != nullptr && spec->inputs.count(arg.name());
     if (has_spec) in_spec = spec->inputs.at(arg.name());
-    if (in_type == DT_INVALID || (!DataTypeIsFloating(in_type) && !has_spec)) {
+    if (in_type == DT_INVALID ||
+        (!DataTypeIsFloating(in_type) && !DataTypeIsComplex(in_type) && !has_spec)) {
       out.problem = absl::StrCat("input '", arg.name(), "' (",
                                  in_type == DT_INVALID ? "another type attr" : DataTypeString(in_type),
                                  ") needs a spec");

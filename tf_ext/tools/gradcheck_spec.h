@@ -1,16 +1,36 @@
 // Input specs for tf_ext_gradcheck: how to build valid random inputs for an op whose signature
 // alone does not say (shapes, value ranges, ROI rows, integer arguments, attrs).
 //
-// One op per line, whitespace-separated tokens, '#' starts a comment:
-//   OP [INPUT=SPEC]... [attr.NAME=VALUE]... [nondiff=IN1,IN2] [dtypes=float,double]
+// One configuration per line, whitespace-separated tokens, '#' starts a comment:
+//   OP [INPUT=SPEC]... [attr.NAME=VALUE]... [nondiff=IN1,IN2] [symmetric=IN1]
+//      [ignore_outputs=OUT1] [delta=STEP] [tol=TOL] [dtypes=float,double]
+// An op may have several lines: each is one configuration (other shapes, attrs, ranges), checked
+// in turn; a second text (tf_ext_gradcheck --spec over a library's own specs) that names an op
+// replaces all of that op's configurations.
 // INPUT SPEC:
-//   2x3            random distinct values in the default range; "scalar" for rank 0
-//   2x3@-1:1       ... in [-1, 1]
-//   values:1,0     exactly these values, 1-D
-//   scalar:1       a rank-0 tensor with this value
-//   rois:R         R rows (batch, x1, y1, x2, y2) inside the op's first NHWC input
-// Inputs not named get shape 2x3. VALUE is parsed by the attr's type: int, float, bool,
-// string, type (float/double/...), list(int) as [1,2].
+//   2x3              random distinct values in the default range; "scalar" for rank 0
+//   2x3@-1:1         ... in [-1, 1]
+//   values:1,0       exactly these values, 1-D (sorted segment ids, an index list, a shape)
+//   values[3x2]:0,1,1,0,2,1   exactly these values in this shape (e.g. sparse indices, sorted,
+//                    unique and in range)
+//   scalar:1         a rank-0 tensor with this value
+//   rois:R           R rows (batch, x1, y1, x2, y2) inside the op's first NHWC input
+//   spd:3 / spd:2x3x3  a (batch of) symmetric positive definite matrices M M^T / n + I, M random
+//                    in [-1, 1] (Hermitian M M^H / n + I for complex dtypes)
+// Complex dtypes (dtypes=complex64,complex128) draw real and imaginary parts from the range;
+// values: gives real parts. Inputs not named get shape 2x3. VALUE is parsed by the attr's type:
+// int, float, bool, string, type (float/double/complex64/...), list(int) and shape as [1,2].
+// A type attr the spec does not set whose allowed values hold both precisions of a kind
+// (float and double, or complex64 and complex128: RFFT's Tcomplex, Eig's Tout, SparseAdd's
+// Treal) follows the checked dtype's precision: 32-bit with float/complex64, else 64-bit.
+// nondiff: inputs whose gradient must be exactly zero (not differenced).
+// symmetric: inputs the op reads through one triangle only (Cholesky, SelfAdjointEigV2): they
+// are differenced along symmetric (Hermitian) perturbations of each pair (i, j), (j, i), which
+// a symmetric gradient must match as g_ij + g_ji.
+// ignore_outputs: outputs whose incoming gradient is zero and which are not compared (outputs
+// Python's gradient ignores by design, e.g. CTCLoss's `gradient`, Eig's phase-conventional v).
+// delta, tol: the central-difference step and the pass tolerance (max relative error) for a
+// kernel less precise than its dtype (CTCLoss computes in float even for double inputs).
 #ifndef TF_EXT_TOOLS_GRADCHECK_SPEC_H_
 #define TF_EXT_TOOLS_GRADCHECK_SPEC_H_
 
@@ -27,7 +47,7 @@
 namespace tensorflow::tf_ext::tools {
 
 struct InputSpec {
-  enum Kind { kRandom, kValues, kRois } kind = kRandom;
+  enum Kind { kRandom, kValues, kRois, kSpd } kind = kRandom;
   std::vector<int64_t> shape = {2, 3};
   bool scalar = false;
   double lo = 0.1, hi = 0.9;       // kRandom range
@@ -40,9 +60,17 @@ struct OpSpec {
   std::map<std::string, InputSpec> inputs;
   std::map<std::string, std::string> attrs;   // raw text, parsed against the OpDef
   std::vector<std::string> nondiff;
+  std::vector<std::string> symmetric;
+  std::vector<std::string> ignore_outputs;
+  double delta = 0;                           // 0: the checker's default step
+  double tol = 0;                             // 0: the tool's tolerance for the dtype
   std::vector<std::string> dtypes;            // empty: float and double where allowed
 };
 
+// Every op's configurations, in the order of their lines.
+absl::StatusOr<std::map<std::string, std::vector<OpSpec>>> ParseSpecConfigs(
+    const std::string& text);
+// The first configuration of every op.
 absl::StatusOr<std::map<std::string, OpSpec>> ParseSpecs(const std::string& text);
 
 // Parses `text` as a value of attr `def` (e.g. "[3,3]" for list(int)).
@@ -50,7 +78,8 @@ absl::StatusOr<AttrValue> ParseAttrValue(const OpDef::AttrDef& def, const std::s
 
 // Builds one input per the spec for `dtype`. Random values are distinct and at least
 // (hi-lo)/(2n) apart, so order-statistics ops (max, median) have no ties for a small
-// finite-difference step to cross. `image_shape` (N,H,W,C) is used by kRois.
+// finite-difference step to cross. `image_shape` (N,H,W,C) is used by kRois. Complex dtypes
+// get random real and imaginary parts (kValues: the values as real parts).
 absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
                                  const std::vector<int64_t>& image_shape, uint64_t seed);
 

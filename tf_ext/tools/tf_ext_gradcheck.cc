@@ -4,12 +4,15 @@
 //   tf_ext_gradcheck [--library=PATH] [--ops=A,B] [--spec=FILE] [--seed=N]
 //   tf_ext_gradcheck --library=none --ops=Tanh,Sigmoid,Mul [--spec=FILE]  (TensorFlow alone)
 //   tf_ext_gradcheck --registries[=full] [--library=PATH]      (the registry report)
+//   tf_ext_gradcheck --added_tf_gradients[=list] --spec=tf_ext/tools/tf_core_gradcheck_spec.txt
+//       (the gradients the library adds for TensorFlow's own ops, tf_ext/grads/tf/)
 //
 // The op library is found as tf_ext_grad finds it (tf_ext/tools/library_lookup.h: --library,
 // $TF_EXT_LIBRARY, runfiles, next to the binary), and the tool says which one it loaded and
 // how it was found; --library=none loads none. For each op: whether it has an FDH gradient, is explicitly non-differentiable, or has
-// nothing registered; for ops with a gradient, one row per dtype with the max errors and
-// PASS/FAIL. Exit status 1 if any row FAILs or cannot run, 0 otherwise.
+// nothing registered; for ops with a gradient, one row per configuration (spec line, column
+// "config"; "-": no spec, default inputs) and dtype with the max errors and PASS/FAIL. Exit
+// status 1 if any row FAILs or cannot run, 0 otherwise.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -47,6 +50,7 @@ or of TensorFlow's own ops (--library=none --ops=...), against float64 central d
   tf_ext_gradcheck [--library=PATH] [--ops=A,B] [--spec=FILE] [--seed=N]
   tf_ext_gradcheck --library=none --ops=Tanh,Sigmoid,Mul [--spec=FILE]
   tf_ext_gradcheck --registries[=full] [--library=PATH]
+  tf_ext_gradcheck --added_tf_gradients[=list] [--library=PATH] [--spec=FILE]
 The op library is found as tf_ext_grad finds it: --library, $TF_EXT_LIBRARY, Bazel runfiles,
 next to this binary (docs/cpp.md, "Where the op library is found").)";
 
@@ -70,7 +74,7 @@ absl::StatusOr<std::string> ResolveLibrary(const std::string& flag) {
 }
 
 struct Row {
-  std::string op, gradient, dtype, size, abs_err, rel_err, result, note;
+  std::string op, gradient, dtype, size, abs_err, rel_err, result, note, config = "-";
 };
 
 std::string Sci(double v) {
@@ -95,20 +99,22 @@ std::string LibrarySpecs(const std::string& library) {
   return text;
 }
 
-// Whether type attr `name` of `def` may be float or double (not, e.g., an integer Tshape).
+// Whether type attr `name` of `def` may be float, double or complex (not, e.g., an integer
+// Tshape).
 bool AllowsFloating(const OpDef& def, const std::string& name) {
   for (const auto& a : def.attr()) {
     if (a.name() != name) continue;
     if (!a.has_allowed_values()) return true;
     for (int t : a.allowed_values().list().type()) {
-      if (t == DT_FLOAT || t == DT_DOUBLE) return true;
+      if (t == DT_FLOAT || t == DT_DOUBLE || t == DT_COMPLEX64 || t == DT_COMPLEX128) return true;
     }
   }
   return false;
 }
 
 // The dtypes to check: the spec's, else float and double where the op's type attr (that of
-// its first input whose type may be floating: Conv3DBackpropInputV2's T, not Tshape) allows.
+// its first input whose type may be floating: Conv3DBackpropInputV2's T, not Tshape) allows,
+// else complex64 and complex128 (FFT's Tcomplex).
 std::vector<DataType> Dtypes(const OpDef& def, const OpSpec* spec, std::string* type_attr) {
   std::vector<DataType> out;
   for (const auto& in : def.input_arg()) {
@@ -127,19 +133,29 @@ std::vector<DataType> Dtypes(const OpDef& def, const OpSpec* spec, std::string* 
   if (type_attr->empty()) return {DT_INVALID};  // fixed input types: one row
   for (const auto& a : def.attr()) {
     if (a.name() != *type_attr) continue;
-    for (DataType dt : {DT_FLOAT, DT_DOUBLE}) {
-      const auto& allowed = a.allowed_values().list().type();
-      if (!a.has_allowed_values() ||
-          std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) {
-        out.push_back(dt);
+    for (const auto& pair : {std::vector<DataType>{DT_FLOAT, DT_DOUBLE},
+                             std::vector<DataType>{DT_COMPLEX64, DT_COMPLEX128}}) {
+      for (DataType dt : pair) {
+        const auto& allowed = a.allowed_values().list().type();
+        if (!a.has_allowed_values() ||
+            std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) {
+          out.push_back(dt);
+        }
       }
+      if (!out.empty()) break;
     }
   }
   return out;
 }
 
-void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double tol_float,
-             double tol_double, std::vector<Row>* rows) {
+// One configuration (`config`: its number, "-" for none) of `op`.
+void CheckConfig(const std::string& op, const OpDef* def, const OpSpec* spec,
+                 const std::string& config, uint64_t seed, double tol_float, double tol_double,
+                 std::vector<Row>* rows);
+
+// Every configuration of `op` (`specs`: its spec lines; none: default inputs).
+void CheckOp(const std::string& op, const std::vector<OpSpec>& specs, uint64_t seed,
+             double tol_float, double tol_double, std::vector<Row>* rows) {
   const OpDef* def = nullptr;
   if (!OpRegistry::Global()->LookUpOpDef(op, &def).ok()) {
     rows->push_back({op, "-", "-", "-", "-", "-", "ERROR", "op is not registered"});
@@ -159,15 +175,29 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
     case GradientKind::kFunction:
       break;
   }
+  if (specs.empty()) {
+    CheckConfig(op, def, nullptr, "-", seed, tol_float, tol_double, rows);
+    return;
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    CheckConfig(op, def, &specs[c], absl::StrCat(c + 1), seed, tol_float, tol_double, rows);
+  }
+}
+
+void CheckConfig(const std::string& op, const OpDef* def, const OpSpec* spec,
+                 const std::string& config, uint64_t seed, double tol_float, double tol_double,
+                 std::vector<Row>* rows) {
   std::string type_attr;
   std::vector<DataType> dtypes = Dtypes(*def, spec, &type_attr);
   if (dtypes.empty()) {
-    rows->push_back({op, "FDH", "-", "-", "-", "-", "unchecked",
-                     "no float/double variant to difference"});
+    Row row{op, "FDH", "-", "-", "-", "-", "unchecked", "no float/double variant to difference"};
+    row.config = config;
+    rows->push_back(row);
     return;
   }
   for (DataType dt : dtypes) {
     Row row{op, "FDH", dt == DT_INVALID ? "fixed" : DataTypeString(dt)};
+    row.config = config;
     OpInstance instance = BuildOpInstance(*def, spec, type_attr, dt, seed);
     const std::string& problem = instance.problem;
     const std::vector<Tensor>& inputs = instance.inputs;
@@ -186,7 +216,12 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
     }
     test::GradientCheckOptions opts;
     opts.seed = seed;
-    if (spec != nullptr) opts.non_differentiable_inputs = spec->nondiff;
+    if (spec != nullptr) {
+      opts.non_differentiable_inputs = spec->nondiff;
+      opts.symmetric_inputs = spec->symmetric;
+      opts.ignored_outputs = spec->ignore_outputs;
+      opts.delta = spec->delta;
+    }
     test::GradientCheckResult r;
     absl::Status s = test::CheckGradient(op, attrs, inputs, opts, &r);
     if (!s.ok()) {
@@ -196,7 +231,9 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
       rows->push_back(row);
       continue;
     }
-    const double tol = dt == DT_DOUBLE ? tol_double : tol_float;
+    const double tol = spec != nullptr && spec->tol > 0                     ? spec->tol
+                       : dt == DT_DOUBLE || dt == DT_COMPLEX128 ? tol_double
+                                                                : tol_float;
     row.size = absl::StrCat(r.rows, "x", r.columns);
     row.abs_err = Sci(r.max_abs_error);
     row.rel_err = Sci(r.max_rel_error);
@@ -207,6 +244,10 @@ void CheckOp(const std::string& op, const OpSpec* spec, uint64_t seed, double to
                  " (its gradient is by design not the op's derivative)";
     }
     if (!r.Passed(tol)) row.note = r.ToString();
+    if (r.rows == 0) {  // integer outputs only: nothing to compare
+      row.result = "unchecked";
+      row.note = "no floating-point output to compare";
+    }
     rows->push_back(row);
   }
 }
@@ -248,6 +289,7 @@ int RegistriesReport(const std::string& library, bool full) {
 
 int Main(int argc, char** argv) {
   std::string library, ops_flag, spec_path, registries;
+  std::string added_tf_gradients;
   uint64_t seed = 1;
   double tol_float = 1e-3, tol_double = 1e-6;
   FlagParser parser("tf_ext_gradcheck", kDescription);
@@ -258,6 +300,13 @@ int Main(int argc, char** argv) {
   parser.String("ops", &ops_flag,
                 "ops to check (required with --library=none: e.g. TensorFlow's own ops)")
       .ValueName("A,B");
+  parser.String("added_tf_gradients", &added_tf_gradients,
+                "check the gradients the op library adds for TensorFlow's own ops\n"
+                "(TF_EXT_REGISTER_TF_GRADIENT, tf_ext/grads/tf/) instead of its own ops;\n"
+                "=list only lists them ('added: OP' lines)")
+      .ValueName("list")
+      .ImplicitValue("check")
+      .Choices({"check", "list"});
   parser.String("spec", &spec_path,
                 "input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h")
       .ValueName("FILE");
@@ -312,41 +361,53 @@ int Main(int argc, char** argv) {
     std::vector<std::string> lib_ops;
     for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
     std::cout << "ops in the op library: " << lib_ops.size() << "\n";
-    if (ops.empty()) ops = lib_ops;
+    if (!added_tf_gradients.empty()) {
+      std::vector<std::string> added = AddedTfGradientOps();
+      std::cout << "TensorFlow ops whose gradient the op library adds: " << added.size() << "\n";
+      if (added_tf_gradients == "list") {
+        for (const std::string& op : added) std::cout << "added: " << op << "\n";
+        return 0;
+      }
+      if (ops.empty()) ops = added;
+    } else if (ops.empty()) {
+      ops = lib_ops;
+    }
   }
   // Input specs: the library's own (its declarations' GradCheck, through the C entry point
-  // TfExtGradCheckSpecs, when it has one), then --spec's lines, which override them.
-  std::map<std::string, OpSpec> specs;
-  std::string text = library.empty() ? "" : LibrarySpecs(library);
+  // TfExtGradCheckSpecs, when it has one), then --spec's lines, whose configurations of an op
+  // replace the library's.
+  std::map<std::string, std::vector<OpSpec>> specs;
+  std::vector<std::string> texts = {library.empty() ? "" : LibrarySpecs(library)};
   if (!spec_path.empty()) {
     std::string file;
     if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &file); !s.ok()) {
       std::cerr << "tf_ext_gradcheck: error: cannot read spec '" << spec_path << "'\n";
       return 2;
     }
-    text += "\n" + file;
+    texts.push_back(file);
   }
-  if (!text.empty()) {
-    auto parsed = ParseSpecs(text);
+  for (const std::string& text : texts) {
+    auto parsed = ParseSpecConfigs(text);
     if (!parsed.ok()) {
       std::cerr << "tf_ext_gradcheck: error: " << parsed.status().message() << "\n";
       return 2;
     }
-    specs = *parsed;
+    for (auto& [op, configs] : *parsed) specs[op] = std::move(configs);
   }
 
   std::vector<Row> rows;
   for (const std::string& op : ops) {
     auto it = specs.find(op);
-    CheckOp(op, it == specs.end() ? nullptr : &it->second, seed, tol_float, tol_double, &rows);
+    CheckOp(op, it == specs.end() ? std::vector<OpSpec>() : it->second, seed, tol_float,
+            tol_double, &rows);
   }
 
   const std::vector<std::string> header = {"op", "gradient", "dtype", "rows x cols",
-                                           "max abs err", "max rel err", "result"};
+                                           "max abs err", "max rel err", "result", "config"};
   std::vector<size_t> width(header.size());
   auto cells = [](const Row& r) {
     return std::vector<std::string>{r.op, r.gradient, r.dtype, r.size, r.abs_err, r.rel_err,
-                                    r.result};
+                                    r.result, r.config};
   };
   for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
   for (const Row& r : rows) {
@@ -374,7 +435,10 @@ int Main(int argc, char** argv) {
     }
   }
   for (const Row& r : rows) {
-    if (!r.note.empty()) std::cout << "note: " << r.op << " (" << r.dtype << "): " << r.note << "\n";
+    if (!r.note.empty()) {
+      std::cout << "note: " << r.op << " (" << r.dtype << ", config " << r.config
+                << "): " << r.note << "\n";
+    }
   }
   std::cout << "gradcheck: " << pass << " passed, " << fail << " failed, " << other
             << " without a checkable gradient\n";
