@@ -218,14 +218,35 @@ def test_svd(shape, full, dtype):
     """Python's two branches (tall through A^H), reduced and full factorisations; complex
     included (its phase terms and conjugations as Python's)."""
     a = values(shape, dtype, 24)
-    compare(lambda: tf.raw_ops.Svd(input=a, full_matrices=full), TOL[dtype])
+    compare(lambda: tf.raw_ops.Svd(input=a, full_matrices=full), TOL[dtype], real_incoming=(0,))
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 3), (3, 5)])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
 def test_svd_values_only(shape, dtype):
     a = values(shape, dtype, 25)
-    compare(lambda: tf.raw_ops.Svd(input=a, compute_uv=False), TOL[dtype])
+    compare(lambda: tf.raw_ops.Svd(input=a, compute_uv=False), TOL[dtype], real_incoming=(0,))
+
+
+@pytest.mark.parametrize("compute_uv", [True, False])
+def test_svd_imaginary_singular_value_gradient_is_ignored(compute_uv):
+    """A complex matrix's singular values are real (s's imaginary parts are 0), so an incoming
+    gradient i on s changes nothing: C++ gives the derivative, 0; Python's is not (nonzero)."""
+    a = values((3, 3), np.complex128, 26)
+    with tf.Graph().as_default():
+        tf_ext.library()
+        op = tf.raw_ops.Svd(input=a, compute_uv=compute_uv)[0].op
+        dys = [tf.zeros_like(y) for y in op.outputs]
+        dys[0] = tf.complex(tf.zeros_like(tf.math.real(dys[0])), tf.ones_like(tf.math.real(dys[0])))
+        f = attr_value_pb2.NameAttrList(name="Svd")
+        for k, v in op.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        cpp = tf.raw_ops.SymbolicGradient(input=[op.inputs[0]] + dys, Tout=[tf.complex128], f=f)
+        py = tf.gradients(op.outputs, [op.inputs[0]], grad_ys=dys)
+        with tf.compat.v1.Session() as sess:
+            got, want = sess.run([cpp, py])
+    np.testing.assert_allclose(got[0], np.zeros_like(got[0]), atol=1e-12)
+    assert np.max(np.abs(want[0])) > 0.1
 
 
 def banded(shape, dtype, lower, seed):

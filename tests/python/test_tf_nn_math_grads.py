@@ -54,17 +54,20 @@ def incoming(y: tf.Tensor, seed: int) -> tf.Tensor:
 
 
 def compare(build: Callable[[], tf.Tensor], tol: float, min_nonzero: int = 1,
-            zeros_not_python: tuple[int, ...] = ()) -> None:
+            zeros_not_python: tuple[int, ...] = (), real_incoming: tuple[int, ...] = ()) -> None:
     """`build` makes (in a fresh graph) the op under test from constants and returns one of its
     outputs, or a list of them. Compares the C++ gradient (SymbolicGradient) of the node with
     Python's (tf.gradients), for random incoming gradients of every float output. Inputs in
-    `zeros_not_python` must get zeros from C++ whatever Python returns."""
+    `zeros_not_python` must get zeros from C++ whatever Python returns; outputs in
+    `real_incoming` (complex, real-valued by construction) get real incoming gradients."""
     with tf.Graph().as_default():
         tf_ext.library()
         out = build()
         op = out[0].op if isinstance(out, (list, tuple)) else out.op
         ys = [o for o in op.outputs]
         dys = [incoming(y, 10 + i) for i, y in enumerate(ys)]
+        dys = [tf.complex(tf.math.real(dy), tf.zeros_like(tf.math.real(dy)))
+               if i in real_incoming and dy.dtype.is_complex else dy for i, dy in enumerate(dys)]
         f = attr_value_pb2.NameAttrList(name=op.type)
         for k, v in op.node_def.attr.items():
             f.attr[k].CopyFrom(v)

@@ -779,11 +779,18 @@ absl::Status SelfAdjointEigV2Grad(const AttrSlice& attrs, FunctionDef* g) {
 // For complex A, as Python: + S^-1 D / 2 inside the first bracket with D = diag(V1^H dV1)^H -
 // diag(V1^H dV1), or diag(U1^H dU1) - diag(U1^H dU1)^H for a tall A, and d(s) conjugated for a
 // tall A (Python's transposition). compute_uv false: U, V recomputed, d(A) = U diag(d(s)) V^H.
-// As Python, full_matrices with |m - n| > 1 is refused.
+// As Python, full_matrices with |m - n| > 1 is refused. For complex A the singular values are
+// real (s's imaginary parts are 0 whatever A), so only Re d(s) reaches A; Python uses d(s) as
+// given, which is not the derivative when d(s) has an imaginary part (a loss Re(c s), c complex).
 absl::Status SvdGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("Svd", attrs);
   Linalg l(b);
-  const std::string ds_in = GradName("s");
+  std::string ds_in = GradName("s");
+  if (l.complex()) {  // Re d(s) = (d(s) + conj(d(s))) / 2
+    ds_in = l.Op("ds_re", "Mul",
+                 {l.Op("ds_2re", "AddV2", {ds_in, l.Op("ds_conj_in", "Conj", {ds_in})}),
+                  l.Scalar(0.5)});
+  }
   if (!b.GetAttr<bool>("compute_uv")) {
     const std::string s2 = l.Name("svd_s"), u2 = l.Name("svd_u"), v2 = l.Name("svd_v");
     b.Add({{s2, u2, v2},
