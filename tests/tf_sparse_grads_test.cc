@@ -557,7 +557,7 @@ TEST(CtcGrads, NoSecondDerivative) {
 
 // ---------------------------------------------------------------------------------------------
 // TopK (v1): no TopK node can run in TensorFlow 2.21, so no numeric Jacobian of its own; its
-// gradient must be TopKV2's (itself checked numerically in tf_nn_math_grads_test) and route
+// gradient must be TopKV2's (itself checked numerically in tf_grads_gradcheck_test) and route
 // each value's gradient to the position it came from.
 TEST(TopKGrads, TopKV1IsTopKV2) {
   const Tensor x = Random(DT_FLOAT, {3, 5}, 37);

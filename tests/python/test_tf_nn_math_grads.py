@@ -6,8 +6,8 @@ op with the node's attrs, in a tf.compat.v1 Session after the library is loaded.
 tf.gradients of the same node (Python's registry; None counts as zeros). This covers the cases
 where the two could disagree by convention: ReluGrad / Relu6Grad exactly at their kinks,
 max-pooling ties, Round's zero gradient, and batch norm in training mode, whose gradient
-recomputes the batch statistics (the numeric checks in tests/tf_nn_math_grads_test.cc can only
-check inference mode). Numeric checks of every op: tests/tf_nn_math_grads_test.cc.
+recomputes the batch statistics (the numeric checks in tests/tf_grads_gradcheck_test.cc can only
+check inference mode). Numeric checks of every op: tests/tf_grads_gradcheck_test.cc.
 """
 
 from __future__ import annotations

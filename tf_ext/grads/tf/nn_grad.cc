@@ -5,8 +5,8 @@
 // registered in both C++ registries when the op library loads, unless TensorFlow has one
 // already (TF_EXT_REGISTER_TF_GRADIENT). Where Python returns None the gradient is zeros.
 //
-// Checked against numeric Jacobians (tf_ext/tools/tf_core_gradcheck_spec.txt and
-// tests/tf_nn_math_grads_test.cc) and against Python's gradients on the same inputs
+// Checked against numeric Jacobians (tf_ext/tools/tf_core_gradcheck_spec.txt, run by
+// tests/tf_grads_gradcheck_test.cc) and against Python's gradients on the same inputs
 // (tests/python/test_tf_nn_math_grads.py).
 #include <initializer_list>
 #include <string>
