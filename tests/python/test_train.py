@@ -287,6 +287,22 @@ def test_embedding_centered_rmsprop_matches_model_fit_on_distinct_ids(tmp_path):
     assert_weights(dict(np.load(tmp_path / "w.npz")), model.trainable_variables)
 
 
+def test_embedding_id_out_of_range_gets_one_clear_error(tmp_path):
+    """An id past the table is refused by the forward's gather (InvalidArgument naming the
+    index and the range), before any update; nothing crashes."""
+    export = str(tmp_path / "model")
+    embedding_model().export(export, verbose=False)
+    x, t = embedding_data(tmp_path)
+    x[3, 2] = VOCAB + 5
+    np.savez(tmp_path / "d.npz", ids=x, t=t)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
+                 "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
+                 "--epochs=1", "--optimizer=adam")
+    assert r.returncode == 1, r.stderr
+    assert "step 0:" in r.stderr and f"{VOCAB + 5} is not in [0, {VOCAB})" in r.stderr, r.stderr
+    assert "Check failed" not in r.stderr
+
+
 def step_stats_outputs(path):
     """(node name, op, shape) of every output the traced step computed (--step_stats); a node
     without outputs (a variable update) as (name, op, None)."""
