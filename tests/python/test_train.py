@@ -287,6 +287,38 @@ def test_embedding_centered_rmsprop_matches_model_fit_on_distinct_ids(tmp_path):
     assert_weights(dict(np.load(tmp_path / "w.npz")), model.trainable_variables)
 
 
+def test_shared_embedding_two_inputs_matches_model_fit(tmp_path):
+    """One Embedding called on two inputs (int32 and int64 ids): two gathers of the table, whose
+    rows and ids are joined into one sparse gradient (as tf.GradientTape concatenates two
+    IndexedSlices), against model.fit with Adam."""
+    import keras
+    keras.utils.set_random_seed(5)
+    a = keras.Input(shape=(4,), dtype="int32", name="a")
+    b = keras.Input(shape=(2,), dtype="int64", name="b")
+    embed = keras.layers.Embedding(VOCAB, 3)
+    pooled = keras.layers.Concatenate()([keras.layers.GlobalAveragePooling1D()(embed(a)),
+                                         keras.layers.GlobalAveragePooling1D()(embed(b))])
+    model = keras.Model([a, b], keras.layers.Dense(3, activation="softmax")(pooled))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    x, t = embedding_data(tmp_path)
+    xb = x[:, :2][::-1].astype(np.int64)  # ids shared with `a` within and across batches
+    np.savez(tmp_path / "d.npz", a=x, b=xb, t=t)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=a,b",
+                 "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
+                 f"--epochs={EPOCHS}", "--optimizer=adam", "--learning_rate=0.05",
+                 f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}",
+                 f"--step_stats={tmp_path / 'step.pb'}")
+    assert r.returncode == 0, r.stderr
+    assert dense_table_gradients(step_stats_outputs(tmp_path / "step.pb"), 3) == []
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.05),
+                  loss="sparse_categorical_crossentropy", jit_compile=False)
+    fit = model.fit([x, xb], t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    assert_weights(dict(np.load(tmp_path / "w.npz")), model.trainable_variables)
+
+
 def test_embedding_id_out_of_range_gets_one_clear_error(tmp_path):
     """An id past the table is refused by the forward's gather (InvalidArgument naming the
     index and the range), before any update; nothing crashes."""
