@@ -232,7 +232,7 @@ EMBEDDING_OPTIMIZERS = [
 
 
 @pytest.mark.parametrize("opt", EMBEDDING_OPTIMIZERS,
-                         ids=lambda o: f"{o[0]}-{'-'.join(map(str, o[1].values()))}")
+                         ids=lambda o: "-".join([o[0]] + [f"{k}={v}" for k, v in o[1].items()]))
 def test_embedding_classifier_matches_model_fit(opt, tmp_path):
     """Keras 3's Embedding reads its table and gathers rows (GatherV2); model.fit's gradient is
     then a tf.IndexedSlices and each optimizer applies it its own way (Adam, RMSprop and Adagrad
