@@ -132,12 +132,14 @@ docs: setup
 	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
 	  $(PYTHON_BIN_PATH) $(ROOT)/scripts/op_table.py --write
 
-# tf_ext_gradcheck over tf_ext's library and over TensorFlow's own FDH gradients.
+# tf_ext_gradcheck over tf_ext's library, over TensorFlow's own FDH gradients and over the
+# gradients tf_ext adds for TensorFlow's ops (its exceptions: tests/tf_grads_gradcheck_test.cc).
 TF_CORE_OPS := Tanh,Sigmoid,Mul,Add,Sub,Div,Exp,Log,Sqrt,Rsqrt,Square,Abs,Sin,Cos,Neg,Reciprocal,Asin,Acos,Atan,Atanh,Asinh,Acosh,Sinh,Cosh,Log1p,Expm1,Maximum,Minimum,SquaredDifference,Pow,MatMul,BatchMatMulV2,Sum,Mean,Max,Softmax,LogSoftmax,Relu,Conv2D,MaxPool,AvgPool,BiasAdd,Transpose,Reshape,Sign,Softplus,Erf,Tile
 gradcheck: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=none --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt --ops=$(TF_CORE_OPS)
+	-$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --added_tf_gradients --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt
 
 # Seeded random and hostile calls of every op (forward and backward ops, eager, tf.function,
 # GradientTape, the gradient registry's op and C entry point), batched in child processes so

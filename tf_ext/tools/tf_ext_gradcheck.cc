@@ -308,7 +308,8 @@ int Main(int argc, char** argv) {
       .ImplicitValue("check")
       .Choices({"check", "list"});
   parser.String("spec", &spec_path,
-                "input specs (shapes, ranges, ROI rows, attrs); see gradcheck_spec.h")
+                "input specs, one configuration per line (shapes, ranges, values, ROI rows,\n"
+                "SPD matrices, dtypes, attrs); see gradcheck_spec.h")
       .ValueName("FILE");
   parser.Int("seed", &seed, "seed of the generated inputs");
   parser.Double("tol_float", &tol_float, "max error for PASS of float rows").ValueName("TOL");
