@@ -328,3 +328,21 @@ def test_malformed_frame_is_one_error_naming_it(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "lowered (v1) control flow (" in r.stderr, r.stderr[-2000:]
     assert "Enter '" in r.stderr, r.stderr[-2000:]
+
+
+def test_list_items_overwritten_in_a_loop_are_not_saved(tmp_path):
+    # TensorListSetItem's gradient zeroes the item it overwrote: only the item's shape is needed,
+    # so the loop saves h (for d x), tanh(h x) (for TanhGrad) and the index i, not the item 2 h'.
+    def fn(x):
+        def body(i, h, ta):
+            h2 = tf.tanh(h * x)
+            return i + 1, h2, ta.write(i, h2 * 2.0)
+        ta = tf.TensorArray(x.dtype, size=3, element_shape=x.shape)
+        _, _, ta = tf.while_loop(lambda i, h, ta: i < 3, body, [tf.constant(0), x, ta])
+        return tf.reduce_sum(ta.stack())
+    graph_def = freeze(fn, X, False)
+    y_ref, g_ref = eager_gradient(fn, X)
+    y, g, r = tf_ext_grad(tmp_path, graph_def, X)
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-6)
+    assert "1 loop and 0 conditionals saving 3 tensors" in r.stdout, r.stdout

@@ -30,6 +30,7 @@
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/shape_inference.h"
 #include "tf_ext/graph/workarounds.h"
+#include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -44,6 +45,46 @@ absl::Status ShapesFromForward(Graph* bg, FunctionGradient* fg,
   ShapeRefiner refiner(bg->versions(), bg->op_registry());
   InferShapes(bg, ArgShapesByName(*bg, arg_shapes), &refiner,
               [fg](const Node* n) { return !fg->IsGradient(n->name()); });
+  // ZerosLike(t) of a numeric forward t: Fill(Shape(t), 0), so that only t's shape is needed
+  // (TensorListSetItem's gradient zeroes the item it overwrote: a loop saved every item
+  // only for this).
+  std::vector<Node*> zeros_like;
+  for (Node* n : bg->op_nodes()) {
+    if (n->type_string() != "ZerosLike" || !fg->IsGradient(n->name())) continue;
+    if (test::IsNumeric(n->output_type(0))) zeros_like.push_back(n);
+  }
+  for (Node* n : zeros_like) {
+    const Edge* in = nullptr;
+    if (!n->input_edge(0, &in).ok()) continue;
+    auto zero_value = test::FromDoubles(n->output_type(0), TensorShape({}), {0.0});
+    if (!zero_value.ok()) return zero_value.status();
+    Node *shape = nullptr, *zero = nullptr, *fill = nullptr;
+    TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "/zeros/shape"), "Shape")
+                           .Input(in->src(), in->src_output())
+                           .Attr("out_type", DT_INT32)
+                           .Finalize(bg, &shape));
+    TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "/zeros/zero"), "Const")
+                           .Attr("dtype", n->output_type(0))
+                           .Attr("value", *zero_value)
+                           .Finalize(bg, &zero));
+    TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "/zeros"), "Fill")
+                           .Input(shape)
+                           .Input(zero)
+                           .Finalize(bg, &fill));
+    std::vector<std::pair<Node*, int>> consumers;
+    std::vector<Node*> controlled, controls;
+    for (const Edge* e : n->out_edges()) {
+      if (e->IsControlEdge()) controlled.push_back(e->dst());
+      else consumers.push_back({e->dst(), e->dst_input()});
+    }
+    for (const Edge* e : n->in_edges()) {
+      if (e->IsControlEdge()) controls.push_back(e->src());
+    }
+    for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(bg->UpdateEdge(fill, 0, dst, input));
+    for (Node* dst : controlled) bg->AddControlEdge(fill, dst);
+    for (Node* src : controls) bg->AddControlEdge(src, fill);
+    bg->RemoveNode(n);
+  }
   std::vector<Node*> shape_nodes;
   for (Node* n : bg->op_nodes()) {
     const std::string& op = n->type_string();
@@ -60,28 +101,11 @@ absl::Status ShapesFromForward(Graph* bg, FunctionGradient* fg,
     DataType out_type = DT_INT32;
     TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "out_type", &out_type));
     Node* replacement = nullptr;
-    shape_inference::InferenceContext* c = refiner.GetContext(in->src());
-    if (c != nullptr && c->FullyDefined(c->output(in->src_output()))) {
-      const shape_inference::ShapeHandle shape = c->output(in->src_output());
-      const int rank = c->Rank(shape);
-      Tensor value;
-      if (n->type_string() == "Shape") {
-        value = Tensor(out_type, TensorShape({rank}));
-        for (int d = 0; d < rank; ++d) {
-          const int64_t dim = c->Value(c->Dim(shape, d));
-          if (out_type == DT_INT32) value.vec<int32_t>()(d) = dim;
-          else value.vec<int64_t>()(d) = dim;
-        }
-      } else {
-        int64_t size = 1;
-        for (int d = 0; d < rank; ++d) size *= c->Value(c->Dim(shape, d));
-        value = Tensor(out_type, TensorShape({}));
-        if (out_type == DT_INT32) value.scalar<int32_t>()() = size;
-        else value.scalar<int64_t>()() = size;
-      }
+    if (std::optional<Tensor> value =
+            StaticShapeValue(refiner, in->src(), in->src_output(), n->type_string(), out_type)) {
       TF_RETURN_IF_ERROR(NodeBuilder(bg->NewName(fg->prefix + "/static_shape"), "Const")
                              .Attr("dtype", out_type)
-                             .Attr("value", value)
+                             .Attr("value", *value)
                              .Finalize(bg, &replacement));
     } else {
       // A forward node (its name is not the gradient's): the shape is what gets kept.

@@ -18,6 +18,7 @@
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/control_flow.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/simplify_backward.h"
 #include "tf_ext/graph/workarounds.h"
 #include "tf_ext/testing/tensor_doubles.h"
 
@@ -275,33 +276,65 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
       return !n->IsConstant() && !absl::StartsWith(n->name(), prefix + "/") &&
              keep.count(n->name()) == 0;
     });
+    // Static shapes and forward outputs where Python's gradients use them (simplify_backward.h).
+    auto simplified = SimplifyBackward(&g, prefix, keep);
+    if (!simplified.ok()) return simplified.status();
+    result->simplifications = *simplified;
   }
   g.ToGraphDef(&out->graph);
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether `n` is a constant HoistConstants turns into a placeholder; if so, its shape.
+bool IsLargeConstant(const NodeDef& n, const std::set<std::string>& keep, TensorShape* shape) {
+  if (n.op() != "Const" || keep.count(n.name()) || !n.attr().contains("value")) return false;
+  const TensorProto& proto = n.attr().at("value").tensor();
+  if (!DataTypeIsFloating(proto.dtype())) return false;
+  if (!TensorShape::BuildTensorShape(proto.tensor_shape(), shape).ok()) return false;
+  return shape->num_elements() >= 4096;
+}
+
+// A placeholder named as `n` of its dtype and `shape`.
+NodeDef PlaceholderLike(const NodeDef& n, const TensorShape& shape) {
+  NodeDef p;
+  p.set_name(n.name());
+  p.set_op("Placeholder");
+  p.set_device(n.device());
+  AttrValue dtype, shape_attr;
+  dtype.set_type(n.attr().at("value").tensor().dtype());
+  shape.AsProto(shape_attr.mutable_shape());
+  (*p.mutable_attr())["dtype"] = dtype;
+  (*p.mutable_attr())["shape"] = shape_attr;
+  return p;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, Tensor>> HoistConstants(const std::set<std::string>& keep,
                                                            GraphDef* graph) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (NodeDef& n : *graph->mutable_node()) {
-    if (n.op() != "Const" || keep.count(n.name()) || !n.attr().contains("value")) continue;
-    const TensorProto& proto = n.attr().at("value").tensor();
-    if (!DataTypeIsFloating(proto.dtype())) continue;
-    int64_t elements = 1;
-    for (const auto& d : proto.tensor_shape().dim()) elements *= d.size();
-    if (elements < 4096) continue;
+    TensorShape shape;
+    if (!IsLargeConstant(n, keep, &shape)) continue;
     Tensor value;
-    if (!value.FromProto(proto)) continue;
-    n.set_op("Placeholder");
-    n.clear_attr();
-    AttrValue dtype, shape;
-    dtype.set_type(value.dtype());
-    value.shape().AsProto(shape.mutable_shape());
-    (*n.mutable_attr())["dtype"] = dtype;
-    (*n.mutable_attr())["shape"] = shape;
+    if (!value.FromProto(n.attr().at("value").tensor())) continue;
     feeds.push_back({n.name() + ":0", std::move(value)});
+    n = PlaceholderLike(n, shape);
   }
   return feeds;
+}
+
+GraphDef ShapeOnlyCopy(const GraphDef& graph, const std::set<std::string>& keep) {
+  GraphDef copy;
+  *copy.mutable_versions() = graph.versions();
+  *copy.mutable_library() = graph.library();
+  for (const NodeDef& n : graph.node()) {
+    TensorShape shape;
+    *copy.add_node() = IsLargeConstant(n, keep, &shape) ? PlaceholderLike(n, shape) : n;
+  }
+  return copy;
 }
 
 }  // namespace tensorflow::tf_ext

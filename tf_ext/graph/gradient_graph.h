@@ -59,6 +59,10 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
 std::vector<std::pair<std::string, Tensor>> HoistConstants(const std::set<std::string>& keep,
                                                            GraphDef* graph);
 
+// A copy of `graph` whose constants HoistConstants would hoist are placeholders of their dtype
+// and shape, their values not copied (for shape inference).
+GraphDef ShapeOnlyCopy(const GraphDef& graph, const std::set<std::string>& keep);
+
 }  // namespace tensorflow::tf_ext
 
 #endif  // TF_EXT_GRAPH_GRADIENT_GRAPH_H_

@@ -10,6 +10,7 @@
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/public/session.h"
+#include "tf_ext/graph/simplify_backward.h"
 #include "tf_ext/graph/tensor_ref.h"
 #include "tf_ext/graph/workarounds.h"
 
@@ -31,10 +32,15 @@ struct GradientOptions {
   // Clear request->graph once it has been imported (NumericCheck needs it: keep it then).
   bool release_forward_graph = false;
   // Run TensorFlow's graph optimizations (Grappler) in the Session, as a Python tf.function
-  // does: on the plain-op backward graphs they save time (session_options.h). The frozen
-  // weights (floating-point constants of 4096 elements or more) are then fed rather than held
-  // in Const nodes, so that no optimization pass copies them.
+  // does: on the plain-op backward graphs they save time (session_options.h).
   bool optimize_graph = true;
+  // With optimize_graph: feed the frozen weights (floating-point constants of 4096 elements or
+  // more) rather than hold them in Const nodes, so that no optimization pass copies them. It
+  // saves memory (Keras ResNet50, batch 1: 0.2 GB above the loaded size instead of about 1.2 GB;
+  // Python's tf.function gradient: 1.7 GB) and costs time: Grappler folds only constants, so a
+  // batch normalisation's multiply is no longer folded into the convolution before it
+  // (ResNet50 at batch 1 ran 1.25x slower so). Off by default (docs/performance.md).
+  bool hoist_constants = false;
   // Inline each op's gradient FunctionDef as plain ops (backprop.h); off: one SymbolicGradient
   // node per op, resolved at run time.
   bool inline_gradients = true;
@@ -51,6 +57,7 @@ struct GradientResult {
   int conditionals = 0;
   int accumulators = 0;  // tensors they save for their gradients
   GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
+  BackwardSimplifications simplifications;  // see SimplifyBackward
   double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph
   Tensor y;

@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   build_spec.role_prefix = kWhat;
   GradientOptions build_options;
   build_options.optimize_graph = options.optimize_graph;
+  build_options.hoist_constants = options.hoist_constants;
   build_options.release_forward_graph = true;
   GradientGraph built;
   TF_RETURN_IF_ERROR(BuildGradientGraph(&graph, build_spec, build_options, &gs->build_, &built));
@@ -156,14 +157,15 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   for (size_t i = 0; i < gs->inputs_.size(); ++i) gs->input_index_[gs->inputs_[i].name] = i;
 
   // The shape checks' graph: large constants as placeholders of their shapes (no copy of the
-  // weights); with optimize_graph the Session's graph has them so too, fed per run.
+  // weights). With hoist_constants the Session's graph has them so too, fed per run.
   std::set<std::string> keep = input_nodes;
   for (const TensorRef& y : spec.ys) keep.insert(y.node);
   for (const TensorRef& x : spec.xs) keep.insert(x.node);
-  if (options.optimize_graph) gs->constant_feeds_ = HoistConstants(keep, &built.graph);
+  if (options.optimize_graph && options.hoist_constants) {
+    gs->constant_feeds_ = HoistConstants(keep, &built.graph);
+  }
   {
-    GraphDef shape_def = built.graph;
-    if (!options.optimize_graph) HoistConstants(keep, &shape_def);
+    const GraphDef shape_def = ShapeOnlyCopy(built.graph, keep);
     gs->shape_graph_ = std::make_unique<Graph>(OpRegistry::Global());
     TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), shape_def,
                                               gs->shape_graph_.get()));

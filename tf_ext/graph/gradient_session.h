@@ -53,8 +53,11 @@ struct GradientSessionSpec {
 };
 
 struct GradientSessionOptions {
-  // TensorFlow's graph optimizations (GradientOptions::optimize_graph).
+  // TensorFlow's graph optimizations (GradientOptions::optimize_graph), and whether the frozen
+  // weights are fed rather than held as constants (GradientOptions::hoist_constants: less
+  // memory, more time).
   bool optimize_graph = true;
+  bool hoist_constants = false;
   // Largest tensor a request may make shape inference find, in bytes; 0: half of this
   // machine's physical memory.
   int64_t memory_budget_bytes = 0;

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/graph/gradient_graph.h"
 #include "tf_ext/graph/session_options.h"
@@ -20,6 +22,21 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
                                    const GradientOptions& options) {
   const GradientRequest& req = *request;
   const double start = Seconds();
+  // A placeholder's shape attr is a contract the build relies on (simplify_backward.h makes
+  // shapes that follow from it constants): a feed must match it.
+  for (const auto& [ref, value] : req.feeds) {
+    for (const NodeDef& n : req.graph.node()) {
+      if (n.name() != ref.node || n.op() != "Placeholder" || !n.attr().contains("shape")) continue;
+      PartialTensorShape shape;
+      if (PartialTensorShape::BuildPartialTensorShape(n.attr().at("shape").shape(), &shape).ok() &&
+          !shape.IsCompatibleWith(value.shape())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "feed '", ref.ToString(), "' has shape ", value.shape().DebugString(),
+            ", which placeholder '", n.name(), "' (shape ", shape.DebugString(),
+            ") does not accept"));
+      }
+    }
+  }
   GradientGraphSpec spec;
   spec.ys = {req.y};
   spec.xs = req.xs;
@@ -34,7 +51,7 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   result->build_seconds = Seconds() - start;
 
   const double run_start = Seconds();
-  if (options.optimize_graph) {
+  if (options.optimize_graph && options.hoist_constants) {
     std::set<std::string> keep = spec.named_nodes;
     keep.insert(req.y.node);
     for (const TensorRef& x : req.xs) keep.insert(x.node);

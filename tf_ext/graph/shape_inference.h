@@ -5,10 +5,12 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tensorflow/core/common_runtime/shape_refiner.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/graph/graph.h"
 
@@ -25,6 +27,12 @@ std::map<std::string, PartialTensorShape> ArgShapesByName(
 void InferShapes(Graph* g, const std::map<std::string, PartialTensorShape>& arg_shapes,
                  ShapeRefiner* refiner,
                  const std::function<bool(const Node*)>& include = nullptr);
+
+// The value of `op` (Shape, Size or Rank, with output type `out_type`) of output `index` of `n`
+// when `refiner` knows it statically (a fully defined shape; for Rank, a known rank), else
+// nullopt.
+std::optional<Tensor> StaticShapeValue(const ShapeRefiner& refiner, const Node* n, int index,
+                                       const std::string& op, DataType out_type);
 
 }  // namespace tensorflow::tf_ext
 

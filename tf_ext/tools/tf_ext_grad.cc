@@ -3,7 +3,7 @@
 //   tf_ext_grad [--graph=PATH] [--y=node:idx] [--x=node:idx,...] [--feed=name=VALUE]...
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
-//               [--optimize=false] [--symbolic_gradients] [--benchmark=N] [--export=DIR]
+//               [--optimize=false] [--hoist_constants] [--symbolic_gradients] [--benchmark=N] [--export=DIR]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -36,7 +36,7 @@ namespace {
 struct Flags {
   std::string graph, y, x, library, save, dump_backward, export_dir;
   std::vector<std::string> feeds;
-  bool check = false, optimize = true, symbolic_gradients = false;
+  bool check = false, optimize = true, hoist_constants = false, symbolic_gradients = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
@@ -84,6 +84,10 @@ void DeclareFlags(FlagParser* p, Flags* f) {
           "run TensorFlow's graph optimizations (Grappler: oneDNN and remapper fusions,\n"
           "arithmetic simplification) on the backward graph, as a Python tf.function does;\n"
           "--optimize=false runs the graph as built, with less memory on large models");
+  p->Bool("hoist_constants", &f->hoist_constants,
+          "with --optimize: feed the frozen weights to the Session instead of holding them in\n"
+          "Const nodes, so no optimization copies them: less memory, more time (TensorFlow's\n"
+          "optimizer folds only constants, e.g. a batch norm's multiply into its convolution)");
   p->Bool("symbolic_gradients", &f->symbolic_gradients,
           "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
           "gradients of all its inputs) instead of inlining each op's gradient as plain ops");
@@ -198,6 +202,7 @@ int Main(int argc, char** argv) {
   options.keep_backward_graph = !flags.dump_backward.empty() || !flags.export_dir.empty();
   options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
   options.optimize_graph = flags.optimize;
+  options.hoist_constants = flags.hoist_constants;
   options.inline_gradients = !flags.symbolic_gradients;
   if (absl::Status s = ComputeGraphGradients(&request, &result, options); !s.ok()) {
     return Fail(std::string(s.message()));

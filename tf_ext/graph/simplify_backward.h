@@ -1,0 +1,36 @@
+// Rewrites of a built forward + backward graph that let TensorFlow's optimizer and executor do
+// for it what Python's gradients get from static shapes and forward outputs (issue 23 item 5,
+// docs/performance.md). Each leaves every value the graph computes unchanged.
+//
+// - Static shapes: a gradient's Shape, Size or Rank of a tensor whose shape shape inference
+//   fixes (from the placeholders' shape attrs, which requests must match) becomes a constant.
+//   Python's gradients read static shapes instead of emitting these nodes; a Shape node is a
+//   second reader of its forward tensor, which keeps Grappler from folding a Mul by a constant
+//   into the convolution before it (batch normalisation in inference) and keeps the broadcast
+//   reductions (Sum over no axes) in the graph.
+// - Forward outputs: ReluGrad and Relu6Grad read their Relu's output instead of its input (the
+//   same mask: relu(x) > 0 exactly when x > 0, and relu6(x) is in (0, 6) exactly when x is), as
+//   Python's gradients do; the input then has one reader fewer, so the Relu can run in place.
+#ifndef TF_EXT_GRAPH_SIMPLIFY_BACKWARD_H_
+#define TF_EXT_GRAPH_SIMPLIFY_BACKWARD_H_
+
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tensorflow/core/graph/graph.h"
+
+namespace tensorflow::tf_ext {
+
+struct BackwardSimplifications {
+  int constant_shapes = 0;  // Shape/Size/Rank nodes made constants
+  int outputs_read = 0;     // ReluGrad/Relu6Grad nodes reading their Relu's output
+};
+
+// Rewrites the gradient nodes of `g` (those named "<prefix>/..."), not nodes in `keep`.
+absl::StatusOr<BackwardSimplifications> SimplifyBackward(Graph* g, const std::string& prefix,
+                                                         const std::set<std::string>& keep);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_SIMPLIFY_BACKWARD_H_
