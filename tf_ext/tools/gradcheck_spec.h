@@ -27,8 +27,12 @@
 // symmetric: inputs the op reads through one triangle only (Cholesky, SelfAdjointEigV2): they
 // are differenced along symmetric (Hermitian) perturbations of each pair (i, j), (j, i), which
 // a symmetric gradient must match as g_ij + g_ji.
-// ignore_outputs: outputs whose incoming gradient is zero and which are not compared (outputs
-// Python's gradient ignores by design, e.g. CTCLoss's `gradient`, Eig's phase-conventional v).
+// ignore_outputs: outputs whose incoming gradient is zero and which are not compared: by-products
+// Python's gradient ignores (CTCLoss's `gradient`), outputs fixed only up to a convention that
+// a finite difference does not follow (Eig's eigenvector phases), and the unused u, v of Svd
+// with compute_uv=false.
+// dtypes: the dtypes checked (default: float and double where the op allows them, else
+// complex64 and complex128).
 // delta, tol: the central-difference step and the pass tolerance (max relative error) for a
 // kernel less precise than its dtype (CTCLoss computes in float even for double inputs).
 #ifndef TF_EXT_TOOLS_GRADCHECK_SPEC_H_
