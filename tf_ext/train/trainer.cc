@@ -21,6 +21,7 @@
 #include "tf_ext/graph/inline_calls.h"
 #include "tf_ext/graph/loop_variables.h"
 #include "tf_ext/graph/saved_model.h"
+#include "tf_ext/graph/simplify_backward.h"
 #include "tf_ext/graph/workarounds.h"
 #include "tf_ext/train/checkpoint.h"
 #include "tf_ext/train/graph_ops.h"
@@ -331,6 +332,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   BackpropOptions backprop;
   backprop.name_prefix = absl::StrCat(kPrefix, "/gradients");
   TF_RETURN_IF_ERROR(AddGradients(&g, {loss}, {one}, xs, &dxs, backprop));
+  // Static shapes and forward outputs where Python's gradients use them, as for any backward
+  // graph (simplify_backward.h): a Relu then runs in place.
+  TF_RETURN_IF_ERROR(SimplifyBackward(&g, backprop.name_prefix, {}).status());
   std::vector<train::TrainableVariable> variables;
   std::vector<train::Gradient> grads;
   std::vector<Node*> after = {loss.node};
