@@ -1,8 +1,8 @@
 """The C++ gradient of real frozen models against Python's tf.function gradient, same graph.
 
 For each model (frozen once into --work with scripts/freeze_keras_model.py), rounds alternate:
-one process runs `tf_ext_grad --benchmark=N` (the gradient built and run in C++, no Python in
-the process), the next a Python worker that runs the same frozen GraphDef's gradient as a
+one process runs `tf_ext_grad --benchmark=N` (the gradient built once as a GradientSession and
+run per request in C++, no Python in the process), the next a Python worker that runs the same frozen GraphDef's gradient as a
 `tf.function` (tf.gradients of the imported graph, TensorFlow's default graph optimizations
 on: what a Python server would run), N steady-state runs each after one warm-up. Each side
 reports the min and median of its runs and its peak resident memory minus its resident memory

@@ -490,7 +490,7 @@ TEST(TfExtGrad, DumpedBackwardGraphDifferentiatesAgain) {
   EXPECT_NE(ReadAll(second).find("name: \"tf_ext_grad_2/"), std::string::npos);
 }
 
-// --benchmark=N times N runs of the built gradient after the first; the peak memory is this
+// --benchmark=N times N requests to a GradientSession after the first; the peak memory is this
 // process's own (VmHWM), not that of the process that started it: this test touches 800 MB
 // first, which getrusage's ru_maxrss in the tool would have reported (it survives exec).
 TEST(TfExtGrad, BenchmarkAndOwnPeakMemory) {
@@ -504,6 +504,13 @@ TEST(TfExtGrad, BenchmarkAndOwnPeakMemory) {
   const int64_t peak = PeakMb(r.output);
   EXPECT_GT(peak, 50) << r.output;
   EXPECT_LT(peak, 700) << r.output << " (ballast " << static_cast<int>(ballast[4096]) << ")";
+  // It times a GradientSession, which has no numeric check: refused, not ignored.
+  ToolRun both = RunTool("--benchmark=2 --check");
+  EXPECT_NE(both.code, 0) << both.output;
+  EXPECT_NE(both.output.find("--benchmark times the GradientSession a server runs; run --check "
+                             "without it"),
+            std::string::npos)
+      << both.output;
 }
 
 // Import errors carry a hint only where the cause is known: a cycle is called a cycle, and only

@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   build_options.release_forward_graph = true;
   GradientGraph built;
   TF_RETURN_IF_ERROR(BuildGradientGraph(&graph, build_spec, build_options, &gs->build_, &built));
+  gs->build_.backward_nodes = built.graph.node_size();
 
   gs->prefix_ = built.prefix;
   for (const std::string& y : built.y_names) gs->fetches_.push_back(y);
