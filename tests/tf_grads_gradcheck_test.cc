@@ -132,6 +132,8 @@ const std::map<std::string, std::string> kSinglePrecision = {
     {"AvgPool3DGrad", "no double CPU kernel"},
     {"MaxPool3DGrad", "half, bfloat16 and float only"},
     {"MaxPool3DGradGrad", "no double CPU kernel"},
+    {"XlaEinsum", "float, bfloat16 and complex64 kernels; complex64 (Python's unconjugated rule) "
+                  "against Python in tests/python/test_tf_xla_grads.py"},
 };
 
 std::string Join(const std::vector<std::string>& v, const std::string& sep) {

@@ -117,8 +117,6 @@ NOT_YET_PORTED = {
     "TensorArraySplitV2",
     "TensorArrayWrite",
     "TensorArrayWriteV2",
-    "XlaEinsum",
-    "XlaSharding",
     "XlaSpmdShardToFullShape",
 }
 

@@ -1,0 +1,79 @@
+// Gradients of TensorFlow's XLA ops (compiler/tf2xla) that TensorFlow 2.21 has only in Python,
+// written from Python's rules: XlaEinsum (python/ops/special_math_ops.py) and XlaSharding
+// (compiler/tf2xla/python/xla.py). Each is registered in both C++ registries when the op
+// library loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
+//
+// Both ops run on CPU through XLA's compile-on-demand kernels. XlaSpmdShardToFullShape is not
+// ported: Python's gradient is an XlaSpmdFullToShardShape node, which has no kernel in
+// tensorflow-cpu 2.21 (nor any other device's outside an XLA cluster), so no such gradient can
+// run, let alone be checked, here.
+//
+// Checked against Python's gradients (tests/python/test_tf_xla_grads.py) and numeric Jacobians
+// (tf_ext_gradcheck, tf_ext/tools/tf_core_gradcheck_spec.txt).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tensorflow/core/framework/function.h"
+#include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/registry.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+using grad::FDH;
+using grad::GradName;
+
+// XlaEinsum(a, b; equation = "A,B->C"): product = einsum over the labels of A, B into C.
+// The product is bilinear, so each input's gradient is the einsum of d(product) with the other
+// input into the input's labels, as Python's rule: d(a) = einsum("C,B->A", d(product), b),
+// d(b) = einsum("C,A->B", d(product), a). As in Python, nothing is conjugated for complex64
+// (d(a) = d(product) b^T for "ij,jk->ik", not TensorFlow's d(product) b^H), and a label summed
+// within one input alone gives an equation XLA refuses, as Python's does.
+absl::Status XlaEinsumGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("XlaEinsum", attrs);
+  const std::string equation = b.GetAttr<std::string>("equation");
+  const std::vector<std::string> sides = absl::StrSplit(equation, "->");
+  const std::vector<std::string> operands =
+      sides.size() == 2 ? absl::StrSplit(sides[0], ',') : std::vector<std::string>{};
+  if (operands.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("XlaEinsum: gradient needs an equation 'A,B->C' (two operands, one "
+                     "output), got '", equation, "'"));
+  }
+  const std::string& left = operands[0];
+  const std::string& right = operands[1];
+  const std::string& out = sides[1];
+  const std::string dy = GradName("product");
+  // d(a) = einsum("C,B->A", d(product), b)
+  b.Return("a", b.Add({{"da"}, "XlaEinsum", {dy, "b"},
+                       {{"T", grad::Placeholder("T")},
+                        {"equation", absl::StrCat(out, ",", right, "->", left)}}}));
+  // d(b) = einsum("C,A->B", d(product), a)
+  b.Return("b", b.Add({{"db"}, "XlaEinsum", {dy, "a"},
+                       {{"T", grad::Placeholder("T")},
+                        {"equation", absl::StrCat(out, ",", left, "->", right)}}}));
+  return b.Build(g);
+}
+
+// XlaSharding(input; sharding, unspecified_dims): output = input, annotated with a sharding
+// for XLA's SPMD partitioner. d(input) = d(output), annotated with the same sharding (the
+// op's attrs, and the node attr _XlaSharding = sharding that Python's rule sets too, which the
+// partitioner reads).
+absl::Status XlaShardingGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("XlaSharding", attrs);
+  const std::string sharding = b.GetAttr<std::string>("sharding");
+  grad::NodeAttrs node_attrs = b.PassAttrs({"T", "sharding", "unspecified_dims"});
+  node_attrs.push_back({"_XlaSharding", sharding});
+  // d(input) = d(output)
+  b.Return("input", b.Add({{"dx"}, "XlaSharding", {GradName("output")}, node_attrs}));
+  return b.Build(g);
+}
+
+}  // namespace
+
+TF_EXT_REGISTER_TF_GRADIENT("XlaEinsum", XlaEinsumGrad);
+TF_EXT_REGISTER_TF_GRADIENT("XlaSharding", XlaShardingGrad);
+
+}  // namespace tensorflow::tf_ext
