@@ -105,18 +105,6 @@ NOT_YET_PORTED = {
     "SparseMatrixAdd",
     "SparseMatrixMul",
     "SparseMatrixSoftmax",
-    "TensorArrayConcat",
-    "TensorArrayConcatV2",
-    "TensorArrayGather",
-    "TensorArrayGatherV2",
-    "TensorArrayRead",
-    "TensorArrayReadV2",
-    "TensorArrayScatter",
-    "TensorArrayScatterV2",
-    "TensorArraySplit",
-    "TensorArraySplitV2",
-    "TensorArrayWrite",
-    "TensorArrayWriteV2",
     "XlaSpmdShardToFullShape",
 }
 

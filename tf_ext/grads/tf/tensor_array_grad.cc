@@ -1,7 +1,21 @@
-// Gradients of TensorFlow's TensorArray ops (version 3, the resource-handle ones), which
-// TensorFlow 2.21 has only in Python (python/ops/tensor_array_grad.py). Written from the maths
-// of Python's gradients; each is registered in both C++ registries when the op library loads,
-// unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
+// Gradients of TensorFlow's TensorArray ops, which TensorFlow 2.21 has only in Python
+// (python/ops/tensor_array_grad.py): version 3 (resource handles), and versions 1 and 2 (string
+// handles, a reference in version 1). Written from the maths of Python's gradients; each is
+// registered in both C++ registries when the op library loads, unless TensorFlow has one
+// already (TF_EXT_REGISTER_TF_GRADIENT).
+//
+// Versions 1 and 2. TensorFlow 2.21 builds and runs their ops only in graphs whose GraphDef
+// producer version is below the version that removed them (op deprecation: 16 for version 1,
+// 19 for TensorArrayScatter, 26 for version 2; TensorArrayConcatV2 was never removed, but its
+// handle comes from TensorArrayV2); Python's graph builder refuses them otherwise ("Op
+// TensorArrayV2 is not available in GraphDef version 2474. It has been removed in version
+// 26"). Python registers its version 3 functions for them, which cannot build in TensorFlow
+// 2.21: with control flow v2 (the default) its TensorArray wrapper refuses a given handle (an
+// assert), with control flow v1 it builds TensorArrayGradV3 on the string handle (a
+// TypeError). The gradients here are the same maths on the version 2 ops: a function's
+// arguments are never references, so a version 1 handle reaches the body as its value (the two
+// strings naming the array), which the version 2 ops take; those exist wherever version 1 ops
+// do (producer < 16). The string handle gets zeros (empty strings), as Python's None.
 //
 // How a TensorArray is differentiated. The array is state (a resource); the float `flow`
 // tensors that thread through its ops only order them. The gradient of the array is a second
@@ -34,7 +48,9 @@
 //     "Output 0 of type float does not match declared output type resource".
 //
 // Tested in tests/python/test_list_grads.py (SymbolicGradient and tf_ext_grad against Python's
-// tf.gradients; eager GradientTape cannot differentiate TensorArrayV3 ops).
+// tf.gradients; eager GradientTape cannot differentiate TensorArrayV3 ops); versions 1 and 2 in
+// tests/python/test_tensor_array_v1v2_grads.py (in graphs of producer version 15, against
+// Python's gradients of the same graph in version 3 ops, and against central differences).
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +78,26 @@ std::string GradSource(const AttrSlice& attrs) {
   return kGradSource;
 }
 
+// The ops of TensorArray version `version` (1, 2 or 3) that a gradient body uses: version 3's,
+// or version 2's for versions 1 and 2 (see above).
+struct Ops {
+  explicit Ops(int version) : version(version), v3(version == 3) {}
+  // "TensorArrayWrite" -> "TensorArrayWriteV3" / "TensorArrayWriteV2".
+  std::string operator()(const std::string& base) const {
+    return absl::StrCat(base, v3 ? "V3" : "V2");
+  }
+  // The forward op of this version: "TensorArrayConcat" -> "TensorArrayConcatV2".
+  std::string forward(const std::string& base) const {
+    return version == 1 ? base : absl::StrCat(base, "V", version);
+  }
+  // The type of the forward handle argument.
+  std::string handle_arg() const { return v3 ? "handle: resource" : "handle: string"; }
+  // The type of d(handle).
+  std::string handle_grad_type() const { return v3 ? "float" : "string"; }
+  int version;
+  bool v3;
+};
+
 // One result of a gradient function: its name, type (a dtype name or a type attr of the op)
 // and the node output it returns.
 struct Result {
@@ -73,14 +109,21 @@ struct Result {
 // One gradient function: the forward inputs and incoming gradients as SymbolicGradient passes
 // them (`args`, "name: type"), the op's attrs it uses (`attrs`, "name: type") and its nodes.
 struct TaGrad {
+  explicit TaGrad(int version) : ops(version) {}
+  Ops ops;
   std::vector<std::string> args;
   std::vector<std::string> attrs;
   std::vector<FDH::Node> nodes;
 
   // The function returning `results`, one per forward input in order, d(handle) first.
   absl::Status Build(const std::vector<Result>& results, FunctionDef* g) {
-    // d(handle) = 0, a float (see above).
-    nodes.push_back(FDH::Const<float>("zero_handle_grad", 0.0f));
+    if (ops.v3) {
+      // d(handle) = 0, a float (see above).
+      nodes.push_back(FDH::Const<float>("zero_handle_grad", 0.0f));
+    } else {
+      // d(handle) = empty strings, the handle's zeros.
+      nodes.push_back({{"zero_handle_grad"}, "ZerosLike", {"handle"}, {{"T", DT_STRING}}});
+    }
     std::vector<std::string> rets;
     for (const Result& r : results) {
       rets.push_back(absl::StrCat(r.name, ": ", r.type));
@@ -97,92 +140,102 @@ struct TaGrad {
 };
 
 // The gradient array of `handle`, created after (or ordered by) `flow`: outputs "ga" (handle)
-// and "ga_flow".
-FDH::Node GradArray(const AttrSlice& attrs, const std::string& flow) {
-  return {{"ga", "ga_flow"}, "TensorArrayGradV3", {"handle", flow}, {{"source", GradSource(attrs)}}};
+// and "ga_flow". TensorArrayGradV2 has no flow output: its flow is `flow` itself.
+void AddGradArray(TaGrad* f, const AttrSlice& attrs, const std::string& flow) {
+  if (f->ops.v3) {
+    f->nodes.push_back({{"ga", "ga_flow"}, "TensorArrayGradV3", {"handle", flow},
+                        {{"source", GradSource(attrs)}}});
+  } else {
+    f->nodes.push_back({{"ga"}, "TensorArrayGradV2", {"handle", flow},
+                        {{"source", GradSource(attrs)}}});
+    f->nodes.push_back({{"ga_flow"}, "Identity", {flow}, {{"T", DT_FLOAT}}});
+  }
 }
 
-// TensorArrayReadV3(handle, index, flow_in) -> value = array[index].
-absl::Status ReadGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
-  f.args = {"handle: resource", "index: int32", "flow_in: float", "d_value: dtype"};
+// TensorArrayRead[V2|V3](handle, index, flow_in) -> value = array[index].
+absl::Status ReadGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
+  f.args = {f.ops.handle_arg(), "index: int32", "flow_in: float", "d_value: dtype"};
   f.attrs = {"dtype: type"};
-  f.nodes = {
-      // The gradient array, created once the forward writes before this read are done.
-      GradArray(attrs, "flow_in"),
+  // The gradient array, created once the forward ops before this one are done.
+  AddGradArray(&f, attrs, "flow_in");
+  f.nodes.insert(f.nodes.end(), {
       // grad_array[index] += d(value)
-      {{"written"}, "TensorArrayWriteV3", {"ga", "index", "d_value", "ga_flow"},
+      {{"written"}, f.ops("TensorArrayWrite"), {"ga", "index", "d_value", "ga_flow"},
        {{"T", Placeholder("dtype")}}},
       {{"zero_index"}, "ZerosLike", {"index"}, {{"T", DT_INT32}}},
-  };
-  return f.Build({{"d_handle", "float", "zero_handle_grad"},
+  });
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
                   {"d_index", "int32", "zero_index"},
                   {"d_flow_in", "float", "written"}},
                  g);
 }
 
-// TensorArrayWriteV3(handle, index, value, flow_in) -> flow_out; array[index] = value.
-absl::Status WriteGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
-  f.args = {"handle: resource", "index: int32", "value: T", "flow_in: float",
+// TensorArrayWrite[V2|V3](handle, index, value, flow_in) -> flow_out; array[index] = value.
+absl::Status WriteGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
+  f.args = {f.ops.handle_arg(), "index: int32", "value: T", "flow_in: float",
             "d_flow_out: float"};
   f.attrs = {"T: type"};
-  f.nodes = {
-      // The gradient array, after every gradient written to it downstream (d_flow_out).
-      GradArray(attrs, "d_flow_out"),
+  // The gradient array, after every gradient written to it downstream (d_flow_out).
+  AddGradArray(&f, attrs, "d_flow_out");
+  f.nodes.insert(f.nodes.end(), {
       // d(value) = grad_array[index] (zeros if no read of it was differentiated and the
       // element shape is known; TensorFlow's error otherwise, as in Python)
-      {{"read"}, "TensorArrayReadV3", {"ga", "index", "ga_flow"}, {{"dtype", Placeholder("T")}}},
+      {{"read"}, f.ops("TensorArrayRead"), {"ga", "index", "ga_flow"},
+       {{"dtype", Placeholder("T")}}},
       {{"zero_index"}, "ZerosLike", {"index"}, {{"T", DT_INT32}}},
-  };
+  });
   // d(flow_in) = d(flow_out): the gradient array's flow, for the writes before this one.
-  return f.Build({{"d_handle", "float", "zero_handle_grad"},
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
                   {"d_index", "int32", "zero_index"},
                   {"d_value", "T", "read"},
                   {"d_flow_in", "float", "d_flow_out"}},
                  g);
 }
 
-// TensorArrayGatherV3(handle, indices, flow_in) -> value; value[j] = array[indices[j]].
-absl::Status GatherGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
-  f.args = {"handle: resource", "indices: int32", "flow_in: float", "d_value: dtype"};
+// TensorArrayGather[V2|V3](handle, indices, flow_in) -> value; value[j] = array[indices[j]].
+absl::Status GatherGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
+  f.args = {f.ops.handle_arg(), "indices: int32", "flow_in: float", "d_value: dtype"};
   f.attrs = {"dtype: type", "element_shape: shape"};
-  f.nodes = {
-      GradArray(attrs, "flow_in"),
+  // The gradient array, created once the forward ops before this one are done.
+  AddGradArray(&f, attrs, "flow_in");
+  f.nodes.insert(f.nodes.end(), {
       // grad_array[indices[j]] += d(value)[j]
-      {{"scattered"}, "TensorArrayScatterV3", {"ga", "indices", "d_value", "ga_flow"},
+      {{"scattered"}, f.ops("TensorArrayScatter"), {"ga", "indices", "d_value", "ga_flow"},
        {{"T", Placeholder("dtype")}}},
       {{"zero_indices"}, "ZerosLike", {"indices"}, {{"T", DT_INT32}}},
-  };
-  return f.Build({{"d_handle", "float", "zero_handle_grad"},
+  });
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
                   {"d_indices", "int32", "zero_indices"},
                   {"d_flow_in", "float", "scattered"}},
                  g);
 }
 
-// TensorArrayScatterV3(handle, indices, value, flow_in) -> flow_out;
+// TensorArrayScatter[V2|V3](handle, indices, value, flow_in) -> flow_out;
 // array[indices[j]] = value[j].
-absl::Status ScatterGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
-  f.args = {"handle: resource", "indices: int32", "value: T", "flow_in: float",
+absl::Status ScatterGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
+  f.args = {f.ops.handle_arg(), "indices: int32", "value: T", "flow_in: float",
             "d_flow_out: float"};
   f.attrs = {"T: type"};
-  f.nodes = {
-      GradArray(attrs, "d_flow_out"),
+  // The gradient array, after every gradient written to it downstream (d_flow_out).
+  AddGradArray(&f, attrs, "d_flow_out");
+  f.nodes.insert(f.nodes.end(), {
       // d(value)[j] = grad_array[indices[j]]
-      {{"gathered"}, "TensorArrayGatherV3", {"ga", "indices", "ga_flow"},
+      {{"gathered"}, f.ops("TensorArrayGather"), {"ga", "indices", "ga_flow"},
        {{"dtype", Placeholder("T")}}},
       {{"zero_indices"}, "ZerosLike", {"indices"}, {{"T", DT_INT32}}},
-  };
-  return f.Build({{"d_handle", "float", "zero_handle_grad"},
+  });
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
                   {"d_indices", "int32", "zero_indices"},
                   {"d_value", "T", "gathered"},
                   {"d_flow_in", "float", "d_flow_out"}},
                  g);
 }
 
-// TensorArrayConcatV3(handle, flow_in) -> (value = concat(array[0], ..., array[n-1]) along
+// TensorArrayConcat[V2|V3](handle, flow_in) -> (value = concat(array[0], ..., array[n-1]) along
 // axis 0, lengths[i] = array[i].shape[0]).
 //
 // The split of d(value) back into elements needs `lengths`, a forward output. A front end that
@@ -193,10 +246,10 @@ absl::Status ScatterGrad(const AttrSlice& attrs, FunctionDef* g) {
 // d(value)'s rows, which is exact for an array whose elements have one shape (Python's
 // default infer_shape=True enforces it); rows not divisible by the size fail with
 // InvalidArgument naming the op.
-absl::Status ConcatGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
+absl::Status ConcatGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
   const bool with_outputs = grad::WantsForwardOutputs(attrs);
-  f.args = {"handle: resource", "flow_in: float"};
+  f.args = {f.ops.handle_arg(), "flow_in: float"};
   if (with_outputs) {
     f.args.push_back("value: dtype");
     f.args.push_back("lengths: int64");
@@ -204,11 +257,11 @@ absl::Status ConcatGrad(const AttrSlice& attrs, FunctionDef* g) {
   f.args.push_back("d_value: dtype");
   f.args.push_back("d_lengths: int64");
   f.attrs = {"dtype: type", "element_shape_except0: shape"};
-  f.nodes = {GradArray(attrs, "flow_in")};
+  AddGradArray(&f, attrs, "flow_in");
   std::string lengths = "lengths";
   if (!with_outputs) {
     // rows = d(value).shape[0], n = size(array); lengths = [rows / n] * n, with n | rows.
-    f.nodes.push_back({{"size"}, "TensorArraySizeV3", {"handle", "flow_in"}, {}});
+    f.nodes.push_back({{"size"}, f.ops("TensorArraySize"), {"handle", "flow_in"}, {}});
     f.nodes.push_back({{"size64"}, "Cast", {"size"}, {{"SrcT", DT_INT32}, {"DstT", DT_INT64}}});
     f.nodes.push_back({{"dshape"}, "Shape", {"d_value"},
                        {{"T", Placeholder("dtype")}, {"out_type", DT_INT64}}});
@@ -222,10 +275,11 @@ absl::Status ConcatGrad(const AttrSlice& attrs, FunctionDef* g) {
     f.nodes.push_back({{"covered"}, "Mul", {"piece", "size64"}, {{"T", DT_INT64}}});
     f.nodes.push_back({{"divisible"}, "Equal", {"covered", "rows"}, {{"T", DT_INT64}}});
     f.nodes.push_back(FDH::Const<tstring>(
-        "message", tstring("TensorArrayConcatV3: without the forward output lengths, its "
-                           "gradient assumes elements of one shape, but the rows of the "
-                           "concatenation do not divide into the size of the array (rows, "
-                           "size):")));
+        "message",
+        tstring(absl::StrCat(f.ops.forward("TensorArrayConcat"),
+                             ": without the forward output lengths, its gradient assumes "
+                             "elements of one shape, but the rows of the concatenation do not "
+                             "divide into the size of the array (rows, size):"))));
     FDH::Node check = {{"check"}, "Assert", {"divisible", "message", "rows", "size64"},
                        {{"T", std::vector<DataType>{DT_STRING, DT_INT64, DT_INT64}},
                         {"summarize", 3}}};
@@ -238,43 +292,70 @@ absl::Status ConcatGrad(const AttrSlice& attrs, FunctionDef* g) {
     lengths = "even_lengths";
   }
   // grad_array[i] = d(value)[offset_i : offset_i + lengths[i]]
-  f.nodes.push_back({{"split"}, "TensorArraySplitV3", {"ga", "d_value", lengths, "ga_flow"},
+  f.nodes.push_back({{"split"}, f.ops("TensorArraySplit"), {"ga", "d_value", lengths, "ga_flow"},
                      {{"T", Placeholder("dtype")}}});
-  return f.Build({{"d_handle", "float", "zero_handle_grad"}, {"d_flow_in", "float", "split"}}, g);
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
+                  {"d_flow_in", "float", "split"}},
+                 g);
 }
 
-// TensorArraySplitV3(handle, value, lengths, flow_in) -> flow_out;
+// TensorArraySplit[V2|V3](handle, value, lengths, flow_in) -> flow_out;
 // array[i] = value[offset_i : offset_i + lengths[i]].
-absl::Status SplitGrad(const AttrSlice& attrs, FunctionDef* g) {
-  TaGrad f;
-  f.args = {"handle: resource", "value: T", "lengths: int64", "flow_in: float",
+absl::Status SplitGrad(int version, const AttrSlice& attrs, FunctionDef* g) {
+  TaGrad f(version);
+  f.args = {f.ops.handle_arg(), "value: T", "lengths: int64", "flow_in: float",
             "d_flow_out: float"};
   f.attrs = {"T: type"};
-  f.nodes = {
-      GradArray(attrs, "d_flow_out"),
+  // The gradient array, after every gradient written to it downstream (d_flow_out).
+  AddGradArray(&f, attrs, "d_flow_out");
+  f.nodes.insert(f.nodes.end(), {
       // d(value) = concat(grad_array[0], ..., grad_array[n-1]) along axis 0
-      {{"concat", "concat_lengths"}, "TensorArrayConcatV3", {"ga", "ga_flow"},
+      {{"concat", "concat_lengths"}, f.ops("TensorArrayConcat"), {"ga", "ga_flow"},
        {{"dtype", Placeholder("T")}}},
       {{"zero_lengths"}, "ZerosLike", {"lengths"}, {{"T", DT_INT64}}},
-  };
-  return f.Build({{"d_handle", "float", "zero_handle_grad"},
+  });
+  return f.Build({{"d_handle", f.ops.handle_grad_type(), "zero_handle_grad"},
                   {"d_value", "T", "concat"},
                   {"d_lengths", "int64", "zero_lengths"},
                   {"d_flow_in", "float", "d_flow_out"}},
                  g);
 }
 
+// A gradient of version `version`'s op, as a gradient creator.
+template <absl::Status (*Grad)(int, const AttrSlice&, FunctionDef*), int version>
+absl::Status Versioned(const AttrSlice& attrs, FunctionDef* g) {
+  return Grad(version, attrs, g);
+}
+
+// Front ends that have the forward node pass the concats' outputs (their exact lengths).
+bool DeclareConcatsReadOutputs() {
+  for (const char* op : {"TensorArrayConcat", "TensorArrayConcatV2", "TensorArrayConcatV3"}) {
+    DeclareReadsForwardOutputs(op);
+  }
+  return true;
+}
+
 }  // namespace
 
-TF_EXT_REGISTER_TF_GRADIENT("TensorArrayReadV3", ReadGrad);
-TF_EXT_REGISTER_TF_GRADIENT("TensorArrayWriteV3", WriteGrad);
-TF_EXT_REGISTER_TF_GRADIENT("TensorArrayGatherV3", GatherGrad);
-TF_EXT_REGISTER_TF_GRADIENT("TensorArrayScatterV3", ScatterGrad);
-TF_EXT_REGISTER_TF_GRADIENT("TensorArrayConcatV3", ConcatGrad);
-// Front ends that have the forward node pass ConcatV3's outputs (its exact lengths).
-static const bool concat_reads_outputs [[maybe_unused]] =
-    (DeclareReadsForwardOutputs("TensorArrayConcatV3"), true);
-TF_EXT_REGISTER_TF_GRADIENT("TensorArraySplitV3", SplitGrad);
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayReadV3", (Versioned<ReadGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayWriteV3", (Versioned<WriteGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayGatherV3", (Versioned<GatherGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayScatterV3", (Versioned<ScatterGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayConcatV3", (Versioned<ConcatGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArraySplitV3", (Versioned<SplitGrad, 3>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayReadV2", (Versioned<ReadGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayWriteV2", (Versioned<WriteGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayGatherV2", (Versioned<GatherGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayScatterV2", (Versioned<ScatterGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayConcatV2", (Versioned<ConcatGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArraySplitV2", (Versioned<SplitGrad, 2>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayRead", (Versioned<ReadGrad, 1>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayWrite", (Versioned<WriteGrad, 1>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayGather", (Versioned<GatherGrad, 1>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayScatter", (Versioned<ScatterGrad, 1>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArrayConcat", (Versioned<ConcatGrad, 1>));
+TF_EXT_REGISTER_TF_GRADIENT("TensorArraySplit", (Versioned<SplitGrad, 1>));
+static const bool concats_read_outputs [[maybe_unused]] = DeclareConcatsReadOutputs();
 // Not differentiable, as in Python (tensor_array_grad.py): creating, sizing, closing an array
 // and creating its gradient array.
 TF_EXT_REGISTER_TF_GRADIENT("TensorArrayV3", nullptr);
