@@ -9,10 +9,14 @@ Python's tf.gradients of the same graph written in version 3 ops, and central di
 the version 1/2 graph itself.
 
 Each op's C++ gradient runs as its own SymbolicGradient node, chained by hand in reverse order
-(`backprop` below), as tests/python/test_list_grads.py does for version 3.
+(`backprop` below), as tests/python/test_list_grads.py does for version 3; version 2's also
+through tf_ext_grad (a C++ process: tf_ext's graph-level builder) on the GraphDef.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -22,6 +26,10 @@ from tensorflow.core.framework import graph_pb2
 import tf_ext
 
 R = tf.raw_ops
+WORKSPACE = os.getcwd()  # Bazel runs tests in the workspace's runfiles root
+TOOL = next((p for p in (os.path.join(WORKSPACE, "tf_ext", "tf_ext_grad"),
+                         os.path.join(WORKSPACE, "bazel-bin", "tf_ext", "tf_ext_grad"))
+             if os.path.isfile(p)), None)
 PRODUCER = 15  # below 16: version 1 and version 2 ops both build and run
 TOL = {np.float32: 1e-6, np.float64: 1e-12}
 
@@ -265,3 +273,30 @@ def test_removed_in_current_graphs():
             R.TensorArrayV2(size=1, dtype=tf.float32)
         with pytest.raises(NotImplementedError, match="removed in version 16"):
             R.TensorArray(size=1, dtype=tf.float32)
+
+
+@pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
+@pytest.mark.parametrize("mode", [[], ["--symbolic_gradients"]], ids=["inlined", "symbolic"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_version_2_through_tf_ext_grad(tmp_path, case, mode):
+    """The GraphDef of producer 15 differentiated by tf_ext_grad: y = sum_k sum(w_k * y_k)."""
+    xs, ws = inputs_and_weights(case, np.float32)
+    with old_graph().as_default() as g:
+        feeds = [tf.compat.v1.placeholder(tf.float32, x.shape, name=f"x_{k}")
+                 for k, x in enumerate(xs)]
+        ys = CASES[case][0](Ops(2), feeds)
+        tf.identity(tf.add_n([tf.reduce_sum(y * w) for y, w in zip(ys, ws)]), name="y")
+    graph = tmp_path / "g.pb"
+    graph.write_bytes(g.as_graph_def().SerializeToString())
+    args = [TOOL, "--library=" + tf_ext.library_path(), f"--graph={graph}", "--y=y",
+            "--x=" + ",".join(f"x_{k}" for k in range(len(xs))),
+            f"--save={tmp_path / 'grad.npz'}"] + mode
+    for k, x in enumerate(xs):
+        np.save(tmp_path / f"x_{k}.npy", x)
+        args.append(f"--feed=x_{k}=@{tmp_path / f'x_{k}.npy'}")
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = np.load(tmp_path / "grad.npz")
+    want = python_v3_gradient(case, xs, ws)
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(got[f"d_x_{k}"], w, rtol=1e-6, atol=1e-6, err_msg=f"x_{k}")
