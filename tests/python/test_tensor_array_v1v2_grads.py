@@ -9,8 +9,8 @@ Python's tf.gradients of the same graph written in version 3 ops, and central di
 the version 1/2 graph itself.
 
 Each op's C++ gradient runs as its own SymbolicGradient node, chained by hand in reverse order
-(`backprop` below), as tests/python/test_list_grads.py does for version 3; version 2's also
-through tf_ext_grad (a C++ process: tf_ext's graph-level builder) on the GraphDef.
+(`backprop` below), as tests/python/test_list_grads.py does for version 3; and through
+tf_ext_grad (a C++ process: tf_ext's graph-level builder) on the GraphDef.
 """
 
 from __future__ import annotations
@@ -278,13 +278,14 @@ def test_removed_in_current_graphs():
 @pytest.mark.skipif(TOOL is None, reason="tf_ext_grad not built")
 @pytest.mark.parametrize("mode", [[], ["--symbolic_gradients"]], ids=["inlined", "symbolic"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_version_2_through_tf_ext_grad(tmp_path, case, mode):
+@pytest.mark.parametrize("version", [1, 2])
+def test_through_tf_ext_grad(tmp_path, version, case, mode):
     """The GraphDef of producer 15 differentiated by tf_ext_grad: y = sum_k sum(w_k * y_k)."""
     xs, ws = inputs_and_weights(case, np.float32)
     with old_graph().as_default() as g:
         feeds = [tf.compat.v1.placeholder(tf.float32, x.shape, name=f"x_{k}")
                  for k, x in enumerate(xs)]
-        ys = CASES[case][0](Ops(2), feeds)
+        ys = CASES[case][0](Ops(version), feeds)
         tf.identity(tf.add_n([tf.reduce_sum(y * w) for y, w in zip(ys, ws)]), name="y")
     graph = tmp_path / "g.pb"
     graph.write_bytes(g.as_graph_def().SerializeToString())

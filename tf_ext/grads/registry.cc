@@ -120,6 +120,7 @@ DataTypeVector GradientTypes(const Node& node) {
   DataTypeVector types = node.input_types();
   for (DataType& t : types) {
     if (t == DT_RESOURCE) t = DT_FLOAT;
+    t = BaseType(t);  // a reference input's gradient is a value (no attr holds a ref type)
   }
   return types;
 }

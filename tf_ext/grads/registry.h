@@ -53,7 +53,8 @@ bool ReadsForwardOutputs(const std::string& op_type);
 absl::Status ForwardOutputsGradient(const Node& node, FunctionDef* fdef);
 // The types of `node`'s input gradients (Tout of its SymbolicGradient or gradient call): its
 // inputs', a resource handle's being its value's (float), as TensorFlow's graph-level builder
-// declares it (TensorArray handles).
+// declares it (TensorArray handles), and a reference input's its base type's (a version 1
+// TensorArray's handle, a v1 variable).
 DataTypeVector GradientTypes(const Node& node);
 // Marks op_type as having no gradient in every C++ registry: gradients stop there (zeros).
 bool RegisterNoGradient(const std::string& op_type);
