@@ -290,10 +290,12 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     for (int j = 0; j <= num_saved; ++j) shapes->add_shape();  // scalars
   }
   def.mutable_attr()->erase("_num_original_outputs");
-  // Lowered to v1 frames when the graph runs (LowerFunctionalOpsPass), as Python's while_v2
-  // marks the loops it builds: the executor then overlaps iterations (parallel_iterations) and
-  // calls no function per iteration. A frozen loop often says false.
-  SetAttrValue(true, &(*def.mutable_attr())["_lower_using_switch_merge"]);
+  // The loop keeps its own _lower_using_switch_merge, as Python's while_v2 gradient keeps the
+  // forward loop's: a frozen loop often says false, and then runs its body as a function per
+  // iteration. Lowered, it ran about 10% slower (a Keras LSTM over 1000 steps: its accumulators
+  // are loop variables, each a Switch/Merge/NextIteration chain per iteration). The gradient
+  // loop is lowered (AddControlFlowGradient): it must be, for the executor to prune the
+  // gradients nobody fetches.
   AddNodeAttr(kPass, prefix, &def);
   AddNodeAttr(kFunctions, std::vector<std::string>{*bwd_name, *bcond_name}, &def);
   AddNodeAttr(kInputs, fg.diff_args, &def);
@@ -713,7 +715,9 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
         .Attr("cond", func(functions[1]))
         .Attr("output_shapes", shapes)
         .Attr("parallel_iterations", parallel);
-    builder.Attr("_lower_using_switch_merge", true);  // as the forward loop (RewriteWhile)
+    // Lowered, as Python's while_v2 lowers gradient loops: the executor then prunes the loop
+    // variables whose gradients nobody fetches (a frozen weight's, every iteration).
+    builder.Attr("_lower_using_switch_merge", true);
     TF_RETURN_IF_ERROR(builder.Finalize(g, &grad));
     for (size_t m = 0; m < inputs.size(); ++m) result[inputs[m]] = {grad, 1 + static_cast<int>(m)};
     return result;
