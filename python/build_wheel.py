@@ -1,7 +1,15 @@
-"""Packs python/tf_ext + the compiled op library into a wheel (no setuptools needed).
+"""Packs python/tf_ext + the compiled op library + tf_ext_train + the C API headers into a wheel
+(no setuptools needed).
 
     python python/build_wheel.py --library bazel-bin/tf_ext/_tf_ext_ops.so \
+        --tf-ext-train bazel-bin/tf_ext/tf_ext_train \
         --build-info bazel-bin/python/tf_ext/_build_info.json --out dist/ [--manylinux]
+
+Besides the Python package the wheel holds tf_ext/tf_ext_train (the C++ training program, next
+to the op library where it finds it; its run path $ORIGIN/../tensorflow finds TensorFlow's
+libraries in the same site-packages), a console script of the same name that execs it
+(tf_ext._tools), and the C API headers under tf_ext/include/ (HEADERS; tf_ext.get_include()).
+The version is tf_ext/version.h's TF_EXT_VERSION_STRING, the C API's own version.
 
 scripts/build_wheel.sh runs Bazel first and then this; so does the PEP 517 backend
 (python/tf_ext_backend.py, `pip install .`). The wheel is specific to this Python (cpXY tag),
@@ -30,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -37,9 +46,29 @@ import tempfile
 import zipfile
 
 NAME = "tf_ext"
-VERSION = "0.1.0"
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The C API headers the wheel ships (paths in the source tree = paths under tf_ext/include/).
+HEADERS = (
+    "tf_ext/version.h",
+    "tf_ext/graph/c_gradients.h",
+    "tf_ext/graph/c_gradient_session.h",
+    "tf_ext/train/c_trainer.h",
+)
+TRAIN_PROGRAM = "tf_ext_train"
+
+
+def _read_version() -> str:
+    """TF_EXT_VERSION_STRING of tf_ext/version.h: the wheel and the C API share one version."""
+    with open(os.path.join(_ROOT, "tf_ext", "version.h"), encoding="utf-8") as f:
+        m = re.search(r'^#define TF_EXT_VERSION_STRING "([0-9]+\.[0-9]+\.[0-9]+)"$', f.read(),
+                      re.MULTILINE)
+    if not m:
+        raise ValueError("tf_ext/version.h has no TF_EXT_VERSION_STRING \"X.Y.Z\"")
+    return m.group(1)
+
+
+VERSION = _read_version()
 LICENSE = "Apache-2.0"
 # Libraries the op library links that come from the TensorFlow wheel: never bundled.
 TF_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
@@ -94,8 +123,12 @@ def metadata(info: dict, distribution: str | None = None) -> bytes:
 
 
 def build(library: str, build_info: str, out_dir: str,
-          tensorflow_dist: str | None = None) -> str:
-    """Writes the wheel into out_dir and returns its path."""
+          tensorflow_dist: str | None = None, train_program: str | None = None) -> str:
+    """Writes the wheel into out_dir and returns its path. train_program: the built
+    tf_ext_train (required: a wheel without it would be incomplete)."""
+    if not train_program or not os.path.isfile(train_program):
+        raise FileNotFoundError(f"{TRAIN_PROGRAM} not found at {train_program!r} "
+                                f"(bazel build //tf_ext:{TRAIN_PROGRAM})")
     files: dict[str, bytes] = {}
     for name in sorted(os.listdir(_PACKAGE_DIR)):
         if name.endswith(".py"):
@@ -103,6 +136,11 @@ def build(library: str, build_info: str, out_dir: str,
                 files[f"{NAME}/{name}"] = f.read()
     with open(library, "rb") as f:
         files[f"{NAME}/_tf_ext_ops.so"] = f.read()
+    with open(train_program, "rb") as f:
+        files[f"{NAME}/{TRAIN_PROGRAM}"] = f.read()
+    for header in HEADERS:
+        with open(os.path.join(_ROOT, header), "rb") as f:
+            files[f"{NAME}/include/{header}"] = f.read()
     with open(build_info, "rb") as f:
         info = json.loads(f.read())
         files[f"{NAME}/_build_info.json"] = json.dumps(info, sort_keys=True).encode()
@@ -119,6 +157,8 @@ def build(library: str, build_info: str, out_dir: str,
         "",
     ]).encode()
     files[f"{dist_info}/top_level.txt"] = f"{NAME}\n".encode()
+    files[f"{dist_info}/entry_points.txt"] = (
+        f"[console_scripts]\n{TRAIN_PROGRAM} = {NAME}._tools:tf_ext_train\n").encode()
     record = [_record_line(name, data) for name, data in files.items()]
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
@@ -128,7 +168,9 @@ def build(library: str, build_info: str, out_dir: str,
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
         for name, data in files.items():
             info_ = zipfile.ZipInfo(name, date_time=_EPOCH)
-            info_.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
+            executable = name.endswith(".so") or name == f"{NAME}/{TRAIN_PROGRAM}"
+            # S_IFREG too: pip sets the executable bit only on entries marked regular files.
+            info_.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
             info_.compress_type = zipfile.ZIP_DEFLATED
             whl.writestr(info_, data)
     return path
@@ -159,6 +201,7 @@ def manylinux_repair(wheel: str, out_dir: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="the built _tf_ext_ops.so")
+    parser.add_argument("--tf-ext-train", required=True, help="the built tf_ext_train program")
     parser.add_argument("--build-info", required=True, help="the built _build_info.json")
     parser.add_argument("--out", default="dist", help="output directory")
     parser.add_argument("--tensorflow-dist", default=None,
@@ -167,7 +210,8 @@ def main() -> None:
     parser.add_argument("--manylinux", action="store_true",
                         help="retag with auditwheel repair (TensorFlow's libraries excluded)")
     args = parser.parse_args()
-    path = build(args.library, args.build_info, args.out, args.tensorflow_dist)
+    path = build(args.library, args.build_info, args.out, args.tensorflow_dist,
+                 args.tf_ext_train)
     if args.manylinux:
         path = manylinux_repair(path, args.out)
     print(path)

@@ -90,4 +90,12 @@ np.testing.assert_array_equal(g.numpy(), [0, 0, 7, 0])
 print(f"check_install {mode}: tf_ext {md.version('tf_ext')} requires {req}; "
       f"running {req.name} {installed}; import and gradient OK")
 PY
+# The C++ training program through the wheel's console script (no Python once it runs), and
+# the C API headers next to it.
+version="$(env -u PYTHONPATH -u TF_EXT_LIBRARY -u RUNFILES_DIR "$venv/bin/tf_ext_train" --version 2>/dev/null)"
+want="$("$venv/bin/python" -c 'import importlib.metadata as md; print(md.version("tf_ext"))')"
+[[ "$version" == "tf_ext_train $want (TensorFlow "* ]] || { echo "check_install $mode: tf_ext_train --version said '$version'"; exit 1; }
+include="$(env -u PYTHONPATH "$venv/bin/python" -c 'import tf_ext; print(tf_ext.get_include())' 2>/dev/null)"
+[ -f "$include/tf_ext/train/c_trainer.h" ] || { echo "check_install $mode: no c_trainer.h under $include"; exit 1; }
+echo "check_install $mode: $version; C API headers in $include"
 echo "check_install $mode: passed in $((SECONDS - start)) s"

@@ -33,6 +33,7 @@ from tf_ext._loader import (
 )
 from tf_ext.registries import unify_cpp_gradient_registries
 from tf_ext.training import export_for_training
+from tf_ext._tools import get_include, tf_ext_train_path
 from tf_ext import ops as _ops
 from tf_ext.ops import (
     OpNotInLibraryError,
@@ -55,6 +56,7 @@ _STATIC_ALL = [
     "build_info",
     "declared_ops",
     "export_for_training",
+    "get_include",
     "gradient_reversal",
     "library",
     "library_path",
@@ -64,6 +66,7 @@ _STATIC_ALL = [
     "register_cpp_gradients",
     "roi_pool",
     "sign_ste",
+    "tf_ext_train_path",
     "unify_cpp_gradient_registries",
     "zero_out",
 ]

@@ -2,7 +2,9 @@
 --target directory, `import tf_ext` finds its own op library and its gradients work, with
 nothing from the source tree or Bazel on the path. Its metadata requires a TensorFlow that the
 running one satisfies; `--manylinux` retags it without bundling TensorFlow's libraries; and the
-installed package refuses (or warns about) a TensorFlow it was not built for."""
+installed package refuses (or warns about) a TensorFlow it was not built for. It also ships
+tf_ext_train (runnable from the install, with no Python in the process, and trains as SGD says)
+and the C API headers, versioned by tf_ext/version.h like the wheel itself."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import sys
 import textwrap
 import zipfile
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from packaging.requirements import Requirement
@@ -26,12 +29,17 @@ from packaging.requirements import Requirement
 WHEEL_SCRIPT = "python/build_wheel.py"
 BUILD_INFO = "python/tf_ext/_build_info.json"
 DIST_INFO = "tf_ext-0.1.0.dist-info"
+# The built tf_ext_train: runfiles (bazel test) or bazel-bin (pytest from bazel-bin).
+TRAIN_PROGRAM = os.environ.get("TF_EXT_TRAIN", "tf_ext/tf_ext_train")
+HEADERS = ("tf_ext/version.h", "tf_ext/graph/c_gradients.h",
+           "tf_ext/graph/c_gradient_session.h", "tf_ext/train/c_trainer.h")
 
 
 def _build(out, *extra: str) -> str:
     result = subprocess.run(
         [sys.executable, WHEEL_SCRIPT, "--library", os.environ["TF_EXT_LIBRARY"],
-         "--build-info", BUILD_INFO, "--out", str(out), *extra],
+         "--tf-ext-train", TRAIN_PROGRAM, "--build-info", BUILD_INFO, "--out", str(out),
+         *extra],
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
@@ -59,7 +67,9 @@ def test_wheel_contents_and_record(wheel):
         names = set(whl.namelist())
         for required in ("tf_ext/__init__.py", "tf_ext/_bridge.py", "tf_ext/_loader.py",
                          "tf_ext/ops.py", "tf_ext/layers.py", "tf_ext/_tf_ext_ops.so",
-                         "tf_ext/_build_info.json", "tf_ext-0.1.0.dist-info/RECORD",
+                         "tf_ext/_build_info.json", "tf_ext/_tools.py", "tf_ext/tf_ext_train",
+                         "tf_ext-0.1.0.dist-info/entry_points.txt",
+                         "tf_ext-0.1.0.dist-info/RECORD",
                          "tf_ext-0.1.0.dist-info/WHEEL", "tf_ext-0.1.0.dist-info/METADATA"):
             assert required in names
         record = whl.read("tf_ext-0.1.0.dist-info/RECORD").decode().splitlines()
@@ -71,6 +81,28 @@ def test_wheel_contents_and_record(wheel):
             want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert digest == f"sha256={want}" and int(size) == len(data), path
         assert len(record) == len(names)
+
+
+def test_wheel_ships_tf_ext_train_and_the_c_api_headers(wheel):
+    """The program as built (executable), each C API header as in the source tree under
+    tf_ext/include/, a console script, and one version: version.h's is the wheel's."""
+    with zipfile.ZipFile(wheel) as whl:
+        info = whl.getinfo("tf_ext/tf_ext_train")
+        assert (info.external_attr >> 16) & 0o111, oct(info.external_attr >> 16)
+        with open(TRAIN_PROGRAM, "rb") as f:
+            assert whl.read("tf_ext/tf_ext_train") == f.read()
+        for header in HEADERS:
+            with open(header, "rb") as f:
+                assert whl.read(f"tf_ext/include/{header}") == f.read(), header
+        shipped = sorted(n for n in whl.namelist() if n.endswith(".h"))
+        assert shipped == sorted(f"tf_ext/include/{h}" for h in HEADERS)
+        entry_points = whl.read(f"{DIST_INFO}/entry_points.txt").decode()
+        version_h = whl.read("tf_ext/include/tf_ext/version.h").decode()
+    assert "tf_ext_train = tf_ext._tools:tf_ext_train" in entry_points.splitlines()
+    assert f'#define TF_EXT_VERSION_STRING "{_metadata(wheel)["Version"]}"' in version_h
+    for header in HEADERS[1:]:
+        with open(header, encoding="utf-8") as f:
+            assert '#include "tf_ext/version.h"' in f.read(), header
 
 
 def test_installed_wheel_is_self_contained(wheel, tmp_path):
@@ -242,3 +274,78 @@ def test_version_guard_of_the_installed_package(wheel, tmp_path, case):
             assert f"built for TensorFlow {major}.{minor}.{patch + 7}" in warned[0]
         else:
             assert warned == [], warned
+
+
+def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
+    """From the install alone: the console script execs the program (TensorFlow's libraries
+    found for it); the program run directly finds them through its run path when TensorFlow is
+    in the same site-packages, finds the installed op library next to itself, and trains a
+    linear model as plain SGD does (two steps, losses and weights against numpy); and the
+    installed headers compile in C with the wheel's version."""
+    site = tmp_path / "site"
+    env = _install(wheel, site)
+    env.pop("LD_LIBRARY_PATH", None)
+    script = site / "bin" / "tf_ext_train"
+    r = subprocess.run([str(script), "--version"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == f"tf_ext_train 0.1.0 (TensorFlow {tf.__version__})", r.stdout
+
+    # A linear model y = x w + b saved by Python; TensorFlow beside tf_ext, as pip installs it.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 3)).astype(np.float32)
+    y = rng.normal(size=(8, 1)).astype(np.float32)
+    w0 = rng.normal(size=(3, 1)).astype(np.float32)
+    b0 = np.zeros([1], np.float32)
+
+    class Linear(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel = tf.Variable(w0, name="kernel")
+            self.bias = tf.Variable(b0, name="bias")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return tf.matmul(x, self.kernel) + self.bias
+
+    module = Linear()
+    model_dir = str(tmp_path / "model")
+    tf.saved_model.save(module, model_dir, signatures={"serving_default": module.__call__})
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    os.symlink(os.path.dirname(tf.__file__), site / "tensorflow")
+    program = site / "tf_ext" / "tf_ext_train"
+    r = subprocess.run([str(program), f"--saved_model={model_dir}", f"--data={tmp_path / 'd.npz'}",
+                        "--inputs=x", "--targets=y", "--loss=mse", "--optimizer=sgd",
+                        "--learning_rate=0.1", "--batch_size=4", "--epochs=1",
+                        f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}"],
+                       env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    w, b, losses = w0.astype(np.float64), b0.astype(np.float64), []
+    for i in (0, 4):
+        xb, yb = x[i:i + 4].astype(np.float64), y[i:i + 4].astype(np.float64)
+        err = xb @ w + b - yb
+        losses.append(np.mean(err ** 2))
+        w, b = w - 0.1 * 2 * xb.T @ err / 4, b - 0.1 * 2 * err.sum(0) / 4
+    with open(tmp_path / "h.csv") as f:
+        got = [float(row.split(",")[2]) for row in f.read().splitlines()[1:]]
+    np.testing.assert_allclose(got, losses, rtol=1e-5)
+    trained = np.load(tmp_path / "w.npz")
+    np.testing.assert_allclose(trained["kernel"], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(trained["bias"], b, rtol=1e-5, atol=1e-6)
+
+    source = tmp_path / "version_check.c"
+    source.write_text(textwrap.dedent("""
+        #include "tf_ext/train/c_trainer.h"
+        #include "tf_ext/graph/c_gradient_session.h"
+        #include "tf_ext/graph/c_gradients.h"
+        #if TF_EXT_VERSION_NUMBER != 100
+        #error "not tf_ext 0.1.0"
+        #endif
+        TfExtTrainer* (*new_trainer)(const char*, const char* const*, const char* const*, int,
+                                     TF_Status*) = TfExtNewTrainer;
+    """))
+    r = subprocess.run(["gcc", "-std=c11", "-fsyntax-only", f"-I{site / 'tf_ext' / 'include'}",
+                        f"-I{tf.sysconfig.get_include()}", str(source)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

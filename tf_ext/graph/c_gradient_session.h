@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tf_ext/version.h" /* TF_EXT_VERSION_STRING: the release of this C API */
 
 #ifdef __cplusplus
 extern "C" {

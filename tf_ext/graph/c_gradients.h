@@ -18,6 +18,7 @@
 #define TF_EXT_GRAPH_C_GRADIENTS_H_
 
 #include "tensorflow/c/c_api.h"
+#include "tf_ext/version.h" /* TF_EXT_VERSION_STRING: the release of this C API */
 
 #ifdef __cplusplus
 extern "C" {

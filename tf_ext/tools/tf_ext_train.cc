@@ -31,17 +31,20 @@
 #include "tf_ext/graph/export.h"
 #include "tf_ext/graph/npy_io.h"
 #include "tensorflow/core/platform/env.h"
+#include "tensorflow/c/c_api.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
 #include "tf_ext/train/options.h"
 #include "tf_ext/train/trainer.h"
+#include "tf_ext/version.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
 constexpr char kDescription[] =
     "Trains a SavedModel's signature function (an inference function: models without BatchNorm\n"
-    "or dropout) with Keras 3's losses and optimizers, entirely in C++.\n";
+    "or dropout) with Keras 3's losses and optimizers, entirely in C++.\n"
+    "--version prints tf_ext's release and the release of the TensorFlow library it runs on.\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tf_ext_train: %s\n", message.c_str());
@@ -151,6 +154,13 @@ int Main(int argc, char** argv) {
          weight_decay = -1, rho = 0.9;
   bool nesterov = false, centered = false;
   int64_t batch_size = 32, epochs = 1;
+  // Before parsing: --version needs none of the required flags.
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("tf_ext_train %s (TensorFlow %s)\n", TF_EXT_VERSION_STRING, TF_Version());
+      return 0;
+    }
+  }
   tools::FlagParser parser("tf_ext_train", kDescription);
   parser.String("saved_model", &saved_model, "the SavedModel directory").Required();
   parser.String("signature", &signature, "the signature whose function is trained");

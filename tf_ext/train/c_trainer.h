@@ -8,6 +8,7 @@
 #define TF_EXT_TRAIN_C_TRAINER_H_
 
 #include "tensorflow/c/c_api.h"
+#include "tf_ext/version.h" /* TF_EXT_VERSION_STRING: the release of this C API */
 
 #ifdef __cplusplus
 extern "C" {
