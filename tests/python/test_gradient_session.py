@@ -4,7 +4,8 @@ no Python: SavedModels written by tf.saved_model.save (a tf.Module) and by Keras
 model.export (an Embedding model, whose ResourceGather is frozen into a GatherV2; a CNN with
 BatchNormalization), compared with Python's GradientTape gradient of the loaded signature, with
 and without an incoming gradient; a Keras LSTM, whose loop body reads its weights (read once
-before the loop instead: tf_ext/graph/loop_variables.h). A variable the signature assigns is
+before the loop instead: tf_ext/graph/loop_variables.h), and a tf.cond whose branches read
+variables (read before the If the same way), each branch taken. A variable the signature assigns is
 refused by name; unknown keys are refused listing the signature's keys."""
 import os
 import subprocess
@@ -34,6 +35,37 @@ def save_mlp(path):
     m = Mlp()
     tf.saved_model.save(m, path, signatures={"serving_default": m.__call__})
     return "x", "y", {"x": (4, 8)}
+
+
+class Cond(tf.Module):
+    """tf.cond with variables read in both branches (their handles are If inputs)."""
+
+    def __init__(self, threshold):
+        rng = np.random.default_rng(2)
+        self.threshold = threshold
+        self.w = tf.Variable(rng.normal(size=(3, 2)).astype(np.float32))
+        self.u = tf.Variable(rng.normal(size=(3, 2)).astype(np.float32))
+        self.v = tf.Variable(np.array([0.5, -1.5], np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.cond(tf.reduce_mean(x) > self.threshold,
+                             lambda: tf.tanh(tf.matmul(x, self.w)) * self.v,
+                             lambda: tf.matmul(x * x, self.u) - self.v)}
+
+
+def save_cond(threshold, path):
+    m = Cond(threshold)
+    tf.saved_model.save(m, path, signatures={"serving_default": m.__call__})
+    return "x", "y", {"x": (4, 3)}
+
+
+def save_cond_then(path):
+    return save_cond(-100.0, path)
+
+
+def save_cond_else(path):
+    return save_cond(100.0, path)
 
 
 def export_embedding(path):
@@ -116,7 +148,8 @@ def python_gradient(sig, y_key, x_key, feeds, dy):
     return y.numpy(), tape.gradient(y, tensors[x_key], output_gradients=dy).numpy()
 
 
-@pytest.mark.parametrize("maker", [save_mlp, export_embedding, export_cnn, export_lstm])
+@pytest.mark.parametrize("maker", [save_mlp, export_embedding, export_cnn, export_lstm,
+                                   save_cond_then, save_cond_else])
 @pytest.mark.parametrize("incoming", [False, True])
 def test_saved_model_gradient_matches_python(maker, incoming, tmp_path):
     path = str(tmp_path / "model")

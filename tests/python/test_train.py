@@ -9,8 +9,9 @@ a batch larger than the data, a NaN loss, an unknown optimizer; --export read ba
 tf.saved_model.load; and what the trainer cannot train yet refused by name. An Embedding
 classifier (repeated ids) with every optimizer and clipping, its gradient sparse as Keras's
 tf.IndexedSlices (no [vocab, dim] gradient in the traced step); a tf.gather of a variable
-(ResourceGather); a table also read whole (dense gradient); an LSTM; the optimizer's iteration
-count across --resume."""
+(ResourceGather); a table also read whole (dense gradient); an LSTM; tf.cond and
+tf.switch_case reading variables in their branches; the optimizer's iteration count across
+--resume."""
 import csv
 import os
 import subprocess
@@ -513,6 +514,102 @@ def test_lstm_matches_model_fit(tmp_path):
     assert fit.history["loss"][-1] < fit.history["loss"][0]
     trained = dict(np.load(tmp_path / "w.npz"))
     assert_weights(trained, model.trainable_variables)
+
+
+def cond_module(w, u, v, assign=False, switch=False):
+    """A tf.Module whose __call__ takes one of two branches by the batch's mean: each branch
+    reads variables (tf.cond passes their handles to If), one variable read in both, one only
+    in each; `switch`: tf.switch_case (Case) with a third branch never taken; `assign` also
+    updates a variable in a branch (not trainable)."""
+    import tensorflow as tf
+
+    class Cond(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(w, name="w")
+            self.u = tf.Variable(u, name="u")
+            self.v = tf.Variable(v, name="v")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            def then():
+                if assign:
+                    self.v.assign_add(tf.ones_like(self.v))
+                return tf.matmul(x, self.w) * self.v
+            other = lambda: tf.matmul(x, self.u) - self.v  # noqa: E731
+            if switch:
+                index = tf.cast(tf.reduce_mean(x) > 0, tf.int32)
+                return tf.switch_case(index, [other, then, lambda: self.v * x[:, :1]])
+            return tf.cond(tf.reduce_mean(x) > 0, then, other)
+
+    return Cond()
+
+
+def cond_data(tmp_path, batches=4):
+    rng = np.random.default_rng(3)
+    # Batches of 4 whose means alternate in sign: both branches are taken every epoch.
+    x = np.concatenate([rng.normal(size=(4, 3)) + (2 if b % 2 == 0 else -2)
+                        for b in range(batches)]).astype(np.float32)
+    y = rng.normal(size=(4 * batches, 1)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    return x, y
+
+
+@pytest.mark.parametrize("optimizer,switch", [("sgd", False), ("adam", False), ("sgd", True)])
+def test_variables_read_in_conditional_branches_train_like_gradient_tape(optimizer, switch,
+                                                                         tmp_path):
+    """tf.cond reading variables in its branches: the trainer reads them once before the If
+    (tf_ext/graph/loop_variables.h), the control-flow pass differentiates the taken branch, and
+    training matches GradientTape + Keras's optimizer on the same module (losses, weights)."""
+    import keras
+    import tensorflow as tf
+    rng = np.random.default_rng(4)
+    w0, u0 = (rng.normal(size=(3, 1)).astype(np.float32) for _ in range(2))
+    v0 = np.array([0.5], np.float32)
+    module = cond_module(w0, u0, v0, switch=switch)
+    export = str(tmp_path / "module")
+    tf.saved_model.save(module, export, signatures={"serving_default": module.__call__})
+    assert ({"Case", "StatelessCase"} if switch else {"If", "StatelessIf"}) & saved_ops(export)
+    x, y = cond_data(tmp_path)
+    epochs = 3
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+                 "--inputs=x", "--targets=y", "--loss=mse", "--batch_size=4", f"--epochs={epochs}",
+                 f"--optimizer={optimizer}", "--learning_rate=0.05",
+                 f"--history={tmp_path / 'h.csv'}", f"--save_weights={tmp_path / 'w.npz'}")
+    assert r.returncode == 0, r.stderr
+    reference = cond_module(w0, u0, v0, switch=switch)
+    variables = [reference.w, reference.u, reference.v]
+    opt = (keras.optimizers.SGD(0.05) if optimizer == "sgd" else keras.optimizers.Adam(0.05))
+    losses = []
+    for _ in range(epochs):
+        for i in range(0, len(x), 4):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(reference(x[i:i + 4]) - y[i:i + 4]))
+            grads = tape.gradient(loss, variables)
+            assert all(g is not None for g in grads)
+            opt.apply_gradients(zip(grads, variables))
+            losses.append(float(loss))
+    with open(tmp_path / "h.csv") as f:
+        ours = [float(row["loss"]) for row in csv.DictReader(f)]
+    np.testing.assert_allclose(ours, losses, rtol=1e-5)
+    trained = dict(np.load(tmp_path / "w.npz"))
+    assert sorted(trained) == ["u", "v", "w"]
+    for name, var in zip("wuv", variables):
+        np.testing.assert_allclose(trained[name], var.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not np.allclose(trained["v"], v0)
+
+
+def test_variable_assigned_in_a_conditional_branch_is_refused_by_name(tmp_path):
+    import tensorflow as tf
+    module = cond_module(np.ones((3, 1), np.float32), np.ones((3, 1), np.float32),
+                         np.array([0.5], np.float32), assign=True)
+    export = str(tmp_path / "module")
+    tf.saved_model.save(module, export, signatures={"serving_default": module.__call__})
+    cond_data(tmp_path)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+                 "--inputs=x", "--targets=y", "--loss=mse", "--batch_size=4")
+    assert r.returncode != 0
+    assert "trainable variable 'v'" in r.stderr and "If" in r.stderr, r.stderr
 
 
 def test_export_is_the_trained_saved_model(tmp_path):

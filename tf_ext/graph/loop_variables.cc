@@ -1,5 +1,6 @@
 #include "tf_ext/graph/loop_variables.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,57 +70,114 @@ Node* VariableOfEdge(const Edge* e) {
   return n->type_string() == "VarHandleOp" ? n : nullptr;
 }
 
+namespace {
+
+// Where a control-flow node's functions see its inputs: node input i is argument i - offset of
+// each function; `types` lists the inputs' types (from input `offset` on). Only a loop's body
+// passes its arguments through to outputs of the same index.
+struct ControlFlowFunctions {
+  int offset = 0;
+  const char* types = "";
+  bool loop = false;
+  std::vector<NameAttrList*> functions;  // into the node's NodeDef
+  std::vector<bool> passes_through;      // per function: a loop body
+};
+
+// The functions of a While/StatelessWhile, If/StatelessIf or Case/StatelessCase node (pointers
+// into `def`); false for any other node, or one missing a function or its types attr.
+bool FunctionsOf(NodeDef* def, ControlFlowFunctions* out) {
+  const std::string& op = def->op();
+  auto func = [&](const char* name) -> NameAttrList* {
+    auto it = def->mutable_attr()->find(name);
+    return it == def->mutable_attr()->end() ? nullptr : it->second.mutable_func();
+  };
+  if (op == "While" || op == "StatelessWhile") {
+    *out = {0, "T", true, {func("body"), func("cond")}, {true, false}};
+  } else if (op == "If" || op == "StatelessIf") {
+    *out = {1, "Tin", false, {func("then_branch"), func("else_branch")}, {false, false}};
+  } else if (op == "Case" || op == "StatelessCase") {
+    *out = {1, "Tin", false, {}, {}};
+    auto it = def->mutable_attr()->find("branches");
+    if (it == def->mutable_attr()->end()) return false;
+    for (NameAttrList& f : *it->second.mutable_list()->mutable_func()) {
+      out->functions.push_back(&f);
+      out->passes_through.push_back(false);
+    }
+  } else {
+    return false;
+  }
+  if (out->functions.empty()) return false;
+  for (NameAttrList* f : out->functions) {
+    if (f == nullptr) return false;
+  }
+  return def->attr().count(out->types) > 0;
+}
+
+}  // namespace
+
 absl::StatusOr<int> ReadLoopVariablesOutside(Graph* g,
                                              const std::function<bool(const Node*)>& which) {
   int rewritten = 0;
   std::vector<Node*> loops;
   for (Node* n : g->op_nodes()) {
-    if (n->type_string() == "While" || n->type_string() == "StatelessWhile") loops.push_back(n);
+    const std::string& op = n->type_string();
+    if (op == "While" || op == "StatelessWhile" || op == "If" || op == "StatelessIf" ||
+        op == "Case" || op == "StatelessCase") {
+      loops.push_back(n);
+    }
   }
   for (Node* loop : loops) {
-    NameAttrList body_attr, cond_attr;
-    TF_RETURN_IF_ERROR(GetNodeAttr(loop->attrs(), "body", &body_attr));
-    TF_RETURN_IF_ERROR(GetNodeAttr(loop->attrs(), "cond", &cond_attr));
-    const FunctionDef* body_def = g->flib_def().Find(body_attr.name());
-    const FunctionDef* cond_def = g->flib_def().Find(cond_attr.name());
-    if (body_def == nullptr || cond_def == nullptr) continue;
-    FunctionDef body = *body_def, cond = *cond_def;
     NodeDef def = loop->def();
+    ControlFlowFunctions cf;
+    if (!FunctionsOf(&def, &cf)) continue;
+    std::vector<FunctionDef> functions;
+    for (const NameAttrList* f : cf.functions) {
+      const FunctionDef* fdef = g->flib_def().Find(f->name());
+      if (fdef == nullptr) break;
+      functions.push_back(*fdef);
+    }
+    if (functions.size() != cf.functions.size()) continue;
     std::vector<std::pair<int, Node*>> inputs;  // (input index, its variable)
     for (const Edge* e : loop->in_edges()) {
-      if (e->IsControlEdge() || loop->input_type(e->dst_input()) != DT_RESOURCE) continue;
+      if (e->IsControlEdge() || e->dst_input() < cf.offset ||
+          loop->input_type(e->dst_input()) != DT_RESOURCE) {
+        continue;
+      }
       Node* v = VariableOfEdge(e);
       if (v == nullptr || !which(v)) continue;
       DataType dtype;
       if (!GetNodeAttr(v->attrs(), "dtype", &dtype).ok()) continue;
-      FunctionDef body_try = body, cond_try = cond;
-      if (!ArgToValue(&body_try, e->dst_input(), dtype, true) ||
-          !ArgToValue(&cond_try, e->dst_input(), dtype, false)) {
-        continue;
+      const int arg = e->dst_input() - cf.offset;
+      std::vector<FunctionDef> tried = functions;
+      bool only_read = true;
+      for (size_t k = 0; k < tried.size() && only_read; ++k) {
+        only_read = ArgToValue(&tried[k], arg, dtype, cf.passes_through[k]);
       }
-      body = std::move(body_try);
-      cond = std::move(cond_try);
-      def.mutable_attr()->at("T").mutable_list()->set_type(e->dst_input(), dtype);
+      if (!only_read) continue;
+      functions = std::move(tried);
+      def.mutable_attr()->at(cf.types).mutable_list()->set_type(arg, dtype);
       auto shapes = def.mutable_attr()->find("output_shapes");
-      if (shapes != def.mutable_attr()->end() &&
-          e->dst_input() < shapes->second.list().shape_size()) {
+      if (cf.loop && shapes != def.mutable_attr()->end() &&
+          arg < shapes->second.list().shape_size()) {
         TensorShapeProto unknown;
         unknown.set_unknown_rank(true);
-        *shapes->second.mutable_list()->mutable_shape(e->dst_input()) = unknown;
+        *shapes->second.mutable_list()->mutable_shape(arg) = unknown;
       }
       inputs.push_back({e->dst_input(), v});
     }
     if (inputs.empty()) continue;
-    // The rewritten functions, under new names.
+    // The rewritten functions, under new names (a function used twice, as two Case branches
+    // may be, is rewritten the same way both times).
     const std::string suffix = absl::StrCat("_tf_ext_values_", rewritten);
-    body.mutable_signature()->set_name(body_attr.name() + suffix);
-    cond.mutable_signature()->set_name(cond_attr.name() + suffix);
     FunctionDefLibrary lib;
-    *lib.add_function() = body;
-    *lib.add_function() = cond;
+    std::set<std::string> added;
+    for (size_t k = 0; k < functions.size(); ++k) {
+      const std::string renamed = cf.functions[k]->name() + suffix;
+      functions[k].mutable_signature()->set_name(renamed);
+      cf.functions[k]->set_name(renamed);
+      if (added.insert(renamed).second) *lib.add_function() = functions[k];
+    }
     TF_RETURN_IF_ERROR(g->AddFunctionLibrary(lib));
-    def.mutable_attr()->at("body").mutable_func()->set_name(body.signature().name());
-    def.mutable_attr()->at("cond").mutable_func()->set_name(cond.signature().name());
     def.mutable_attr()->erase("_read_only_resource_inputs");
     // The loop node again, its edges moved over; each variable read once, before it.
     std::vector<std::pair<Node*, int>> data_in(loop->num_inputs(), {nullptr, 0});
@@ -155,7 +213,7 @@ absl::StatusOr<int> ReadLoopVariablesOutside(Graph* g,
                              .Attr("dtype", dtype)
                              .Finalize(g, &read));
       data_in[index] = {read, 0};
-      variable_of_output[index] = v;
+      if (index < static_cast<int>(variable_of_output.size())) variable_of_output[index] = v;
       ++rewritten;
     }
     for (int i = 0; i < static_cast<int>(data_in.size()); ++i) {
@@ -164,7 +222,9 @@ absl::StatusOr<int> ReadLoopVariablesOutside(Graph* g,
     for (Node* src : control_in) g->AddControlEdge(src, replaced);
     for (Node* dst : control_out) g->AddControlEdge(replaced, dst);
     for (const auto& [output, dst, input] : data_out) {
-      if (variable_of_output[output] != nullptr) {
+      // A loop's output of a variable input is that input (the handle); a conditional's
+      // outputs are its branches' own.
+      if (cf.loop && variable_of_output[output] != nullptr) {
         g->AddEdge(variable_of_output[output], 0, dst, input);  // the handle, as before
       } else {
         g->AddEdge(replaced, output, dst, input);

@@ -231,8 +231,8 @@ absl::StatusOr<SavedModelSignature> LoadSavedModelSignature(const std::string& e
           kWhat, "node '", n->name(), "' (", n->type_string(), ") uses ",
           v != nullptr ? absl::StrCat("variable '", v->name(), "'") : "a resource",
           " in a way that cannot be frozen (only ReadVariableOp, ResourceGather and "
-          "ResourceGatherNd can: a variable assigned, or read inside a loop body or a "
-          "conditional branch, is not supported)"));
+          "ResourceGatherNd can, also inside a loop body or a conditional branch: a variable "
+          "assigned is not supported)"));
     }
   }
   out.variables = static_cast<int>(handles.size());

@@ -8,8 +8,8 @@
 // signatures are calls of functions that take the variables as resource inputs), and freezes
 // the variables: each ReadVariableOp becomes a constant of the value restored from variables/,
 // each ResourceGather/ResourceGatherNd a GatherV2/GatherNd of that constant; a loop whose body
-// reads variables takes their values instead (loop_variables.h). A variable used in any other
-// way (assigned, or read inside a conditional branch) is refused, naming the node.
+// reads variables, or a conditional whose branches read them, takes their values instead
+// (loop_variables.h). A variable used in any other way (assigned) is refused, naming the node.
 #ifndef TF_EXT_GRAPH_SAVED_MODEL_H_
 #define TF_EXT_GRAPH_SAVED_MODEL_H_
 

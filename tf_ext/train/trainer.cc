@@ -196,8 +196,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
         return absl::UnimplementedError(absl::StrCat(
             kWhat, "trainable variable '", trainable[original], "' is used by node '", n->name(),
             "' (", n->type_string(), "); only variables read by ReadVariableOp or gathered by "
-            "ResourceGather (batch_dims 0) in the signature's function or its loop bodies can be "
-            "trained yet (not a read inside a conditional branch)"));
+            "ResourceGather (batch_dims 0) in the signature's function, its loop bodies or its "
+            "conditional branches can be trained yet (not one assigned there, or passed on to "
+            "another function)"));
       }
       reads[original].push_back({n, 0});
     }

@@ -10,12 +10,12 @@
 // cannot return a float gradient for a resource; summed over every read of a variable), and the
 // optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
 //
-// A loop whose body reads trainable variables (a Keras LSTM) takes their values, read before the
-// loop (tf_ext/graph/loop_variables.h). A variable only gathered by rows (a read whose uses are
+// A loop whose body reads trainable variables (a Keras LSTM), or a conditional whose branches
+// read them (tf.cond), takes their values, read before the node (tf_ext/graph/loop_variables.h). A variable only gathered by rows (a read whose uses are
 // GatherV2 on axis 0 and shapes, as Keras 3's Embedding; or ResourceGather) gets a sparse
 // gradient: the gathered rows' gradient at their ids (optimizers.h's Gradient), never a
-// [vocab, ...] tensor. Variables used otherwise (a read inside a conditional branch) are not
-// trainable yet: Create refuses them, naming the variable.
+// [vocab, ...] tensor. Variables used otherwise (assigned in a branch, passed on to another
+// function) are not trainable yet: Create refuses them, naming the variable.
 #ifndef TF_EXT_TRAIN_TRAINER_H_
 #define TF_EXT_TRAIN_TRAINER_H_
 
