@@ -125,6 +125,8 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
             y = tf_ext.zero_out(x, preserve_index=2)
         g = tape.gradient(y, x, output_gradients=tf.constant([5.0, 6.0, 7.0, 8.0]))
         print("RESULT", json.dumps({"module": tf_ext.__file__, "library": tf_ext.library_path(),
+                                    "train": tf_ext.tf_ext_train_path(),
+                                    "include": tf_ext.get_include(),
                                     "y": y.numpy().tolist(), "g": g.numpy().tolist(),
                                     "built_for": tf_ext.build_info()["tensorflow_version"]}))
     """)
@@ -135,6 +137,8 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
     got = json.loads(line[len("RESULT"):])
     assert got["module"].startswith(str(site)), got
     assert got["library"].startswith(os.path.realpath(site)), got
+    assert got["train"] == str(site / "tf_ext" / "tf_ext_train"), got
+    assert os.path.isfile(os.path.join(got["include"], "tf_ext", "train", "c_trainer.h")), got
     assert got["y"] == [0.0, 0.0, 3.0, 0.0]
     assert got["g"] == [0.0, 0.0, 7.0, 0.0]
     assert got["built_for"]
