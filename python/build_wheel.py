@@ -1,15 +1,18 @@
-"""Packs python/tf_ext + the compiled op library + tf_ext_train + the C API headers into a wheel
-(no setuptools needed).
+"""Packs python/tf_ext + the compiled op library + tf_ext_train + the C API (headers and
+libtf_ext_c.so) into a wheel (no setuptools needed).
 
     python python/build_wheel.py --library bazel-bin/tf_ext/_tf_ext_ops.so \
         --tf-ext-train bazel-bin/tf_ext/tf_ext_train \
+        --c-library bazel-bin/tf_ext/libtf_ext_c.so \
         --build-info bazel-bin/python/tf_ext/_build_info.json --out dist/ [--manylinux]
 
 Besides the Python package the wheel holds tf_ext/tf_ext_train (the C++ training program, next
 to the op library where it finds it; its run path $ORIGIN/../tensorflow finds TensorFlow's
 libraries in the same site-packages), a console script of the same name that execs it
-(tf_ext._tools), and the C API headers under tf_ext/include/ (HEADERS; tf_ext.get_include()).
-The version is tf_ext/version.h's TF_EXT_VERSION_STRING, the C API's own version.
+(tf_ext._tools), the C API headers under tf_ext/include/ (HEADERS; tf_ext.get_include()) and
+tf_ext/libtf_ext_c.so, the library a C program links them against (//tf_ext:libtf_ext_c.so,
+same run path; tf_ext.get_lib(), docs/c_api.md). The version is tf_ext/version.h's
+TF_EXT_VERSION_STRING, the C API's own version.
 
 scripts/build_wheel.sh runs Bazel first and then this; so does the PEP 517 backend
 (python/tf_ext_backend.py, `pip install .`). The wheel is specific to this Python (cpXY tag),
@@ -56,6 +59,7 @@ HEADERS = (
     "tf_ext/train/c_trainer.h",
 )
 TRAIN_PROGRAM = "tf_ext_train"
+C_LIBRARY = "libtf_ext_c.so"
 
 
 def _read_version() -> str:
@@ -123,12 +127,13 @@ def metadata(info: dict, distribution: str | None = None) -> bytes:
 
 
 def build(library: str, build_info: str, out_dir: str,
-          tensorflow_dist: str | None = None, train_program: str | None = None) -> str:
-    """Writes the wheel into out_dir and returns its path. train_program: the built
-    tf_ext_train (required: a wheel without it would be incomplete)."""
-    if not train_program or not os.path.isfile(train_program):
-        raise FileNotFoundError(f"{TRAIN_PROGRAM} not found at {train_program!r} "
-                                f"(bazel build //tf_ext:{TRAIN_PROGRAM})")
+          tensorflow_dist: str | None = None, train_program: str | None = None,
+          c_library: str | None = None) -> str:
+    """Writes the wheel into out_dir and returns its path. train_program, c_library: the built
+    tf_ext_train and libtf_ext_c.so (required: a wheel without them would be incomplete)."""
+    for path, name in ((train_program, TRAIN_PROGRAM), (c_library, C_LIBRARY)):
+        if not path or not os.path.isfile(path):
+            raise FileNotFoundError(f"{name} not found at {path!r} (bazel build //tf_ext:{name})")
     files: dict[str, bytes] = {}
     for name in sorted(os.listdir(_PACKAGE_DIR)):
         if name.endswith(".py"):
@@ -138,6 +143,8 @@ def build(library: str, build_info: str, out_dir: str,
         files[f"{NAME}/_tf_ext_ops.so"] = f.read()
     with open(train_program, "rb") as f:
         files[f"{NAME}/{TRAIN_PROGRAM}"] = f.read()
+    with open(c_library, "rb") as f:
+        files[f"{NAME}/{C_LIBRARY}"] = f.read()
     for header in HEADERS:
         with open(os.path.join(_ROOT, header), "rb") as f:
             files[f"{NAME}/include/{header}"] = f.read()
@@ -202,6 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="the built _tf_ext_ops.so")
     parser.add_argument("--tf-ext-train", required=True, help="the built tf_ext_train program")
+    parser.add_argument("--c-library", required=True, help="the built libtf_ext_c.so")
     parser.add_argument("--build-info", required=True, help="the built _build_info.json")
     parser.add_argument("--out", default="dist", help="output directory")
     parser.add_argument("--tensorflow-dist", default=None,
@@ -211,7 +219,7 @@ def main() -> None:
                         help="retag with auditwheel repair (TensorFlow's libraries excluded)")
     args = parser.parse_args()
     path = build(args.library, args.build_info, args.out, args.tensorflow_dist,
-                 args.tf_ext_train)
+                 args.tf_ext_train, args.c_library)
     if args.manylinux:
         path = manylinux_repair(path, args.out)
     print(path)

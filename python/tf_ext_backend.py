@@ -1,4 +1,5 @@
-"""PEP 517 build backend: `pip install .` builds tf_ext's op library and tf_ext_train with Bazel.
+"""PEP 517 build backend: `pip install .` builds tf_ext's op library, tf_ext_train and
+libtf_ext_c.so with Bazel.
 
 The op library is C++ compiled against one TensorFlow, so the build uses the TensorFlow of the
 environment pip installs into: the interpreter running this backend (pip runs build hooks with
@@ -19,7 +20,8 @@ import subprocess
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TARGETS = ("//tf_ext:_tf_ext_ops.so", "//tf_ext:tf_ext_train", "//python:build_info")
+_TARGETS = ("//tf_ext:_tf_ext_ops.so", "//tf_ext:tf_ext_train", "//tf_ext:libtf_ext_c.so",
+            "//python:build_info")
 # Set by pip's build isolation; they would hide the target environment's TensorFlow.
 _ISOLATION_ENV = ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME", "PYTHONSAFEPATH")
 
@@ -42,8 +44,9 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
     return result.stdout
 
 
-def _bazel_build(env: dict[str, str]) -> tuple[str, str, str]:
-    """Builds the op library, tf_ext_train and the build info; returns their paths."""
+def _bazel_build(env: dict[str, str]) -> tuple[str, str, str, str]:
+    """Builds the op library, tf_ext_train, libtf_ext_c.so and the build info; returns their
+    paths."""
     python = env["PYTHON_BIN_PATH"]
     probe = subprocess.run([python, "-c", "import tensorflow as tf; print(tf.__version__)"],
                            env=env, capture_output=True, text=True)
@@ -63,7 +66,8 @@ def _bazel_build(env: dict[str, str]) -> tuple[str, str, str]:
     bin_dir = _run([bazel, "info", "bazel-bin"], env).strip()
     return (os.path.join(bin_dir, "tf_ext", "_tf_ext_ops.so"),
             os.path.join(bin_dir, "python", "tf_ext", "_build_info.json"),
-            os.path.join(bin_dir, "tf_ext", "tf_ext_train"))
+            os.path.join(bin_dir, "tf_ext", "tf_ext_train"),
+            os.path.join(bin_dir, "tf_ext", "libtf_ext_c.so"))
 
 
 def _build_wheel_module():
@@ -82,11 +86,12 @@ def get_requires_for_build_wheel(config_settings=None):  # pylint: disable=unuse
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     del metadata_directory  # METADATA depends on the build (TensorFlow release), made here.
     env = _build_env()
-    library, info, train_program = _bazel_build(env)
+    library, info, train_program, c_library = _bazel_build(env)
     with open(info, encoding="utf-8") as f:
         print(f"tf_ext: built for {json.load(f)['tensorflow_requirement']}", file=sys.stderr)
     bw = _build_wheel_module()
-    path = bw.build(library, info, wheel_directory, train_program=train_program)
+    path = bw.build(library, info, wheel_directory, train_program=train_program,
+                    c_library=c_library)
     if (config_settings or {}).get("manylinux") == "1":
         path = bw.manylinux_repair(path, wheel_directory)
     return os.path.basename(path)

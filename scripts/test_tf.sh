@@ -46,11 +46,12 @@ pinned_version="$(TF_CPP_MIN_LOG_LEVEL=2 "$pinned" -c 'import tensorflow as tf; 
 if [ "$pinned_version" = "$version" ]; then
   echo "test-tf: $version is the pinned release; no cross-release check"
 else
-  "$bazel" "${startup[@]}" build //tf_ext:_tf_ext_ops.so //tf_ext:tf_ext_train //python:build_info "${flags[@]}"
+  "$bazel" "${startup[@]}" build //tf_ext:_tf_ext_ops.so //tf_ext:tf_ext_train //tf_ext:libtf_ext_c.so \
+    //python:build_info "${flags[@]}"
   bin="$("$bazel" "${startup[@]}" info bazel-bin 2>/dev/null)"
   rm -rf "$dir/guard"
   wheel="$("$PYTHON_BIN_PATH" python/build_wheel.py --library "$bin/tf_ext/_tf_ext_ops.so" \
-    --tf-ext-train "$bin/tf_ext/tf_ext_train" \
+    --tf-ext-train "$bin/tf_ext/tf_ext_train" --c-library "$bin/tf_ext/libtf_ext_c.so" \
     --build-info "$bin/python/tf_ext/_build_info.json" --out "$dir/guard/dist" | tail -1)"
   "$pinned" -m pip install -q --no-deps --no-index --disable-pip-version-check \
     --target "$dir/guard/site" "$wheel"

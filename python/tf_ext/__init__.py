@@ -33,7 +33,7 @@ from tf_ext._loader import (
 )
 from tf_ext.registries import unify_cpp_gradient_registries
 from tf_ext.training import export_for_training
-from tf_ext._tools import get_include, tf_ext_train_path
+from tf_ext._tools import c_library_path, get_include, get_lib, tf_ext_train_path
 from tf_ext import ops as _ops
 from tf_ext.ops import (
     OpNotInLibraryError,
@@ -54,9 +54,11 @@ _STATIC_ALL = [
     "TensorFlowVersionError",
     "TensorFlowVersionWarning",
     "build_info",
+    "c_library_path",
     "declared_ops",
     "export_for_training",
     "get_include",
+    "get_lib",
     "gradient_reversal",
     "library",
     "library_path",

@@ -1,7 +1,9 @@
-"""What the wheel ships besides the Python package: the `tf_ext_train` program and the C API
-headers (docs/packaging.md, "What the wheel ships").
+"""What the wheel ships besides the Python package: the `tf_ext_train` program, the C API
+headers and the C API library (docs/packaging.md, "What the wheel ships"; docs/c_api.md).
 
-    tf_ext.get_include()      # -I for tf_ext/train/c_trainer.h, tf_ext/graph/c_gradients.h, ...
+    tf_ext.get_include()       # -I for tf_ext/train/c_trainer.h, tf_ext/graph/c_gradients.h, ...
+    tf_ext.get_lib()           # -L and run path for -ltf_ext_c (libtf_ext_c.so)
+    tf_ext.c_library_path()    # libtf_ext_c.so inside the installed package
     tf_ext.tf_ext_train_path() # the C++ program inside the installed package
 
 The wheel's console script `tf_ext_train` runs tf_ext_train(): it replaces this Python process
@@ -19,11 +21,30 @@ import tensorflow as tf
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 TRAIN_PROGRAM = "tf_ext_train"
+C_LIBRARY = "libtf_ext_c.so"
 
 
 def get_include() -> str:
     """The directory holding tf_ext/version.h and the C API headers of the installed wheel."""
     return os.path.join(_PACKAGE_DIR, "include")
+
+
+def get_lib() -> str:
+    """The directory holding libtf_ext_c.so (the C API of those headers) in the installed wheel:
+    a C program links it with -L<dir> -ltf_ext_c and finds it at run time through
+    -Wl,-rpath,<dir> (docs/c_api.md)."""
+    return _PACKAGE_DIR
+
+
+def c_library_path() -> str:
+    """libtf_ext_c.so shipped in this package; FileNotFoundError where there is none (a source
+    tree: `bazel build //tf_ext:libtf_ext_c.so` builds it in bazel-bin/tf_ext/)."""
+    path = os.path.join(_PACKAGE_DIR, C_LIBRARY)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"no {C_LIBRARY} in {_PACKAGE_DIR}: it ships in the wheel; in a source tree "
+            f"run `bazel build //tf_ext:{C_LIBRARY}` and use bazel-bin/tf_ext/{C_LIBRARY}")
+    return path
 
 
 def tf_ext_train_path() -> str:

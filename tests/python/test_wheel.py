@@ -4,7 +4,9 @@ nothing from the source tree or Bazel on the path. Its metadata requires a Tenso
 running one satisfies; `--manylinux` retags it without bundling TensorFlow's libraries; and the
 installed package refuses (or warns about) a TensorFlow it was not built for. It also ships
 tf_ext_train (runnable from the install, with no Python in the process, and trains as SGD says)
-and the C API headers, versioned by tf_ext/version.h like the wheel itself."""
+and the C API: its headers, versioned by tf_ext/version.h like the wheel itself, and
+libtf_ext_c.so, which exports exactly the functions those headers declare and against which a C
+program compiled with cc as docs/c_api.md says differentiates and trains."""
 
 from __future__ import annotations
 
@@ -31,14 +33,28 @@ BUILD_INFO = "python/tf_ext/_build_info.json"
 DIST_INFO = "tf_ext-0.1.0.dist-info"
 # The built tf_ext_train: runfiles (bazel test) or bazel-bin (pytest from bazel-bin).
 TRAIN_PROGRAM = os.environ.get("TF_EXT_TRAIN", "tf_ext/tf_ext_train")
+C_LIBRARY = os.environ.get("TF_EXT_C_LIBRARY", "tf_ext/libtf_ext_c.so")
 HEADERS = ("tf_ext/version.h", "tf_ext/graph/c_gradients.h",
            "tf_ext/graph/c_gradient_session.h", "tf_ext/train/c_trainer.h")
+C_PROGRAM = "tests/wheel_c_program.c"
+# docs/c_api.md shows these lines (an excerpt of this file): the test runs them as written, in
+# the directory of my_program.c, with the installed wheel on PYTHONPATH.
+BUILD_C_PROGRAM = r"""
+TF_EXT_INCLUDE=$(python -c 'import tf_ext; print(tf_ext.get_include())')
+TF_EXT_LIB=$(python -c 'import tf_ext; print(tf_ext.get_lib())')
+TF_INCLUDE=$(python -c 'import tensorflow as tf; print(tf.sysconfig.get_include())')
+TF_LIB=$(python -c 'import tensorflow as tf; print(tf.sysconfig.get_lib())')
+cc -std=c11 -o my_program my_program.c \
+    -I"$TF_EXT_INCLUDE" -I"$TF_INCLUDE" -L"$TF_EXT_LIB" -ltf_ext_c -Wl,-rpath,"$TF_EXT_LIB" \
+    -L"$TF_LIB" -l:libtensorflow_cc.so.2 -l:libtensorflow_framework.so.2 -Wl,-rpath,"$TF_LIB"
+"""
 
 
 def _build(out, *extra: str) -> str:
     result = subprocess.run(
         [sys.executable, WHEEL_SCRIPT, "--library", os.environ["TF_EXT_LIBRARY"],
-         "--tf-ext-train", TRAIN_PROGRAM, "--build-info", BUILD_INFO, "--out", str(out),
+         "--tf-ext-train", TRAIN_PROGRAM, "--c-library", C_LIBRARY, "--build-info", BUILD_INFO,
+         "--out", str(out),
          *extra],
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -68,6 +84,7 @@ def test_wheel_contents_and_record(wheel):
         for required in ("tf_ext/__init__.py", "tf_ext/_bridge.py", "tf_ext/_loader.py",
                          "tf_ext/ops.py", "tf_ext/layers.py", "tf_ext/_tf_ext_ops.so",
                          "tf_ext/_build_info.json", "tf_ext/_tools.py", "tf_ext/tf_ext_train",
+                         "tf_ext/libtf_ext_c.so",
                          "tf_ext-0.1.0.dist-info/entry_points.txt",
                          "tf_ext-0.1.0.dist-info/RECORD",
                          "tf_ext-0.1.0.dist-info/WHEEL", "tf_ext-0.1.0.dist-info/METADATA"):
@@ -84,13 +101,16 @@ def test_wheel_contents_and_record(wheel):
 
 
 def test_wheel_ships_tf_ext_train_and_the_c_api_headers(wheel):
-    """The program as built (executable), each C API header as in the source tree under
-    tf_ext/include/, a console script, and one version: version.h's is the wheel's."""
+    """The program and the C API library as built (executable), each C API header as in the
+    source tree under tf_ext/include/, a console script, and one version: version.h's is the
+    wheel's."""
     with zipfile.ZipFile(wheel) as whl:
-        info = whl.getinfo("tf_ext/tf_ext_train")
-        assert (info.external_attr >> 16) & 0o111, oct(info.external_attr >> 16)
-        with open(TRAIN_PROGRAM, "rb") as f:
-            assert whl.read("tf_ext/tf_ext_train") == f.read()
+        for name, built in (("tf_ext/tf_ext_train", TRAIN_PROGRAM),
+                            ("tf_ext/libtf_ext_c.so", C_LIBRARY)):
+            info = whl.getinfo(name)
+            assert (info.external_attr >> 16) & 0o111, (name, oct(info.external_attr >> 16))
+            with open(built, "rb") as f:
+                assert whl.read(name) == f.read(), name
         for header in HEADERS:
             with open(header, "rb") as f:
                 assert whl.read(f"tf_ext/include/{header}") == f.read(), header
@@ -127,6 +147,8 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
         print("RESULT", json.dumps({"module": tf_ext.__file__, "library": tf_ext.library_path(),
                                     "train": tf_ext.tf_ext_train_path(),
                                     "include": tf_ext.get_include(),
+                                    "lib": tf_ext.get_lib(),
+                                    "c_library": tf_ext.c_library_path(),
                                     "y": y.numpy().tolist(), "g": g.numpy().tolist(),
                                     "built_for": tf_ext.build_info()["tensorflow_version"]}))
     """)
@@ -138,6 +160,8 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
     assert got["module"].startswith(str(site)), got
     assert got["library"].startswith(os.path.realpath(site)), got
     assert got["train"] == str(site / "tf_ext" / "tf_ext_train"), got
+    assert got["lib"] == str(site / "tf_ext"), got
+    assert got["c_library"] == str(site / "tf_ext" / "libtf_ext_c.so"), got
     assert os.path.isfile(os.path.join(got["include"], "tf_ext", "train", "c_trainer.h")), got
     assert got["y"] == [0.0, 0.0, 3.0, 0.0]
     assert got["g"] == [0.0, 0.0, 7.0, 0.0]
@@ -197,14 +221,17 @@ def test_manylinux_tag_without_tensorflow_libraries(manylinux_wheel):
     assert (int(m.group(1)), int(m.group(2))) <= _glibc()
     with zipfile.ZipFile(manylinux_wheel) as whl:
         names = whl.namelist()
-        assert "tf_ext/_tf_ext_ops.so" in names
+        assert "tf_ext/_tf_ext_ops.so" in names and "tf_ext/libtf_ext_c.so" in names
         assert not [n for n in names if "libtensorflow" in n], names
         tag = [l for l in whl.read(f"{DIST_INFO}/WHEEL").decode().splitlines()
                if l.startswith("Tag:")]
         assert tag == [f"Tag: {'-'.join(name[:-4].split('-')[2:])}"]
         library = whl.read("tf_ext/_tf_ext_ops.so")
+        c_library = whl.read("tf_ext/libtf_ext_c.so")
     # Still linked against TensorFlow's framework library, to be found in the process.
     assert b"libtensorflow_framework.so.2" in library
+    # The C API library too, and it still looks for them beside tf_ext in site-packages.
+    assert b"libtensorflow_cc.so.2" in c_library and b"$ORIGIN/../tensorflow" in c_library
 
 
 def _install(wheel: str, site) -> dict[str, str]:
@@ -280,22 +307,9 @@ def test_version_guard_of_the_installed_package(wheel, tmp_path, case):
             assert warned == [], warned
 
 
-def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
-    """From the install alone: the console script execs the program (TensorFlow's libraries
-    found for it); the program run directly finds them through its run path when TensorFlow is
-    in the same site-packages, finds the installed op library next to itself, and trains a
-    linear model as plain SGD does (two steps, losses and weights against numpy); and the
-    installed headers compile in C with the wheel's version."""
-    site = tmp_path / "site"
-    env = _install(wheel, site)
-    env.pop("LD_LIBRARY_PATH", None)
-    script = site / "bin" / "tf_ext_train"
-    r = subprocess.run([str(script), "--version"], env=env, cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == f"tf_ext_train 0.1.0 (TensorFlow {tf.__version__})", r.stdout
-
-    # A linear model y = x w + b saved by Python; TensorFlow beside tf_ext, as pip installs it.
+def _linear_model(tmp_path):
+    """A linear model y = x w + b (3 inputs, 1 output) saved by Python as tmp_path/model, and
+    8 rows of data: (model_dir, x, y, w0, b0)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8, 3)).astype(np.float32)
     y = rng.normal(size=(8, 1)).astype(np.float32)
@@ -315,6 +329,38 @@ def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
     module = Linear()
     model_dir = str(tmp_path / "model")
     tf.saved_model.save(module, model_dir, signatures={"serving_default": module.__call__})
+    return model_dir, x, y, w0, b0
+
+
+def _sgd_reference(x, y, w0, b0):
+    """Mean squared error and plain SGD (learning rate 0.1) over batches of 4 rows, in numpy:
+    the loss of each batch before its update, and the final weights."""
+    w, b, losses = w0.astype(np.float64), b0.astype(np.float64), []
+    for i in (0, 4):
+        xb, yb = x[i:i + 4].astype(np.float64), y[i:i + 4].astype(np.float64)
+        err = xb @ w + b - yb
+        losses.append(np.mean(err ** 2))
+        w, b = w - 0.1 * 2 * xb.T @ err / 4, b - 0.1 * 2 * err.sum(0) / 4
+    return losses, w, b
+
+
+def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
+    """From the install alone: the console script execs the program (TensorFlow's libraries
+    found for it); the program run directly finds them through its run path when TensorFlow is
+    in the same site-packages, finds the installed op library next to itself, and trains a
+    linear model as plain SGD does (two steps, losses and weights against numpy); and the
+    installed headers compile in C with the wheel's version."""
+    site = tmp_path / "site"
+    env = _install(wheel, site)
+    env.pop("LD_LIBRARY_PATH", None)
+    script = site / "bin" / "tf_ext_train"
+    r = subprocess.run([str(script), "--version"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == f"tf_ext_train 0.1.0 (TensorFlow {tf.__version__})", r.stdout
+
+    # A linear model y = x w + b saved by Python; TensorFlow beside tf_ext, as pip installs it.
+    model_dir, x, y, w0, b0 = _linear_model(tmp_path)
     np.savez(tmp_path / "d.npz", x=x, y=y)
     os.symlink(os.path.dirname(tf.__file__), site / "tensorflow")
     program = site / "tf_ext" / "tf_ext_train"
@@ -325,12 +371,7 @@ def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
                        env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    w, b, losses = w0.astype(np.float64), b0.astype(np.float64), []
-    for i in (0, 4):
-        xb, yb = x[i:i + 4].astype(np.float64), y[i:i + 4].astype(np.float64)
-        err = xb @ w + b - yb
-        losses.append(np.mean(err ** 2))
-        w, b = w - 0.1 * 2 * xb.T @ err / 4, b - 0.1 * 2 * err.sum(0) / 4
+    losses, w, b = _sgd_reference(x, y, w0, b0)
     with open(tmp_path / "h.csv") as f:
         got = [float(row.split(",")[2]) for row in f.read().splitlines()[1:]]
     np.testing.assert_allclose(got, losses, rtol=1e-5)
@@ -353,3 +394,89 @@ def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
                         f"-I{tf.sysconfig.get_include()}", str(source)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _c_api_functions() -> set[str]:
+    """The functions the C API headers declare (comments left out)."""
+    names = set()
+    for header in HEADERS[1:]:
+        with open(header, encoding="utf-8") as f:
+            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        names |= set(re.findall(r"\b(TfExt\w+)\s*\(", text))
+    return names
+
+
+def test_c_library_exports_exactly_the_c_api():
+    """libtf_ext_c.so as built: its dynamic symbol table defines every function the shipped
+    headers declare and nothing else of tf_ext's (the gradient code it carries stays local, so it
+    cannot interpose on the op library's copy); it names itself libtf_ext_c.so, needs TensorFlow's
+    libraries and looks for them beside tf_ext in site-packages."""
+    declared = _c_api_functions()
+    assert {"TfExtAddGradients", "TfExtNewGradientSession", "TfExtNewTrainer"} <= declared
+    nm = subprocess.run(["nm", "-D", "--defined-only", C_LIBRARY], capture_output=True,
+                        text=True, check=True).stdout
+    exported = {}
+    for line in nm.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            exported[parts[2].split("@")[0]] = parts[1]
+    c_api = {name for name, kind in exported.items() if kind == "T"}
+    assert c_api == declared, (sorted(declared - c_api), sorted(c_api - declared))
+    # No C++ symbol of tf_ext (or of anything else linked in) is exported.
+    assert not [n for n in exported if n.startswith("_Z")], sorted(exported)[:20]
+    dynamic = subprocess.run(["readelf", "-d", C_LIBRARY], capture_output=True, text=True,
+                             check=True).stdout
+    assert "Library soname: [libtf_ext_c.so]" in dynamic, dynamic
+    assert "Shared library: [libtensorflow_cc.so.2]" in dynamic, dynamic
+    assert "$ORIGIN/../tensorflow" in dynamic, dynamic
+
+
+def test_c_program_built_against_the_installed_wheel(wheel, tmp_path):
+    """docs/c_api.md's cc command line, run as written against the wheel installed into an empty
+    --target directory, builds a C program that links only the shipped libtf_ext_c.so and
+    TensorFlow's libraries. Run with no Python, no LD_LIBRARY_PATH and nothing from the source
+    tree, it prints version.h's version, gradients through TfExtAddGradients (before and after
+    loading the shipped op library) and TfExtGradientSession, and the losses of two
+    TfExtTrainer steps, each against numpy."""
+    site = tmp_path / "site"
+    env = _install(wheel, site)
+    env.pop("LD_LIBRARY_PATH", None)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    work = tmp_path / "c"
+    work.mkdir()
+    with open(C_PROGRAM, encoding="utf-8") as f:
+        (work / "my_program.c").write_text(f.read())
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", BUILD_C_PROGRAM], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    needed = subprocess.run(["readelf", "-d", str(work / "my_program")], capture_output=True,
+                            text=True, check=True).stdout
+    assert "Shared library: [libtf_ext_c.so]" in needed, needed
+    assert str(site / "tf_ext") in needed, needed  # its run path: the installed package
+
+    model_dir, x, y, w0, b0 = _linear_model(tmp_path)
+    data = tmp_path / "data.raw"
+    data.write_bytes(x.tobytes() + y.tobytes())
+    xv = np.array([1.5, -2.25, 0.75])
+    run_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    r = subprocess.run([str(work / "my_program"), str(site / "tf_ext" / "_tf_ext_ops.so"),
+                        model_dir, str(data), *map(str, xv)],
+                       cwd=work, env=run_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    lines = {}
+    for line in r.stdout.splitlines():
+        key, *values = line.split()
+        lines.setdefault(key, []).append(values)
+
+    version = _metadata(wheel)["Version"]
+    major, minor, patch = (int(v) for v in version.split("."))
+    assert lines["version"] == [[version, str(major * 10000 + minor * 100 + patch)]]
+    # d sum(x * x) / dx = 2 x; through ZeroOut(., preserve_index=1) only element 1 keeps it.
+    np.testing.assert_allclose(np.array(lines["square_grad"][0], float), 2 * xv, rtol=1e-15)
+    want = np.array([0.0, 2 * xv[1], 0.0])
+    np.testing.assert_allclose(np.array(lines["zero_out_grad"][0], float), want, rtol=1e-15)
+    np.testing.assert_allclose(np.array(lines["session_grad"][0], float), want, rtol=1e-15)
+    losses, _, _ = _sgd_reference(x, y, w0, b0)
+    got = [float(v[0]) for v in lines["train_loss"]]
+    assert len(got) == 2 and got[0] != got[1], got
+    np.testing.assert_allclose(got, losses, rtol=1e-5)

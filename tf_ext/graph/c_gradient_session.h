@@ -2,9 +2,10 @@
  * gradient built once from a serialized GraphDef (or a SavedModel signature: saved_model.h)
  * and run per request, from many threads at once. Tensors are TF_Tensors; errors come through
  * TF_Status (TF_INVALID_ARGUMENT, starting "GradientSession:" and naming the feed, for a
- * refused request). Link //tf_ext:graph_gradients and load the op library (TF_LoadLibrary)
- * first: it holds tf_ext's ops and its gradients of TensorFlow ops that have one only in Python
- * (IdentityN, which inlined function calls leave, among them). docs/gradient_session.md. */
+ * refused request). Link //tf_ext:graph_gradients (or the wheel's libtf_ext_c.so:
+ * docs/c_api.md) and load the op library (TF_LoadLibrary) first: it holds tf_ext's ops and
+ * its gradients of TensorFlow ops that have one only in Python (IdentityN, which inlined
+ * function calls leave, among them). docs/gradient_session.md. */
 #ifndef TF_EXT_GRAPH_C_GRADIENT_SESSION_H_
 #define TF_EXT_GRAPH_C_GRADIENT_SESSION_H_
 

@@ -13,7 +13,8 @@
  * When it replaced nodes, the graph's shapes are inferred again from scratch: shapes set with
  * TF_GraphSetTensorShape beyond what inference gives are forgotten.
  *
- * Link //tf_ext:graph_gradients; the op library need not be loaded for TensorFlow's ops. */
+ * Link //tf_ext:graph_gradients (Bazel) or the wheel's libtf_ext_c.so (docs/c_api.md); the op
+ * library need not be loaded for TensorFlow's ops. */
 #ifndef TF_EXT_GRAPH_C_GRADIENTS_H_
 #define TF_EXT_GRAPH_C_GRADIENTS_H_
 

@@ -2,8 +2,9 @@
  * no Python. Options are (key, value) strings, the keys tf_ext_train's flag names without
  * "--" (loss, optimizer, learning_rate, momentum, nesterov, beta_1, beta_2, epsilon,
  * weight_decay, rho, centered, lr_schedule, signature, output, sample_weights), so new options
- * keep this interface. Errors come through TF_Status. Link //tf_ext:trainer and load the op
- * library (TF_LoadLibrary) first. docs/training.md. */
+ * keep this interface. Errors come through TF_Status. Link //tf_ext:trainer (or the wheel's
+ * libtf_ext_c.so: docs/c_api.md) and load the op library (TF_LoadLibrary) first.
+ * docs/training.md. */
 #ifndef TF_EXT_TRAIN_C_TRAINER_H_
 #define TF_EXT_TRAIN_C_TRAINER_H_
 
