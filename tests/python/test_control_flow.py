@@ -102,6 +102,18 @@ def cond_in_loop(x):
     return tf.reduce_sum(h)
 
 
+def switch_case_in_loop(x):
+    # A lowered Case inside a loop body: its N-way switch becomes nested conditionals so the
+    # loop converts back to While. Iterations 3 and 4 have an index out of range, which takes
+    # the last branch.
+    def body(i, h):
+        h = tf.switch_case(i, [lambda: tf.tanh(h * x), lambda: h * h * 0.5 + x,
+                               lambda: tf.sin(h) + x * h])
+        return i + 1, h
+    _, h = tf.while_loop(lambda i, h: i < 5, body, [tf.constant(0), x])
+    return tf.reduce_sum(h)
+
+
 def tensor_array_in_loop(x):
     steps = 4
     ta = tf.TensorArray(x.dtype, size=steps)
@@ -172,6 +184,7 @@ CASES = {
     "switch_case": switch_case,
     "loop_in_cond": loop_in_cond,
     "cond_in_loop": cond_in_loop,
+    "switch_case_in_loop": switch_case_in_loop,
     "tensor_array_in_loop": tensor_array_in_loop,
     "tensor_list_unstack_in_loop": tensor_list_unstack_in_loop,
 }

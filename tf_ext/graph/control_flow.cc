@@ -29,6 +29,7 @@
 #include "tf_ext/graph/backprop.h"
 #include "tf_ext/graph/function_gradient.h"
 #include "tf_ext/graph/inline_calls.h"
+#include "tf_ext/graph/lowered_case.h"
 #include "tf_ext/graph/shape_inference.h"
 #include "tf_ext/graph/workarounds.h"
 
@@ -446,39 +447,6 @@ absl::StatusOr<GraphTensor> InputOf(const Node* n, int index) {
 
 }  // namespace
 
-namespace {
-
-// The nodes of lowered Case ops (an N-way _SwitchN and the N-input Merges its branches meet in,
-// which TensorFlow's functionalization does not convert): from each _SwitchN forward to those
-// Merges, not past a loop's Exit or NextIteration. They stay v1 ops, differentiated one by one
-// (AddV1ConditionalGradient).
-std::set<std::string> LoweredCaseNodes(const GraphDef& graph) {
-  std::map<std::string, std::vector<const NodeDef*>> consumers;
-  std::map<std::string, const NodeDef*> by_name;
-  for (const NodeDef& n : graph.node()) {
-    by_name[n.name()] = &n;
-    for (const std::string& in : n.input()) {
-      consumers[std::string(ParseTensorName(in).first)].push_back(&n);
-    }
-  }
-  std::set<std::string> nodes;
-  std::vector<const NodeDef*> stack;
-  for (const NodeDef& n : graph.node()) {
-    if (n.op() == "_SwitchN") stack.push_back(&n);
-  }
-  while (!stack.empty()) {
-    const NodeDef* n = stack.back();
-    stack.pop_back();
-    if (!nodes.insert(n->name()).second) continue;
-    const bool case_merge = n->op() == "Merge" && n->input_size() > 2;
-    if (case_merge || n->op() == "Exit" || n->op() == "NextIteration") continue;
-    for (const NodeDef* c : consumers[n->name()]) stack.push_back(c);
-  }
-  return nodes;
-}
-
-}  // namespace
-
 absl::StatusOr<bool> FunctionalizeV1ControlFlow(GraphDef* graph) {
   static const auto* v1_ops = new std::set<std::string>{
       "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch", "Merge", "RefMerge",
@@ -493,12 +461,12 @@ absl::StatusOr<bool> FunctionalizeV1ControlFlow(GraphDef* graph) {
     }
   }
   if (v1_nodes.empty()) return false;
+  // TensorFlow's functionalization knows two-way conditionals only: lowered Cases first become
+  // nested ones (lowered_case.h).
+  TF_RETURN_IF_ERROR(LoweredCasesToSwitches(graph).status());
   FunctionLibraryDefinition library(OpRegistry::Global(), graph->library());
-  const std::set<std::string> lowered_cases = LoweredCaseNodes(*graph);
-  absl::Status s = FunctionalizeControlFlowForGraphDef(
-      graph, &library,
-      [&lowered_cases](const Node* n) { return lowered_cases.count(n->name()) == 0; },
-      /*include_functions=*/true);
+  absl::Status s = FunctionalizeControlFlowForGraphDef(graph, &library, /*node_filter=*/{},
+                                                       /*include_functions=*/true);
   if (!s.ok()) {
     std::string found;
     for (const auto& [op, node] : v1_nodes) {

@@ -46,9 +46,9 @@ namespace tensorflow::tf_ext {
 // held v1 control flow; a malformed frame is an InvalidArgument naming it.
 absl::StatusOr<bool> FunctionalizeV1ControlFlow(GraphDef* graph);
 
-// Switch, _SwitchN and Merge outside loops: what the conversion leaves of a lowered Case (an
-// N-way _SwitchN and N-input Merges, which TensorFlow's functionalization does not convert).
-// Their gradients are v1 conditionals too (dead tensors on the branches not taken): a Merge's
+// Switch, _SwitchN and Merge that reach the backward builder without FunctionalizeV1ControlFlow
+// (which converts every lowered conditional, lowered Cases included: lowered_case.h). Their
+// gradients are v1 conditionals too (dead tensors on the branches not taken): a Merge's
 // gradient goes to its taken input through a _SwitchN on its value_index, a switch's gradient
 // is the Merge of its outputs' gradients.
 bool IsV1Conditional(const std::string& op);
