@@ -220,6 +220,40 @@ static void NewWhileCase(TF_Status* s) {
   TF_DeleteGraph(g);
 }
 
+/* A graph built node by node with no control flow: y = sum(x * sin(x)). The Placeholder is
+ * added with no inputs, so nothing connects it to the graph's source node until
+ * TfExtAddGradients does (a gradient of zeros with TF_OK before). Against central
+ * differences, which also fail a zero gradient. */
+static void PlainCase(TF_Status* s) {
+  TF_Graph* g = TF_NewGraph();
+  TF_OperationDescription* pd = TF_NewOperation(g, "Placeholder", "x");
+  TF_SetAttrType(pd, "dtype", TF_DOUBLE);
+  TF_Operation* x = TF_FinishOperation(pd, s);
+  CHECK_OK(s, "x");
+  TF_OperationDescription* sd = TF_NewOperation(g, "Sin", "sin");
+  TF_AddInput(sd, (TF_Output){x, 0});
+  TF_Operation* sin_x = TF_FinishOperation(sd, s);
+  CHECK_OK(s, "sin");
+  TF_Operation* m = Binary(g, "Mul", "m", (TF_Output){x, 0}, (TF_Output){sin_x, 0}, s);
+  TF_Operation* axis = ScalarInt(g, "axis", 0, s);
+  TF_Operation* y = Binary(g, "Sum", "y", (TF_Output){m, 0}, (TF_Output){axis, 0}, s);
+  TF_Output ys[1] = {{y, 0}}, xs[1] = {{x, 0}}, dys[1];
+  TfExtAddGradients(g, NULL, ys, 1, xs, 1, NULL, s, dys);
+  CHECK_OK(s, "TfExtAddGradients on a graph built node by node");
+  TF_SessionOptions* opts = TF_NewSessionOptions();
+  TF_Session* sess = TF_NewSession(g, opts, s);
+  CHECK_OK(s, "session");
+  const double xv[3] = {0.3, -0.7, 1.1};
+  double got[3];
+  Run(sess, x, xv, dys, 1, got, s);
+  ExpectCentralDifferences("a graph built node by node", sess, x, xv, ys[0], got, s);
+  printf("ok a graph built node by node differentiated\n");
+  TF_CloseSession(sess, s);
+  TF_DeleteSession(sess, s);
+  TF_DeleteSessionOptions(opts);
+  TF_DeleteGraph(g);
+}
+
 int main(int argc, char** argv) {
   const char* path = argc > 1 ? argv[1] : "tests/data/control_flow_graph.pb";
   TF_Status* s = TF_NewStatus();
@@ -355,6 +389,7 @@ int main(int argc, char** argv) {
       TF_DeleteGraph(cg);
     }
   }
+  PlainCase(s);
   NewWhileCase(s);
   TF_DeleteStatus(s);
   if (failures > 0) {

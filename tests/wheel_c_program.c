@@ -44,12 +44,10 @@ static void Print(const char* what, TF_Tensor* t) {
   printf("%s %.17g %.17g %.17g\n", what, v[0], v[1], v[2]);
 }
 
-/* x: Placeholder double[3]; y = x * x, or ZeroOut(x * x, preserve_index=1). Built node by node,
- * then imported from its GraphDef into the graph returned, as a program loading a model has
- * it. */
+/* x: Placeholder double[3]; y = x * x, or ZeroOut(x * x, preserve_index=1), built node by
+ * node. */
 static TF_Graph* BuildGraph(int zero_out, TF_Status* s) {
-  TF_Graph* built = TF_NewGraph();
-  TF_Graph* g = built;
+  TF_Graph* g = TF_NewGraph();
   TF_OperationDescription* d = TF_NewOperation(g, "Placeholder", "x");
   TF_SetAttrType(d, "dtype", TF_DOUBLE);
   TF_Operation* x = TF_FinishOperation(d, s);
@@ -67,16 +65,6 @@ static TF_Graph* BuildGraph(int zero_out, TF_Status* s) {
     TF_FinishOperation(d, s);
     CHECK_OK(s, "TfExt>ZeroOut");
   }
-  TF_Buffer* def = TF_NewBuffer();
-  TF_GraphToGraphDef(built, def, s);
-  CHECK_OK(s, "TF_GraphToGraphDef");
-  g = TF_NewGraph();
-  TF_ImportGraphDefOptions* opts = TF_NewImportGraphDefOptions();
-  TF_GraphImportGraphDef(g, def, opts, s);
-  CHECK_OK(s, "TF_GraphImportGraphDef");
-  TF_DeleteImportGraphDefOptions(opts);
-  TF_DeleteBuffer(def);
-  TF_DeleteGraph(built);
   return g;
 }
 

@@ -1,5 +1,7 @@
 #include "tf_ext/graph/c_gradients.h"
 
+#include <algorithm>
+
 #include <new>
 #include <string>
 #include <utility>
@@ -119,12 +121,15 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
     for (const auto& [dst, input] : consumers) TF_RETURN_IF_ERROR(g->UpdateEdge(read, 0, dst, input));
     xs.push_back({read, 0});
   }
+  // Nodes a TF_Graph gained through TF_NewOperation with no inputs (a Placeholder) are not yet
+  // reached from the source node, which the conversion and the path from x to y walk from:
+  // without this, x has no path to y and the gradient is zeros.
+  FixupSourceAndSinkEdges(g);
   // Loops built in this process (TF_NewWhile: v1 frames) back to While/If first, as
   // tf_ext_grad converts an imported graph's; the y and x reads above follow the rewiring.
   bool converted = false;
   for (const Node* n : g->op_nodes()) converted |= IsV1ControlFlow(n->type_string());
   if (converted) {
-    FixupSourceAndSinkEdges(g);  // the conversion walks from the source node
     absl::Status s = FunctionalizeControlFlow(g, g->mutable_flib_def());
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -137,11 +142,33 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   BackpropStats stats;
   TF_RETURN_IF_ERROR(AddGradients(g, ys, dys, xs, &dxs, options, &stats));
   // A session extends itself with each new node's NodeDef, not with its edges: make every
-  // NodeDef's data inputs name what its edges say (inlining rewires edges only).
+  // NodeDef's inputs, data and control, name what its edges say (inlining rewires edges only;
+  // an inlined gradient's NodeDef still names its function's control inputs, "^dy").
   for (Node* n : g->op_nodes()) {
     std::vector<const Edge*> data;
+    std::vector<std::string> control;
     for (const Edge* e : n->in_edges()) {
-      if (!e->IsControlEdge()) data.push_back(e);
+      if (!e->IsControlEdge()) {
+        data.push_back(e);
+      } else if (e->src()->IsOp()) {
+        control.push_back("^" + e->src()->name());
+      }
+    }
+    std::vector<std::string> had;
+    for (const std::string& in : n->def().input()) {
+      if (absl::StartsWith(in, "^")) had.push_back(in);
+    }
+    std::sort(control.begin(), control.end());
+    std::sort(had.begin(), had.end());
+    if (had != control) {
+      NodeDef* def = n->mutable_def();
+      std::vector<std::string> inputs;
+      for (const std::string& in : def->input()) {
+        if (!absl::StartsWith(in, "^")) inputs.push_back(in);
+      }
+      def->clear_input();
+      for (const std::string& in : inputs) def->add_input(in);
+      for (const std::string& in : control) def->add_input(in);
     }
     for (const Edge* e : data) {
       const int i = e->dst_input();
