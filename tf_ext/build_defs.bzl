@@ -136,6 +136,9 @@ def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
                 "@local_config_tf//:cuda_include",
             ],
             outs = [obj],
+            # Built only as a dependency of the --config=cuda library (`make cuda`): `bazel
+            # build //...` would otherwise run nvcc over every kernel in the CPU build too.
+            tags = ["manual"],
             cmd = " ".join([
                 "%s/bin/nvcc" % CUDA_HOME,
                 "-x cu -std=c++17 -O3 -DGOOGLE_CUDA=1 --expt-relaxed-constexpr",
