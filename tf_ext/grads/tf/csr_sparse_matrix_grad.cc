@@ -1,18 +1,23 @@
 // Gradients of TensorFlow's CSR sparse-matrix ops (a CSRSparseMatrix in a DT_VARIANT tensor)
 // that TensorFlow 2.21 has only in Python (python/ops/linalg/sparse/sparse_csr_matrix_grad.py):
 // the conversions to and from dense and COO tensors, the transpose and the products with a
-// dense and a sparse matrix. Written from the maths; registered in both C++ registries when the op library
-// loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
+// dense and a sparse matrix, the sum of two and the softmax. Written from the maths; registered
+// in both C++ registries when the op library loads, unless TensorFlow has one already
+// (TF_EXT_REGISTER_TF_GRADIENT).
 //
 // The gradient of a CSR matrix is a CSR matrix of the same sparsity pattern (its entries in
 // the same row-major order); index and shape inputs get zeros (Python: None).
 //
-// Not yet here (Python has them): SparseMatrixAdd, SparseMatrixMul and SparseMatrixSoftmax,
-// whose kernels are GPU only (nothing here could test them).
-//
 // Tested against Python's gradients and central differences, through chains of these ops in a
 // function (SymbolicGradient of the function: TensorFlow's graph-level builder over this
 // registry), in tests/python/test_tf_sparse_grads.py.
+//
+// SparseMatrixAdd, SparseMatrixSoftmax (and its gradient op) and SparseMatrixMul have GPU
+// kernels only: their gradients cannot run in tensorflow-cpu. Those of SparseMatrixAdd and
+// SparseMatrixSoftmax are checked structurally against Python's gradient graph of the same
+// node (the ops, their attrs and wiring), and SparseMatrixAdd's pruning (which has CPU kernels)
+// numerically, in tests/python/test_unrunnable_grads.py. SparseMatrixMul's Python gradient
+// only raises NotImplementedError; C++ registers the same refusal.
 #include <limits>
 #include <string>
 #include <vector>
@@ -247,6 +252,37 @@ absl::Status CsrSparseMatMulGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// SparseMatrixAdd(a, b, alpha, beta) = alpha A + beta B (CSR; c has the union of the
+// patterns): d(A) = alpha d(c) and d(B) = beta d(c), each at its operand's entries (a CSR of
+// the operand's pattern: PruneToPattern, Python's _PruneCSRMatrix). As Python's rule, nothing
+// is conjugated for complex types, and alpha and beta get no gradient (Python: None; zeros).
+absl::Status CsrAddGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SparseMatrixAdd", attrs);
+  const DataType t = b.GetAttr<DataType>("T");
+  const std::string d = GradName("c");
+  // d(A) = alpha * d(c)[entries of A]
+  b.Return("a", b.Add({{"da"}, "SparseMatrixMul", {PruneToPattern(b, t, d, "a", "prune_a"),
+                                                   "alpha"}, {{"T", t}}}));
+  // d(B) = beta * d(c)[entries of B]
+  b.Return("b", b.Add({{"db"}, "SparseMatrixMul", {PruneToPattern(b, t, d, "b", "prune_b"),
+                                                   "beta"}, {{"T", t}}}));
+  b.NotDifferentiable("alpha");
+  b.NotDifferentiable("beta");
+  return b.Build(g);
+}
+
+// SparseMatrixSoftmax(logits) = S, the softmax of each row over its entries:
+// d(logits) = (d(S) - rowsum(d(S) * S)) * S at S's entries, TensorFlow's op
+// SparseMatrixSoftmaxGrad(S, d(S)), as Python's rule. S is the forward output (passed by
+// front ends that have the forward, else recomputed).
+absl::Status CsrSoftmaxGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("SparseMatrixSoftmax", attrs);
+  // d(logits) = (d(S) - rowsum(d(S) S)) S
+  b.Return("logits", b.Add({{"dlogits"}, "SparseMatrixSoftmaxGrad",
+                            {"softmax", GradName("softmax")}, b.PassAttrs({"type"})}));
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("DenseToCSRSparseMatrix", DenseToCsrGrad);
@@ -256,6 +292,18 @@ TF_EXT_REGISTER_TF_GRADIENT("CSRSparseMatrixToSparseTensor", CsrToSparseTensorGr
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixTranspose", CsrTransposeGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixMatMul", CsrMatMulGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixSparseMatMul", CsrSparseMatMulGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixAdd", CsrAddGrad);
+TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixSoftmax", CsrSoftmaxGrad);
+// Front ends that have the forward node pass the softmax (no recomputation).
+static const bool csr_reads_outputs [[maybe_unused]] =
+    (DeclareReadsForwardOutputs("SparseMatrixSoftmax"), true);
+// SparseMatrixMul(A, B) = A .* B: Python's gradient only raises NotImplementedError (Python
+// has none); so does C++'s, a registered refusal.
+static const bool csr_mul_refused [[maybe_unused]] =
+    LookupGradientKind("SparseMatrixMul") != GradientKind::kMissing ||
+    RegisterUnimplementedGradient(
+        "SparseMatrixMul",
+        "Gradient for SparseMatrixMul is not implemented (Python's raises NotImplementedError).");
 // Not differentiable, as in Python.
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixNNZ", nullptr);
 TF_EXT_REGISTER_TF_GRADIENT("SparseMatrixZeros", nullptr);

@@ -1,15 +1,17 @@
 // Gradients of TensorFlow's XLA ops (compiler/tf2xla) that TensorFlow 2.21 has only in Python,
-// written from Python's rules: XlaEinsum (python/ops/special_math_ops.py) and XlaSharding
-// (compiler/tf2xla/python/xla.py). Each is registered in both C++ registries when the op
-// library loads, unless TensorFlow has one already (TF_EXT_REGISTER_TF_GRADIENT).
+// written from Python's rules: XlaEinsum (python/ops/special_math_ops.py), XlaSharding and
+// XlaSpmdShardToFullShape (compiler/tf2xla/python/xla.py). Each is registered in both C++
+// registries when the op library loads, unless TensorFlow has one already
+// (TF_EXT_REGISTER_TF_GRADIENT).
 //
-// Both ops run on CPU through XLA's compile-on-demand kernels. XlaSpmdShardToFullShape is not
-// ported: Python's gradient is an XlaSpmdFullToShardShape node, which has no kernel in
-// tensorflow-cpu 2.21 (nor any other device's outside an XLA cluster), so no such gradient can
-// run, let alone be checked, here.
-//
-// Checked against Python's gradients (tests/python/test_tf_xla_grads.py) and numeric Jacobians
-// (tf_ext_gradcheck, tf_ext/tools/tf_core_gradcheck_spec.txt).
+// XlaEinsum and XlaSharding run on CPU through XLA's compile-on-demand kernels; they are
+// checked against Python's gradients (tests/python/test_tf_xla_grads.py) and numeric Jacobians
+// (tf_ext_gradcheck, tf_ext/tools/tf_core_gradcheck_spec.txt). XlaSpmdShardToFullShape's
+// gradient is an XlaSpmdFullToShardShape node, which has no kernel in tensorflow-cpu 2.21
+// (nor any other device's outside an XLA cluster): tf_ext_gradcheck cannot run it. It is
+// checked structurally against Python's gradient graph of the same node (its op and attrs),
+// and run inside an XLA cluster (jit_compile) for the shardings one CPU device can take, in
+// tests/python/test_unrunnable_grads.py.
 #include <string>
 #include <vector>
 
@@ -71,9 +73,23 @@ absl::Status XlaShardingGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// XlaSpmdShardToFullShape(input; manual_sharding, full_shape, dim, unspecified_dims): output =
+// the full-shaped tensor that the per-device shards `input` make up under manual_sharding (an
+// annotation for XLA's SPMD partitioner; on one device, the identity). Its adjoint is the
+// inverse annotation: d(input) = XlaSpmdFullToShardShape(d(output)) with the same
+// manual_sharding, dim and unspecified_dims, as Python's rule.
+absl::Status XlaSpmdShardToFullShapeGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("XlaSpmdShardToFullShape", attrs);
+  // d(input) = full_to_shard(d(output))
+  b.Return("input", b.Add({{"dinput"}, "XlaSpmdFullToShardShape", {GradName("output")},
+                           b.PassAttrs({"T", "manual_sharding", "dim", "unspecified_dims"})}));
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("XlaEinsum", XlaEinsumGrad);
 TF_EXT_REGISTER_TF_GRADIENT("XlaSharding", XlaShardingGrad);
+TF_EXT_REGISTER_TF_GRADIENT("XlaSpmdShardToFullShape", XlaSpmdShardToFullShapeGrad);
 
 }  // namespace tensorflow::tf_ext
