@@ -148,6 +148,24 @@ static TF_Operation* ScalarInt(TF_Graph* g, const char* name, int32_t v, TF_Stat
   return op;
 }
 
+/* Runs d y / d x (dy, added by TfExtAddGradients to g) at a fixed x in a new session, checks
+ * it against central differences of y, then deletes the session and g. */
+static void ExpectGradientAndDelete(const char* what, TF_Graph* g, TF_Operation* x, TF_Output y,
+                                    TF_Output dy, TF_Status* s) {
+  TF_SessionOptions* opts = TF_NewSessionOptions();
+  TF_Session* sess = TF_NewSession(g, opts, s);
+  CHECK_OK(s, "session");
+  const double xv[3] = {0.3, -0.7, 1.1};
+  double got[3];
+  Run(sess, x, xv, &dy, 1, got, s);
+  ExpectCentralDifferences(what, sess, x, xv, y, got, s);
+  printf("ok %s differentiated\n", what);
+  TF_CloseSession(sess, s);
+  TF_DeleteSession(sess, s);
+  TF_DeleteSessionOptions(opts);
+  TF_DeleteGraph(g);
+}
+
 /* A loop built in this process with TF_NewWhile (v1 frames: Enter/Exit/Merge/Switch), which
  * TfExtAddGradients converts back to a While: h <- sin(h) * x + h over 3 steps, from h = x.
  * y = sum(h). Gradient at x against central differences. */
@@ -205,19 +223,7 @@ static void NewWhileCase(TF_Status* s) {
     fprintf(stderr, "FAIL the v1 loop was not converted to a While\n");
     ++failures;
   }
-  TF_SessionOptions* opts = TF_NewSessionOptions();
-  TF_Session* sess = TF_NewSession(g, opts, s);
-  CHECK_OK(s, "session");
-  const double xv[3] = {0.3, -0.7, 1.1};
-  TF_Output fetch[1] = {dys[0]}, fy[1] = {{y, 0}};
-  double got[3];
-  Run(sess, x, xv, fetch, 1, got, s);
-  ExpectCentralDifferences("TF_NewWhile", sess, x, xv, fy[0], got, s);
-  printf("ok a TF_NewWhile loop (v1 frames) differentiated\n");
-  TF_CloseSession(sess, s);
-  TF_DeleteSession(sess, s);
-  TF_DeleteSessionOptions(opts);
-  TF_DeleteGraph(g);
+  ExpectGradientAndDelete("a TF_NewWhile loop (v1 frames)", g, x, ys[0], dys[0], s);
 }
 
 /* A graph built node by node with no control flow: y = sum(x * sin(x)). The Placeholder is
@@ -240,18 +246,7 @@ static void PlainCase(TF_Status* s) {
   TF_Output ys[1] = {{y, 0}}, xs[1] = {{x, 0}}, dys[1];
   TfExtAddGradients(g, NULL, ys, 1, xs, 1, NULL, s, dys);
   CHECK_OK(s, "TfExtAddGradients on a graph built node by node");
-  TF_SessionOptions* opts = TF_NewSessionOptions();
-  TF_Session* sess = TF_NewSession(g, opts, s);
-  CHECK_OK(s, "session");
-  const double xv[3] = {0.3, -0.7, 1.1};
-  double got[3];
-  Run(sess, x, xv, dys, 1, got, s);
-  ExpectCentralDifferences("a graph built node by node", sess, x, xv, ys[0], got, s);
-  printf("ok a graph built node by node differentiated\n");
-  TF_CloseSession(sess, s);
-  TF_DeleteSession(sess, s);
-  TF_DeleteSessionOptions(opts);
-  TF_DeleteGraph(g);
+  ExpectGradientAndDelete("a graph built node by node", g, x, ys[0], dys[0], s);
 }
 
 int main(int argc, char** argv) {
