@@ -11,16 +11,7 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
-
-static int failures = 0;
-
-#define CHECK_OK(s, what)                                              \
-  do {                                                                 \
-    if (TF_GetCode(s) != TF_OK) {                                      \
-      fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s));           \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
+#include "tests/c_test_util.h"
 
 static void Expect(const char* what, const double* got, const double* want, int n) {
   for (int i = 0; i < n; ++i) {
@@ -33,19 +24,9 @@ static void Expect(const char* what, const double* got, const double* want, int 
   printf("ok %s\n", what);
 }
 
-static void NoopDealloc(void* data, size_t len, void* arg) {}
-
 static TF_Tensor* Vec(double* v, int64_t n) {
   int64_t dims[1] = {n};
   return TF_NewTensor(TF_DOUBLE, dims, 1, v, n * sizeof(double), NoopDealloc, NULL);
-}
-
-static TF_Operation* Placeholder(TF_Graph* g, const char* name, TF_Status* s) {
-  TF_OperationDescription* d = TF_NewOperation(g, "Placeholder", name);
-  TF_SetAttrType(d, "dtype", TF_DOUBLE);
-  TF_Operation* op = TF_FinishOperation(d, s);
-  CHECK_OK(s, "Placeholder");
-  return op;
 }
 
 /* Runs the gradient of ZeroOut(x, preserve_index=2) at x, with incoming gradient dy (or ones
@@ -53,7 +34,7 @@ static TF_Operation* Placeholder(TF_Graph* g, const char* name, TF_Status* s) {
 static void GradientCase(const char* what, const double* dy_values, const double* want,
                          TF_Status* s) {
   TF_Graph* g = TF_NewGraph();
-  TF_Operation* x = Placeholder(g, "x", s);
+  TF_Operation* x = Placeholder(g, "x", TF_DOUBLE, s);
   TF_OperationDescription* d = TF_NewOperation(g, "TfExt>ZeroOut", "z");
   TF_AddInput(d, (TF_Output){x, 0});
   TF_SetAttrType(d, "T", TF_DOUBLE);
@@ -65,7 +46,7 @@ static void GradientCase(const char* what, const double* dy_values, const double
   TF_Operation* dy = NULL;
   TF_Output dys[1];
   if (dy_values != NULL) {
-    dy = Placeholder(g, "dy", s);
+    dy = Placeholder(g, "dy", TF_DOUBLE, s);
     dys[0] = (TF_Output){dy, 0};
   }
   TF_AddGradients(g, ys, 1, xs, 1, dy_values != NULL ? dys : NULL, s, dxs);

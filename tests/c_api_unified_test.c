@@ -8,40 +8,9 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 
 #define N 4
-
-static int failures = 0;
-
-static void CheckOk(TF_Status* s, const char* what) {
-  if (TF_GetCode(s) != TF_OK) {
-    fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s));
-    exit(1);
-  }
-}
-
-static void NoopDealloc(void* data, size_t len, void* arg) {}
-
-static TF_Operation* Placeholder(TF_Graph* g, const char* name, TF_Status* s) {
-  TF_OperationDescription* d = TF_NewOperation(g, "Placeholder", name);
-  TF_SetAttrType(d, "dtype", TF_DOUBLE);
-  TF_Operation* op = TF_FinishOperation(d, s);
-  CheckOk(s, "Placeholder");
-  return op;
-}
-
-static TF_Operation* Const(TF_Graph* g, const char* name, TF_DataType type, const void* data,
-                           size_t bytes, const int64_t* dims, int rank, TF_Status* s) {
-  TF_Tensor* t = TF_AllocateTensor(type, dims, rank, bytes);
-  memcpy(TF_TensorData(t), data, bytes);
-  TF_OperationDescription* d = TF_NewOperation(g, "Const", name);
-  TF_SetAttrTensor(d, "value", t, s);
-  TF_SetAttrType(d, "dtype", type);
-  TF_Operation* op = TF_FinishOperation(d, s);
-  CheckOk(s, name);
-  TF_DeleteTensor(t);
-  return op;
-}
 
 /* The ops under test, each applied to x (and a constant where needed). */
 enum Case { kConcat, kReverse, kMulNoNan, kXlogy, kXdivy, kXlog1py, kNumCases };
@@ -62,7 +31,7 @@ static double Expected(enum Case c, double x) {
 
 static void RunCase(enum Case c, TF_Status* s) {
   TF_Graph* g = TF_NewGraph();
-  TF_Operation* x = Placeholder(g, "x", s);
+  TF_Operation* x = Placeholder(g, "x", TF_DOUBLE, s);
   TF_Output xo = {x, 0};
   TF_OperationDescription* d = TF_NewOperation(g, kNames[c], "op");
   if (c == kConcat) {
@@ -87,21 +56,21 @@ static void RunCase(enum Case c, TF_Status* s) {
     TF_AddInput(d, xo);
   }
   TF_Operation* op = TF_FinishOperation(d, s);
-  CheckOk(s, kNames[c]);
+  CHECK_OK(s, kNames[c]);
 
   TF_Output ys[1] = {{op, 0}}, xs[1] = {xo}, dxs[1];
   TF_AddGradients(g, ys, 1, xs, 1, NULL, s, dxs);
-  CheckOk(s, "TF_AddGradients");
+  CHECK_OK(s, "TF_AddGradients");
 
   TF_SessionOptions* opts = TF_NewSessionOptions();
   TF_Session* sess = TF_NewSession(g, opts, s);
-  CheckOk(s, "TF_NewSession");
+  CHECK_OK(s, "TF_NewSession");
   double xv[N] = {0.5, 1.25, 2.0, 3.5};
   const int64_t dims[1] = {N};
   TF_Tensor* in = TF_NewTensor(TF_DOUBLE, dims, 1, xv, sizeof(xv), NoopDealloc, NULL);
   TF_Tensor* out = NULL;
   TF_SessionRun(sess, NULL, xs, &in, 1, dxs, &out, 1, NULL, 0, NULL, s);
-  CheckOk(s, "TF_SessionRun");
+  CHECK_OK(s, "TF_SessionRun");
   const double* got = (const double*)TF_TensorData(out);
   int ok = TF_TensorElementCount(out) == N;
   for (int i = 0; ok && i < N; ++i) {
@@ -126,7 +95,7 @@ int main(int argc, char** argv) {
   const char* lib = argc > 1 ? argv[1] : "tf_ext/_tf_ext_ops.so";
   /* The handle is the caller's to delete (the library itself stays loaded). */
   TF_Library* handle = TF_LoadLibrary(lib, s);
-  CheckOk(s, "TF_LoadLibrary");
+  CHECK_OK(s, "TF_LoadLibrary");
   for (int c = 0; c < kNumCases; ++c) RunCase((enum Case)c, s);
   TF_DeleteLibraryHandle(handle);
   TF_DeleteStatus(s);

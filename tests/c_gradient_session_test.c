@@ -12,33 +12,8 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 #include "tf_ext/graph/c_gradient_session.h"
-
-static int failures = 0;
-
-#define CHECK_OK(s, what)                                    \
-  do {                                                       \
-    if (TF_GetCode(s) != TF_OK) {                            \
-      fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s)); \
-      exit(1);                                               \
-    }                                                        \
-  } while (0)
-
-static void* ReadFile(const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (f == NULL) {
-    fprintf(stderr, "FAIL cannot open %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void* data = malloc(n);
-  if (fread(data, 1, n, f) != (size_t)n) exit(1);
-  fclose(f);
-  *len = (size_t)n;
-  return data;
-}
 
 static TF_Tensor* Vec(TF_DataType type, const double* v, int n) {
   int64_t dims[1] = {n};
@@ -73,16 +48,6 @@ static TF_Code Run(const TfExtGradientSession* session, const double* x, const d
   TF_DeleteTensor(ys[1]);
   TF_DeleteTensor(dxs[0]);
   return TF_OK;
-}
-
-static void ExpectCode(const char* what, TF_Status* s, TF_Code code, const char* needle) {
-  if (TF_GetCode(s) != code || strstr(TF_Message(s), needle) == NULL) {
-    fprintf(stderr, "FAIL %s: code %d, message '%s' (want %d and '%s')\n", what,
-            (int)TF_GetCode(s), TF_Message(s), (int)code, needle);
-    ++failures;
-  } else {
-    printf("ok %s\n", what);
-  }
 }
 
 /* The two points (one per branch of the If) and incoming gradients. */
@@ -142,7 +107,7 @@ int main(int argc, char** argv) {
   }
   TF_Status* s = TF_NewStatus();
   size_t len = 0;
-  void* graph = ReadFile(argv[1], &len);
+  void* graph = ReadFileBytes(argv[1], &len);
   const char* ys[2] = {"y", "h"};
   const char* xs[1] = {"x"};
   const unsigned char incoming[2] = {0, 1};

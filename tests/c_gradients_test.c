@@ -10,40 +10,12 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 #include "tf_ext/graph/c_gradients.h"
-
-static int failures = 0;
-
-#define CHECK_OK(s, what)                                              \
-  do {                                                                 \
-    if (TF_GetCode(s) != TF_OK) {                                      \
-      fprintf(stderr, "FAIL %s: %s\n", what, TF_Message(s));           \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
-
-static void NoopDealloc(void* data, size_t len, void* arg) {}
-
-static TF_Buffer* ReadFile(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (f == NULL) {
-    fprintf(stderr, "FAIL cannot open %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void* data = malloc(n);
-  if (fread(data, 1, n, f) != (size_t)n) exit(1);
-  fclose(f);
-  TF_Buffer* b = TF_NewBufferFromString(data, n);
-  free(data);
-  return b;
-}
 
 static TF_Graph* Import(const char* path, TF_Status* s) {
   TF_Graph* g = TF_NewGraph();
-  TF_Buffer* def = ReadFile(path);
+  TF_Buffer* def = ReadFileBuffer(path);
   TF_ImportGraphDefOptions* opts = TF_NewImportGraphDefOptions();
   TF_GraphImportGraphDef(g, def, opts, s);
   CHECK_OK(s, "import");
@@ -103,27 +75,13 @@ static int HasOp(TF_Graph* g, const char* type) {
   return 0;
 }
 
-static void ExpectCode(const char* what, TF_Status* s, TF_Code code, const char* needle) {
-  if (TF_GetCode(s) != code || strstr(TF_Message(s), needle) == NULL) {
-    fprintf(stderr, "FAIL %s: code %d, message '%s' (want %d and '%s')\n", what,
-            (int)TF_GetCode(s), TF_Message(s), (int)code, needle);
-    ++failures;
-  } else {
-    printf("ok %s\n", what);
-  }
+static TF_Operation* ConstVec(TF_Graph* g, const char* name, const double* v, TF_Status* s) {
+  const int64_t dims[1] = {3};
+  return Const(g, name, TF_DOUBLE, v, 3 * sizeof(double), dims, 1, s);
 }
 
-static TF_Operation* ConstVec(TF_Graph* g, const char* name, const double* v, TF_Status* s) {
-  int64_t dims[1] = {3};
-  TF_Tensor* t = TF_AllocateTensor(TF_DOUBLE, dims, 1, 3 * sizeof(double));
-  memcpy(TF_TensorData(t), v, 3 * sizeof(double));
-  TF_OperationDescription* d = TF_NewOperation(g, "Const", name);
-  TF_SetAttrTensor(d, "value", t, s);
-  TF_SetAttrType(d, "dtype", TF_DOUBLE);
-  TF_Operation* op = TF_FinishOperation(d, s);
-  CHECK_OK(s, name);
-  TF_DeleteTensor(t);
-  return op;
+static TF_Operation* ScalarInt(TF_Graph* g, const char* name, int32_t v, TF_Status* s) {
+  return Const(g, name, TF_INT32, &v, sizeof(v), NULL, 0, s);
 }
 
 static TF_Operation* Binary(TF_Graph* g, const char* type, const char* name, TF_Output a,
@@ -133,18 +91,6 @@ static TF_Operation* Binary(TF_Graph* g, const char* type, const char* name, TF_
   TF_AddInput(d, b);
   TF_Operation* op = TF_FinishOperation(d, s);
   CHECK_OK(s, name);
-  return op;
-}
-
-static TF_Operation* ScalarInt(TF_Graph* g, const char* name, int32_t v, TF_Status* s) {
-  TF_Tensor* t = TF_AllocateTensor(TF_INT32, NULL, 0, sizeof(int32_t));
-  memcpy(TF_TensorData(t), &v, sizeof(v));
-  TF_OperationDescription* d = TF_NewOperation(g, "Const", name);
-  TF_SetAttrTensor(d, "value", t, s);
-  TF_SetAttrType(d, "dtype", TF_INT32);
-  TF_Operation* op = TF_FinishOperation(d, s);
-  CHECK_OK(s, name);
-  TF_DeleteTensor(t);
   return op;
 }
 
@@ -171,10 +117,7 @@ static void ExpectGradientAndDelete(const char* what, TF_Graph* g, TF_Operation*
  * y = sum(h). Gradient at x against central differences. */
 static void NewWhileCase(TF_Status* s) {
   TF_Graph* g = TF_NewGraph();
-  TF_OperationDescription* pd = TF_NewOperation(g, "Placeholder", "x");
-  TF_SetAttrType(pd, "dtype", TF_DOUBLE);
-  TF_Operation* x = TF_FinishOperation(pd, s);
-  CHECK_OK(s, "x");
+  TF_Operation* x = Placeholder(g, "x", TF_DOUBLE, s);
   TF_Operation* zero = ScalarInt(g, "zero", 0, s);
   TF_Output inputs[3] = {{zero, 0}, {x, 0}, {x, 0}};  /* i, h, x (invariant) */
   TF_WhileParams params = TF_NewWhile(g, inputs, 3, s);
@@ -202,15 +145,8 @@ static void NewWhileCase(TF_Status* s) {
   TF_FinishWhile(&params, s, outputs);
   CHECK_OK(s, "TF_FinishWhile");
   const int32_t axis0 = 0;
-  int64_t one_dim[1] = {1};
-  TF_Tensor* axis_t = TF_AllocateTensor(TF_INT32, one_dim, 1, sizeof(int32_t));
-  memcpy(TF_TensorData(axis_t), &axis0, sizeof(axis0));
-  TF_OperationDescription* ad = TF_NewOperation(g, "Const", "axis");
-  TF_SetAttrTensor(ad, "value", axis_t, s);
-  TF_SetAttrType(ad, "dtype", TF_INT32);
-  TF_Operation* axis = TF_FinishOperation(ad, s);
-  CHECK_OK(s, "axis");
-  TF_DeleteTensor(axis_t);
+  const int64_t one_dim[1] = {1};
+  TF_Operation* axis = Const(g, "axis", TF_INT32, &axis0, sizeof(axis0), one_dim, 1, s);
   TF_Operation* y = Binary(g, "Sum", "y", outputs[1], (TF_Output){axis, 0}, s);
   if (!HasOp(g, "Enter") || !HasOp(g, "Exit")) {
     fprintf(stderr, "FAIL TF_NewWhile built no v1 frame\n");
@@ -232,10 +168,7 @@ static void NewWhileCase(TF_Status* s) {
  * differences, which also fail a zero gradient. */
 static void PlainCase(TF_Status* s) {
   TF_Graph* g = TF_NewGraph();
-  TF_OperationDescription* pd = TF_NewOperation(g, "Placeholder", "x");
-  TF_SetAttrType(pd, "dtype", TF_DOUBLE);
-  TF_Operation* x = TF_FinishOperation(pd, s);
-  CHECK_OK(s, "x");
+  TF_Operation* x = Placeholder(g, "x", TF_DOUBLE, s);
   TF_OperationDescription* sd = TF_NewOperation(g, "Sin", "sin");
   TF_AddInput(sd, (TF_Output){x, 0});
   TF_Operation* sin_x = TF_FinishOperation(sd, s);
@@ -291,15 +224,8 @@ int main(int argc, char** argv) {
   TF_Operation* v_op = ConstVec(g, "v", v, s);
   TF_Operation* gv = Binary(g, "Mul", "gv", dys[0], (TF_Output){v_op, 0}, s);
   const int32_t axis0 = 0;
-  int64_t no_dims[1] = {1};
-  TF_Tensor* axis_t = TF_AllocateTensor(TF_INT32, no_dims, 1, sizeof(int32_t));
-  memcpy(TF_TensorData(axis_t), &axis0, sizeof(axis0));
-  TF_OperationDescription* ad = TF_NewOperation(g, "Const", "axis");
-  TF_SetAttrTensor(ad, "value", axis_t, s);
-  TF_SetAttrType(ad, "dtype", TF_INT32);
-  TF_Operation* axis = TF_FinishOperation(ad, s);
-  CHECK_OK(s, "axis");
-  TF_DeleteTensor(axis_t);
+  const int64_t one_dim[1] = {1};
+  TF_Operation* axis = Const(g, "axis", TF_INT32, &axis0, sizeof(axis0), one_dim, 1, s);
   TF_Operation* z = Binary(g, "Sum", "z", (TF_Output){gv, 0}, (TF_Output){axis, 0}, s);
   TF_Output zs[1] = {{z, 0}}, hv[1];
   TfExtAddGradients(g, "hvp", zs, 1, xs, 1, NULL, s, hv);

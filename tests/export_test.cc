@@ -15,15 +15,9 @@
 #include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/platform/protobuf.h"
 #include "tensorflow/core/protobuf/saved_model.pb.h"
+#include "tests/test_util.h"
 #include "tf_ext/graph/export.h"
 #include "tf_ext/graph/graph_gradients.h"
-
-// The status in the failure message.
-#define TF_EXT_ASSERT_OK(expr)                       \
-  do {                                               \
-    const absl::Status status_ = (expr);             \
-    ASSERT_TRUE(status_.ok()) << status_.ToString(); \
-  } while (0)
 
 namespace tensorflow::tf_ext {
 namespace {

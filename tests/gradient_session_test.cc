@@ -17,13 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/protobuf.h"
+#include "tests/test_util.h"
 #include "tf_ext/graph/gradient_session.h"
-
-#define TF_EXT_ASSERT_OK(expr)                       \
-  do {                                               \
-    const absl::Status status_ = (expr);             \
-    ASSERT_TRUE(status_.ok()) << status_.ToString(); \
-  } while (0)
 
 namespace tensorflow::tf_ext {
 namespace {

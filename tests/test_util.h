@@ -16,6 +16,13 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tf_ext/testing/op_runner.h"
 
+// Fails the test (and returns) unless `expr` is an OK absl::Status; the status in the message.
+#define TF_EXT_ASSERT_OK(expr)                       \
+  do {                                               \
+    const absl::Status status_ = (expr);             \
+    ASSERT_TRUE(status_.ok()) << status_.ToString(); \
+  } while (0)
+
 namespace tensorflow::tf_ext::test {
 
 // A tensor of `values` with `shape` (1-D when shape is omitted).

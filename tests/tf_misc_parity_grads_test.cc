@@ -27,15 +27,10 @@
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/public/session.h"
 #include "tests/numeric_jacobian.h"
+#include "tf_ext/testing/tensor_doubles.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-#define TF_ASSERT_OK(expr)                  \
-  do {                                      \
-    const absl::Status s_ = (expr);         \
-    ASSERT_TRUE(s_.ok()) << s_;             \
-  } while (0)
 
 using test::Check;
 using test::OpAttrs;
@@ -59,7 +54,7 @@ TEST(MiscParityGrads, DebugGradientRefIdentity) {
   auto var = ops::Variable(s, {3}, DT_FLOAT);
   auto init = ops::Assign(s, var, ops::Const(s, {1.0f, -2.0f, 3.0f}));
   Node* ident;
-  TF_ASSERT_OK(NodeBuilder("ident", "DebugGradientRefIdentity")
+  TF_EXT_ASSERT_OK(NodeBuilder("ident", "DebugGradientRefIdentity")
                    .Input(var.node())
                    .Finalize(s.graph(), &ident));
   NameAttrList f;
@@ -67,15 +62,15 @@ TEST(MiscParityGrads, DebugGradientRefIdentity) {
   (*f.mutable_attr())["T"].set_type(DT_FLOAT);
   auto dy = ops::Const(s, {0.5f, 4.0f, -7.0f});
   auto grad = ops::SymbolicGradient(s, {Output(ident), dy}, {DT_FLOAT}, f);
-  TF_ASSERT_OK(s.status());
+  TF_EXT_ASSERT_OK(s.status());
   GraphDef gd;
-  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  TF_EXT_ASSERT_OK(s.ToGraphDef(&gd));
   std::unique_ptr<Session> session(NewSession(SessionOptions()));
-  TF_ASSERT_OK(session->Create(gd));
+  TF_EXT_ASSERT_OK(session->Create(gd));
   const std::vector<std::pair<std::string, Tensor>> no_feeds;
-  TF_ASSERT_OK(session->Run(no_feeds, {}, {init.node()->name()}, nullptr));
+  TF_EXT_ASSERT_OK(session->Run(no_feeds, {}, {init.node()->name()}, nullptr));
   std::vector<Tensor> out;
-  TF_ASSERT_OK(session->Run(no_feeds, {grad.output[0].name()}, {}, &out));
+  TF_EXT_ASSERT_OK(session->Run(no_feeds, {grad.output[0].name()}, {}, &out));
   test::ExpectTensorNear<float>(out[0], test::AsTensor<float>({0.5f, 4.0f, -7.0f}, {3}));
 }
 
@@ -101,25 +96,25 @@ TEST(MiscParityGrads, CompositeTensorVariantRoundTrip) {
   const DataTypeVector types = {DT_DOUBLE, DT_INT64};
   Node* encode;
   Node* decode;
-  TF_ASSERT_OK(NodeBuilder("encode", "CompositeTensorVariantFromComponents")
+  TF_EXT_ASSERT_OK(NodeBuilder("encode", "CompositeTensorVariantFromComponents")
                    .Input(std::vector<NodeBuilder::NodeOut>{values.node(), ints.node()})
                    .Attr("metadata", "")
                    .Finalize(s.graph(), &encode));
-  TF_ASSERT_OK(NodeBuilder("decode", "CompositeTensorVariantToComponents")
+  TF_EXT_ASSERT_OK(NodeBuilder("decode", "CompositeTensorVariantToComponents")
                    .Input(encode)
                    .Attr("metadata", "")
                    .Attr("Tcomponents", types)
                    .Finalize(s.graph(), &decode));
   const Tensor dy = Random(DT_DOUBLE, {3, 2}, 71);
   std::vector<Output> grads;
-  TF_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, 0)}, {values, ints},
+  TF_EXT_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, 0)}, {values, ints},
                                     {ops::Const(s, dy)}, &grads));
   GraphDef gd;
-  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  TF_EXT_ASSERT_OK(s.ToGraphDef(&gd));
   std::unique_ptr<Session> session(NewSession(SessionOptions()));
-  TF_ASSERT_OK(session->Create(gd));
+  TF_EXT_ASSERT_OK(session->Create(gd));
   std::vector<Tensor> out;
-  TF_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
+  TF_EXT_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
                             {grads[0].name(), grads[1].name(), Output(decode, 0).name()}, {},
                             &out));
   test::ExpectTensorNear<double>(out[2], x);  // the round trip
@@ -359,11 +354,9 @@ void ExpectRaggedMatchesNumeric(const std::string& op, const OpAttrs& attrs,
     ASSERT_EQ(g.dtype(), inputs[k].dtype()) << k;
     ASSERT_EQ(g.shape(), inputs[k].shape()) << k;
     if (std::find(diff.begin(), diff.end(), static_cast<int>(k)) == diff.end()) {
-      for (int64_t i = 0; i < g.NumElements(); ++i) {
-        if (g.dtype() == DT_INT64) EXPECT_EQ(g.flat<int64_t>()(i), 0) << k;
-        if (g.dtype() == DT_INT32) EXPECT_EQ(g.flat<int32>()(i), 0) << k;
-        if (g.dtype() == DT_DOUBLE) EXPECT_EQ(g.flat<double>()(i), 0) << k;
-      }
+      const std::vector<double> values = test::ToDoubles(g);
+      ASSERT_EQ(static_cast<int64_t>(values.size()), g.NumElements()) << k;
+      for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], 0) << k << "[" << i << "]";
       continue;
     }
     for (int64_t i = 0; i < inputs[k].NumElements(); ++i) {
@@ -474,14 +467,14 @@ void ExpectVariantRoundTripIsIdentity(int ragged_rank, bool batched, int input_r
   auto values = ops::Const(s, x);
   Node* encode;
   Node* decode;
-  TF_ASSERT_OK(NodeBuilder("encode", "RaggedTensorToVariant")
+  TF_EXT_ASSERT_OK(NodeBuilder("encode", "RaggedTensorToVariant")
                    .Input(split_outs)
                    .Input(values.node())
                    .Attr("RAGGED_RANK", ragged_rank)
                    .Attr("Tsplits", DT_INT64)
                    .Attr("batched_input", batched)
                    .Finalize(s.graph(), &encode));
-  TF_ASSERT_OK(NodeBuilder("decode", "RaggedTensorFromVariant")
+  TF_EXT_ASSERT_OK(NodeBuilder("decode", "RaggedTensorFromVariant")
                    .Input(encode)
                    .Attr("input_ragged_rank", input_ragged_rank)
                    .Attr("output_ragged_rank", output_ragged_rank)
@@ -490,15 +483,15 @@ void ExpectVariantRoundTripIsIdentity(int ragged_rank, bool batched, int input_r
                    .Finalize(s.graph(), &decode));
   const Tensor dy = Random(DT_DOUBLE, values_shape, 61);
   std::vector<Output> grads;
-  TF_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, output_ragged_rank)}, {values},
+  TF_EXT_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, output_ragged_rank)}, {values},
                                     {ops::Const(s, dy)}, &grads));
-  TF_ASSERT_OK(s.status());
+  TF_EXT_ASSERT_OK(s.status());
   GraphDef gd;
-  TF_ASSERT_OK(s.ToGraphDef(&gd));
+  TF_EXT_ASSERT_OK(s.ToGraphDef(&gd));
   std::unique_ptr<Session> session(NewSession(SessionOptions()));
-  TF_ASSERT_OK(session->Create(gd));
+  TF_EXT_ASSERT_OK(session->Create(gd));
   std::vector<Tensor> out;
-  TF_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
+  TF_EXT_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
                             {grads[0].name(), Output(decode, output_ragged_rank).name()}, {},
                             &out));
   test::ExpectTensorNear<double>(out[1], x);  // the round trip
