@@ -40,6 +40,17 @@ def assert_weights(trained, variables, atol=1e-6):
         np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=atol, err_msg=v.path)
 
 
+def test_keras_is_the_pinned_release():
+    """The comparisons below are with the Keras release requirements.txt pins (its optimizers'
+    formulas and model.fit's loop are what tf_ext_train reproduces)."""
+    import keras
+    with open(os.path.join(WORKSPACE, "requirements.txt")) as f:
+        pins = [line.split("==", 1)[1].strip() for line in f
+                if line.strip().startswith("keras==")]
+    assert len(pins) == 1, "requirements.txt pins no Keras release"
+    assert keras.__version__ == pins[0], (keras.__version__, pins[0])
+
+
 def mlp(outputs, activation=None, seed=0):
     import keras
     keras.utils.set_random_seed(seed)
