@@ -200,7 +200,9 @@ def chart(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    labels = ["%s b%d" % (r["model"], r["batch"]) for r in rows]
+    # The size too: an image side (224) or an LSTM's steps (200, 1000), which tell rows apart.
+    labels = ["%s b%d %s%d" % (r["model"], r["batch"], "T=" if "LSTM" in r["model"] else "",
+                                r["size"]) for r in rows]
     fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 4))
     xs = np.arange(len(rows))
     ax.bar(xs - 0.2, [r["time_ratio"] for r in rows], 0.4, label="time C++/Python")
