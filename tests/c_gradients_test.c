@@ -144,9 +144,7 @@ static void NewWhileCase(TF_Status* s) {
   TF_Output outputs[3];
   TF_FinishWhile(&params, s, outputs);
   CHECK_OK(s, "TF_FinishWhile");
-  const int32_t axis0 = 0;
-  const int64_t one_dim[1] = {1};
-  TF_Operation* axis = Const(g, "axis", TF_INT32, &axis0, sizeof(axis0), one_dim, 1, s);
+  TF_Operation* axis = ScalarInt(g, "axis", 0, s);
   TF_Operation* y = Binary(g, "Sum", "y", outputs[1], (TF_Output){axis, 0}, s);
   if (!HasOp(g, "Enter") || !HasOp(g, "Exit")) {
     fprintf(stderr, "FAIL TF_NewWhile built no v1 frame\n");
@@ -223,9 +221,7 @@ int main(int argc, char** argv) {
   const double v[3] = {0.7, -1.1, 0.4};
   TF_Operation* v_op = ConstVec(g, "v", v, s);
   TF_Operation* gv = Binary(g, "Mul", "gv", dys[0], (TF_Output){v_op, 0}, s);
-  const int32_t axis0 = 0;
-  const int64_t one_dim[1] = {1};
-  TF_Operation* axis = Const(g, "axis", TF_INT32, &axis0, sizeof(axis0), one_dim, 1, s);
+  TF_Operation* axis = ScalarInt(g, "axis", 0, s);
   TF_Operation* z = Binary(g, "Sum", "z", (TF_Output){gv, 0}, (TF_Output){axis, 0}, s);
   TF_Output zs[1] = {{z, 0}}, hv[1];
   TfExtAddGradients(g, "hvp", zs, 1, xs, 1, NULL, s, hv);

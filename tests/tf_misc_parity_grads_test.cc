@@ -55,8 +55,8 @@ TEST(MiscParityGrads, DebugGradientRefIdentity) {
   auto init = ops::Assign(s, var, ops::Const(s, {1.0f, -2.0f, 3.0f}));
   Node* ident;
   TF_EXT_ASSERT_OK(NodeBuilder("ident", "DebugGradientRefIdentity")
-                   .Input(var.node())
-                   .Finalize(s.graph(), &ident));
+                       .Input(var.node())
+                       .Finalize(s.graph(), &ident));
   NameAttrList f;
   f.set_name("DebugGradientRefIdentity");
   (*f.mutable_attr())["T"].set_type(DT_FLOAT);
@@ -97,26 +97,26 @@ TEST(MiscParityGrads, CompositeTensorVariantRoundTrip) {
   Node* encode;
   Node* decode;
   TF_EXT_ASSERT_OK(NodeBuilder("encode", "CompositeTensorVariantFromComponents")
-                   .Input(std::vector<NodeBuilder::NodeOut>{values.node(), ints.node()})
-                   .Attr("metadata", "")
-                   .Finalize(s.graph(), &encode));
+                       .Input(std::vector<NodeBuilder::NodeOut>{values.node(), ints.node()})
+                       .Attr("metadata", "")
+                       .Finalize(s.graph(), &encode));
   TF_EXT_ASSERT_OK(NodeBuilder("decode", "CompositeTensorVariantToComponents")
-                   .Input(encode)
-                   .Attr("metadata", "")
-                   .Attr("Tcomponents", types)
-                   .Finalize(s.graph(), &decode));
+                       .Input(encode)
+                       .Attr("metadata", "")
+                       .Attr("Tcomponents", types)
+                       .Finalize(s.graph(), &decode));
   const Tensor dy = Random(DT_DOUBLE, {3, 2}, 71);
   std::vector<Output> grads;
   TF_EXT_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, 0)}, {values, ints},
-                                    {ops::Const(s, dy)}, &grads));
+                                        {ops::Const(s, dy)}, &grads));
   GraphDef gd;
   TF_EXT_ASSERT_OK(s.ToGraphDef(&gd));
   std::unique_ptr<Session> session(NewSession(SessionOptions()));
   TF_EXT_ASSERT_OK(session->Create(gd));
   std::vector<Tensor> out;
   TF_EXT_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
-                            {grads[0].name(), grads[1].name(), Output(decode, 0).name()}, {},
-                            &out));
+                                {grads[0].name(), grads[1].name(), Output(decode, 0).name()}, {},
+                                &out));
   test::ExpectTensorNear<double>(out[2], x);  // the round trip
   test::ExpectTensorNear<double>(out[0], dy);
   // As Python's: the int64 component's "gradient" is the component the gradient variant
@@ -468,23 +468,23 @@ void ExpectVariantRoundTripIsIdentity(int ragged_rank, bool batched, int input_r
   Node* encode;
   Node* decode;
   TF_EXT_ASSERT_OK(NodeBuilder("encode", "RaggedTensorToVariant")
-                   .Input(split_outs)
-                   .Input(values.node())
-                   .Attr("RAGGED_RANK", ragged_rank)
-                   .Attr("Tsplits", DT_INT64)
-                   .Attr("batched_input", batched)
-                   .Finalize(s.graph(), &encode));
+                       .Input(split_outs)
+                       .Input(values.node())
+                       .Attr("RAGGED_RANK", ragged_rank)
+                       .Attr("Tsplits", DT_INT64)
+                       .Attr("batched_input", batched)
+                       .Finalize(s.graph(), &encode));
   TF_EXT_ASSERT_OK(NodeBuilder("decode", "RaggedTensorFromVariant")
-                   .Input(encode)
-                   .Attr("input_ragged_rank", input_ragged_rank)
-                   .Attr("output_ragged_rank", output_ragged_rank)
-                   .Attr("Tvalues", DT_DOUBLE)
-                   .Attr("Tsplits", DT_INT64)
-                   .Finalize(s.graph(), &decode));
+                       .Input(encode)
+                       .Attr("input_ragged_rank", input_ragged_rank)
+                       .Attr("output_ragged_rank", output_ragged_rank)
+                       .Attr("Tvalues", DT_DOUBLE)
+                       .Attr("Tsplits", DT_INT64)
+                       .Finalize(s.graph(), &decode));
   const Tensor dy = Random(DT_DOUBLE, values_shape, 61);
   std::vector<Output> grads;
   TF_EXT_ASSERT_OK(AddSymbolicGradients(s, {Output(decode, output_ragged_rank)}, {values},
-                                    {ops::Const(s, dy)}, &grads));
+                                        {ops::Const(s, dy)}, &grads));
   TF_EXT_ASSERT_OK(s.status());
   GraphDef gd;
   TF_EXT_ASSERT_OK(s.ToGraphDef(&gd));
@@ -492,8 +492,8 @@ void ExpectVariantRoundTripIsIdentity(int ragged_rank, bool batched, int input_r
   TF_EXT_ASSERT_OK(session->Create(gd));
   std::vector<Tensor> out;
   TF_EXT_ASSERT_OK(session->Run(std::vector<std::pair<std::string, Tensor>>{},
-                            {grads[0].name(), Output(decode, output_ragged_rank).name()}, {},
-                            &out));
+                                {grads[0].name(), Output(decode, output_ragged_rank).name()}, {},
+                                &out));
   test::ExpectTensorNear<double>(out[1], x);  // the round trip
   test::ExpectTensorNear<double>(out[0], dy);
 }
