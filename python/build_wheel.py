@@ -54,8 +54,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The C API headers the wheel ships (paths in the source tree = paths under tf_ext/include/).
 HEADERS = (
     "tf_ext/version.h",
-    "tf_ext/graph/c_gradients.h",
-    "tf_ext/graph/c_gradient_session.h",
+    "tf_ext/graph/c_api/c_gradients.h",
+    "tf_ext/graph/c_api/c_gradient_session.h",
     "tf_ext/train/c_trainer.h",
 )
 TRAIN_PROGRAM = "tf_ext_train"

@@ -1,4 +1,4 @@
-/* TfExtGradientSession (tf_ext/graph/c_gradient_session.h) from C, on a graph holding a
+/* TfExtGradientSession (tf_ext/graph/c_api/c_gradient_session.h) from C, on a graph holding a
  * StatelessWhile that reads a TensorList and a StatelessIf (tests/data/control_flow_graph.pb:
  * x [3] float64, outputs "y" and "h"). One session, ys y (incoming gradient ones) and h
  * (incoming gradient fed as "d_h"): its vector-Jacobian products at points taking each branch
@@ -13,7 +13,7 @@
 
 #include "tensorflow/c/c_api.h"
 #include "tests/c_test_util.h"
-#include "tf_ext/graph/c_gradient_session.h"
+#include "tf_ext/graph/c_api/c_gradient_session.h"
 
 static TF_Tensor* Vec(TF_DataType type, const double* v, int n) {
   int64_t dims[1] = {n};

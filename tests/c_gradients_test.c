@@ -1,4 +1,4 @@
-/* TfExtAddGradients (tf_ext/graph/c_gradients.h) from C, on a graph holding a StatelessWhile
+/* TfExtAddGradients (tf_ext/graph/c_api/c_gradients.h) from C, on a graph holding a StatelessWhile
  * and a StatelessIf (tests/data/control_flow_graph.pb, made by make_control_flow_graph.py), which
  * TensorFlow's TF_AddGradients cannot differentiate: the gradient at points that take each
  * branch, against central differences of the same graph run through TF_SessionRun; a
@@ -11,7 +11,7 @@
 
 #include "tensorflow/c/c_api.h"
 #include "tests/c_test_util.h"
-#include "tf_ext/graph/c_gradients.h"
+#include "tf_ext/graph/c_api/c_gradients.h"
 
 static TF_Graph* Import(const char* path, TF_Status* s) {
   TF_Graph* g = TF_NewGraph();

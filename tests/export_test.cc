@@ -1,4 +1,4 @@
-// ExportGradientSavedModel (tf_ext/graph/export.h) through the library API: the export of
+// ExportGradientSavedModel (tf_ext/graph/runtime/export.h) through the library API: the export of
 // y = tanh(x w + b) loads with TensorFlow's LoadSavedModel and gives the gradients the library
 // computed; weights held as constants or fed by the run (GradientResult::constant_feeds) both
 // become variables; what cannot be exported is refused with nothing left on disk.
@@ -16,8 +16,8 @@
 #include "tensorflow/core/platform/protobuf.h"
 #include "tensorflow/core/protobuf/saved_model.pb.h"
 #include "tests/test_util.h"
-#include "tf_ext/graph/export.h"
-#include "tf_ext/graph/graph_gradients.h"
+#include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/graph/runtime/graph_gradients.h"
 
 namespace tensorflow::tf_ext {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/types.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -92,7 +92,7 @@ TEST(GradcheckSpec, SymmetricPositiveDefiniteMatrices) {
   auto t = MakeInput(a, DT_DOUBLE, {}, 7);
   ASSERT_TRUE(t.ok());
   std::vector<std::complex<double>> m;
-  for (double v : test::ToDoubles(*t)) m.push_back(v);
+  for (double v : ToDoubles(*t)) m.push_back(v);
   ExpectSpd(m, 3);
   // Hermitian positive definite for complex dtypes, every matrix of a batch.
   auto b = MakeInput(specs->at("Op").inputs.at("b"), DT_COMPLEX128, {}, 8);
@@ -115,7 +115,7 @@ TEST(GradcheckSpec, ComplexInputsHaveRandomRealAndImaginaryParts) {
   auto t = MakeInput(specs->at("Op").inputs.at("x"), DT_COMPLEX64, {}, 3);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->dtype(), DT_COMPLEX64);
-  std::vector<double> reals = test::ToReals(*t);
+  std::vector<double> reals = ToReals(*t);
   ASSERT_EQ(reals.size(), 12u);
   std::sort(reals.begin(), reals.end());
   EXPECT_TRUE(std::adjacent_find(reals.begin(), reals.end()) == reals.end());  // distinct

@@ -1,4 +1,4 @@
-// tf_ext::GradientSession (tf_ext/graph/gradient_session.h): built once, run per request.
+// tf_ext::GradientSession (tf_ext/graph/runtime/gradient_session.h): built once, run per request.
 // Gradients and vector-Jacobian products against closed forms computed here in double; the
 // request checks (unknown, missing, mistyped and misshaped feeds, incoming gradients of the
 // wrong shape, sizes over the memory budget or overflowing int64, found through a fed integer
@@ -18,7 +18,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/protobuf.h"
 #include "tests/test_util.h"
-#include "tf_ext/graph/gradient_session.h"
+#include "tf_ext/graph/runtime/gradient_session.h"
 
 namespace tensorflow::tf_ext {
 namespace {

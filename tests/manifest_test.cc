@@ -20,7 +20,7 @@
 #include "tests/test_util.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/testing/op_runner.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 #include "tf_ext/tools/gradcheck_spec.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/specialize.h"
@@ -278,7 +278,7 @@ TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
         if (out.dtype() == DT_INT32) {
           ones.flat<int32_t>().setZero();
         } else {
-          ones = test::FromDoubles(out.dtype(), out.shape(),
+          ones = FromDoubles(out.dtype(), out.shape(),
                                       std::vector<double>(out.NumElements(), 1.0)).value();
         }
         dys.push_back(ones);
@@ -297,7 +297,7 @@ TEST(ManifestGeneric, SymbolicGradientRunsForEveryDeclaredFloatType) {
             f.not_differentiable.end()) {
           continue;
         }
-        for (double v : test::ToDoubles((*dx)[i])) EXPECT_EQ(v, 0.0) << name;
+        for (double v : ToDoubles((*dx)[i])) EXPECT_EQ(v, 0.0) << name;
       }
       ++ran;
     }
@@ -342,7 +342,7 @@ TEST(ManifestGeneric, WrongRankInputsAreAcceptedOrRejectedNamingTheOp) {
       for (const TensorShape& shape : {TensorShape({}), TensorShape({1, 2, 1, 2, 1})}) {
         SCOPED_TRACE(f.op + " input " + std::to_string(i) + " " + shape.DebugString());
         std::vector<Tensor> inputs = in.inputs;
-        inputs[i] = test::FromDoubles(inputs[i].dtype(), shape,
+        inputs[i] = FromDoubles(inputs[i].dtype(), shape,
                                          std::vector<double>(shape.num_elements(), 0.5))
                         .value();
         for (test::RunPath path : test::kAllRunPaths) {
@@ -364,7 +364,7 @@ std::vector<Tensor> Widened(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs) {
     out.push_back(t.dtype() != DT_HALF
                       ? t
-                      : test::FromDoubles(DT_FLOAT, t.shape(), test::ToDoubles(t)).value());
+                      : FromDoubles(DT_FLOAT, t.shape(), ToDoubles(t)).value());
   }
   return out;
 }
@@ -372,7 +372,7 @@ std::vector<Tensor> Widened(const std::vector<Tensor>& inputs) {
 void ExpectRoundedFrom(const Tensor& half, const Tensor& wide, const std::string& what) {
   ASSERT_EQ(half.shape(), wide.shape()) << what;
   if (half.dtype() != DT_HALF) {
-    EXPECT_EQ(test::ToDoubles(half), test::ToDoubles(wide)) << what;
+    EXPECT_EQ(ToDoubles(half), ToDoubles(wide)) << what;
     return;
   }
   ASSERT_EQ(wide.dtype(), DT_FLOAT) << what;
@@ -432,7 +432,7 @@ TEST(ManifestGeneric, HalfIsTheFloatResultRoundedOnce) {
       for (const Tensor& y : *yh) {
         std::vector<double> v(y.NumElements());
         for (double& d : v) d = y.dtype() == DT_HALF ? u(rng) : 0.0;
-        dys.push_back(test::FromDoubles(y.dtype(), y.shape(), v).value());
+        dys.push_back(FromDoubles(y.dtype(), y.shape(), v).value());
       }
       auto gh = test::RunSymbolicGradient(f.op, attrs_h, in.inputs, dys);
       auto gf = test::RunSymbolicGradient(f.op, attrs_f, wide, Widened(dys));

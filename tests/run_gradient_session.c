@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
-#include "tf_ext/graph/c_gradient_session.h"
+#include "tf_ext/graph/c_api/c_gradient_session.h"
 
 static TF_Tensor* ReadFeed(char* spec, char** name) {
   char* key = strtok(spec, ":");

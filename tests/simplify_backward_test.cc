@@ -1,4 +1,4 @@
-// SimplifyBackward (tf_ext/graph/simplify_backward.h) through BuildGradientGraph: a gradient's
+// SimplifyBackward (tf_ext/graph/passes/simplify_backward.h) through BuildGradientGraph: a gradient's
 // Shape nodes become constants exactly where the placeholders' shapes fix them, Relu6Grad reads
 // the Relu6's output, and the gradient is unchanged (against its closed form, at the kinks'
 // sides); a feed that its placeholder's shape does not accept is refused by name. A stride-1
@@ -18,9 +18,9 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/protobuf.h"
 #include "tensorflow/core/public/session.h"
-#include "tf_ext/graph/gradient_graph.h"
-#include "tf_ext/graph/graph_gradients.h"
-#include "tf_ext/graph/session_options.h"
+#include "tf_ext/graph/pipeline/gradient_pipeline.h"
+#include "tf_ext/graph/runtime/graph_gradients.h"
+#include "tf_ext/graph/runtime/session_options.h"
 
 namespace tensorflow::tf_ext {
 namespace {

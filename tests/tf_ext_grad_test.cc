@@ -12,7 +12,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "absl/strings/str_format.h"
 #include "tests/command.h"
-#include "tf_ext/graph/npy_io.h"
+#include "tf_ext/graph/io/npy_io.h"
 
 namespace tensorflow::tf_ext {
 namespace {

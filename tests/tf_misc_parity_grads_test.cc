@@ -27,7 +27,7 @@
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/public/session.h"
 #include "tests/numeric_jacobian.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -354,7 +354,7 @@ void ExpectRaggedMatchesNumeric(const std::string& op, const OpAttrs& attrs,
     ASSERT_EQ(g.dtype(), inputs[k].dtype()) << k;
     ASSERT_EQ(g.shape(), inputs[k].shape()) << k;
     if (std::find(diff.begin(), diff.end(), static_cast<int>(k)) == diff.end()) {
-      const std::vector<double> values = test::ToDoubles(g);
+      const std::vector<double> values = ToDoubles(g);
       ASSERT_EQ(static_cast<int64_t>(values.size()), g.NumElements()) << k;
       for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(values[i], 0) << k << "[" << i << "]";
       continue;

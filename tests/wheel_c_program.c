@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
-#include "tf_ext/graph/c_gradient_session.h"
-#include "tf_ext/graph/c_gradients.h"
+#include "tf_ext/graph/c_api/c_gradient_session.h"
+#include "tf_ext/graph/c_api/c_gradients.h"
 #include "tf_ext/train/c_trainer.h"
 
 #define CHECK_OK(s, what)                                    \

@@ -60,7 +60,7 @@ _SANITIZER_OPTIONS = str(Label("//tf_ext/sanitizers:sanitizer_options"))
 # "generations" (ABSL_SWISSTABLE_ENABLE_GENERATIONS), which changes its memory layout.
 # TensorFlow's prebuilt libraries use the plain layout, and hash maps cross the boundary
 # (e.g. ShapeRefiner::GetContext, inline in tf_ext's code, reads the map TensorFlow filled):
-# without this define tf_ext_grad crashed with a SEGV in the workarounds pass (tf_ext/graph/workarounds.cc). The define
+# without this define tf_ext_grad crashed with a SEGV in the workarounds pass (tf_ext/graph/engine/workarounds.cc). The define
 # only turns that layout change off; ASan itself is unaffected.
 def _sanitize_copts():
     return select({

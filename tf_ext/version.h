@@ -1,5 +1,5 @@
-/* tf_ext's release, shared by the C API headers (tf_ext/graph/c_gradients.h,
- * tf_ext/graph/c_gradient_session.h, tf_ext/train/c_trainer.h), the tools (tf_ext_train
+/* tf_ext's release, shared by the C API headers (tf_ext/graph/c_api/c_gradients.h,
+ * tf_ext/graph/c_api/c_gradient_session.h, tf_ext/train/c_trainer.h), the tools (tf_ext_train
  * --version) and the wheel (python/build_wheel.py reads its version from this file), so a
  * program compiled against the headers a wheel ships can check which release it has. */
 #ifndef TF_EXT_VERSION_H_

@@ -61,15 +61,26 @@ def unify_gradient_registries() -> str:
     return report.value.decode("utf-8")
 
 
-def manifest() -> list[dict[str, Any]]:
-    """TfExtManifestJson: every op the library declares (tf_ext/grads/manifest.h), one dict
-    each: op, doc, python, differentiability ("gradient", "not differentiable", "backward
-    op"), rule, type_attr, types, not_differentiable, reads, ignored_output_grads,
-    backward_of, gradcheck, has_surrogate."""
-    fn = _library().TfExtManifestJson
+def _json_from(name: str) -> Any:
+    fn = getattr(_library(), name)
     fn.restype = ctypes.c_size_t
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     size = fn(None, 0)
     buffer = ctypes.create_string_buffer(size + 1)
     fn(buffer, len(buffer))
     return json.loads(buffer.value.decode("utf-8"))
+
+
+def gradient_overrides() -> list[dict[str, str]]:
+    """TfExtGradientOverridesJson: the TensorFlow ops whose defective gradient the library
+    replaces in every C++ registry (tf_ext/grads/manifest.h Overrides), one dict each: op,
+    defect, rule."""
+    return _json_from("TfExtGradientOverridesJson")
+
+
+def manifest() -> list[dict[str, Any]]:
+    """TfExtManifestJson: every op the library declares (tf_ext/grads/manifest.h), one dict
+    each: op, doc, python, differentiability ("gradient", "not differentiable", "backward
+    op"), rule, type_attr, types, not_differentiable, reads, ignored_output_grads,
+    backward_of, gradcheck, has_surrogate."""
+    return _json_from("TfExtManifestJson")

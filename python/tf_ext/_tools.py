@@ -1,7 +1,7 @@
 """What the wheel ships besides the Python package: the `tf_ext_train` program, the C API
 headers and the C API library (docs/packaging.md, "What the wheel ships"; docs/c_api.md).
 
-    tf_ext.get_include()       # -I for tf_ext/train/c_trainer.h, tf_ext/graph/c_gradients.h, ...
+    tf_ext.get_include()       # -I for tf_ext/train/c_trainer.h, tf_ext/graph/c_api/c_gradients.h, ...
     tf_ext.get_lib()           # -L and run path for -ltf_ext_c (libtf_ext_c.so)
     tf_ext.c_library_path()    # libtf_ext_c.so inside the installed package
     tf_ext.tf_ext_train_path() # the C++ program inside the installed package

@@ -1,4 +1,4 @@
-"""Loops and conditionals differentiated in C++ (tf_ext/graph/control_flow.h, docs/control_flow.md).
+"""Loops and conditionals differentiated in C++ (tf_ext/graph/engine/control_flow.h, docs/control_flow.md).
 
 Each case is a tf.function of x, frozen twice: with lower_control_flow=False (functional While,
 StatelessWhile, StatelessIf, If, Case, TensorList ops) and with the default lowering (v1 frames:

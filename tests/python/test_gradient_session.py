@@ -1,10 +1,10 @@
-"""GradientSession from a SavedModel (tf_ext/graph/saved_model.h) through the C API
+"""GradientSession from a SavedModel (tf_ext/graph/runtime/saved_model.h) through the C API
 (TfExtNewGradientSessionFromSavedModel), run by tests/run_gradient_session.c, a C program with
 no Python: SavedModels written by tf.saved_model.save (a tf.Module) and by Keras 3's
 model.export (an Embedding model, whose ResourceGather is frozen into a GatherV2; a CNN with
 BatchNormalization), compared with Python's GradientTape gradient of the loaded signature, with
 and without an incoming gradient; a Keras LSTM, whose loop body reads its weights (read once
-before the loop instead: tf_ext/graph/loop_variables.h), and a tf.cond whose branches read
+before the loop instead: tf_ext/graph/passes/loop_variables.h), and a tf.cond whose branches read
 variables (read before the If the same way), each branch taken. A variable the signature assigns is
 refused by name; unknown keys are refused listing the signature's keys."""
 import os

@@ -70,7 +70,9 @@ def test_frozen_model_gradient_matches_python(tmp_path, model, size, training):
         # The workarounds this model needs actually ran.
         assert "function calls inlined" in r.stdout, r.stdout
         assert "grouped Conv2D as DepthwiseConv2dNative" in r.stdout, r.stdout
-        assert "negative reduction axes made non-negative" in r.stdout, r.stdout
+        # Its LayerNormalization's Mean over axis -1 is differentiated by tf_ext's override of
+        # Mean's gradient (docs/registries.md): no rewrite of the forward graph.
+        assert "negative reduction axes" not in r.stdout, r.stdout
 
 
 def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):

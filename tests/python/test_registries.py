@@ -1,6 +1,9 @@
 """Registry unification seen from Python: the counts, and a TensorFlow op whose only C++
 gradient was a client gradient (Pad, MirrorPad, Elu) differentiated through SymbolicGradient
 (the function registry) in a TF1 graph Session, against closed forms."""
+import os
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -63,3 +66,57 @@ def test_elu_gradient_through_symbolic_gradient(x):
     (dx,) = symbolic_gradient("Elu", {"T": type_attr(np.float64)}, [np.array([x])],
                               [np.array([3.0])])
     np.testing.assert_allclose(dx, [3.0 * (np.exp(x) if x < 0 else 1.0)], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides of TensorFlow's defective gradients (tf_ext/grads/manifest.h Overrides).
+
+def _registries_doc() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in (os.getcwd(), os.path.dirname(os.path.dirname(here))):
+        path = os.path.join(root, "docs", "registries.md")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+    pytest.fail("docs/registries.md not found (data dependency of this test)")
+
+
+def test_docs_list_every_override():
+    """docs/registries.md's table of overrides names exactly the ops the library overrides."""
+    from tf_ext import _c_api
+    overrides = _c_api.gradient_overrides()
+    ops = sorted(o["op"] for o in overrides)
+    assert ops == ["Conv2D", "Max", "MaxPoolGrad", "Mean", "Min", "Slice", "Sum"], ops
+    assert all(o["defect"] and o["rule"] for o in overrides)
+    doc = _registries_doc()
+    section = doc[doc.index("## Overrides of TensorFlow's gradients"):]
+    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    listed = sorted(re.findall(r"^\| `([A-Za-z0-9]+)` \|", section, re.M))
+    assert listed == ops, listed
+
+
+def test_overridden_gradients_through_symbolic_gradient_in_python():
+    """A SymbolicGradient node in a TF1 graph resolves tf_ext's override: the gradient of an
+    explicitly padded convolution (TensorFlow's own failed) against Python's gradient."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (1, 6, 5, 2))
+    w = rng.uniform(-1, 1, (2, 3, 2, 3))
+    dy = rng.uniform(-1, 1, (1, 3, 6, 3))
+    with tf.Graph().as_default():
+        xs = tf.constant(x)
+        ws = tf.constant(w)
+        dys = tf.constant(dy)
+        f = tf.compat.v1.NameAttrList()
+        f.name = "Conv2D"
+        f.attr["T"].type = tf.float64.as_datatype_enum
+        f.attr["strides"].list.i.extend([1, 2, 1, 1])
+        f.attr["padding"].s = b"EXPLICIT"
+        f.attr["explicit_paddings"].list.i.extend([0, 0, 1, 0, 2, 1, 0, 0])
+        grads = tf.raw_ops.SymbolicGradient(input=[xs, ws, dys], Tout=[tf.float64, tf.float64],
+                                            f=f)
+        y = tf.nn.conv2d(xs, ws, strides=[1, 2, 1, 1], padding=[[0, 0], [1, 0], [2, 1], [0, 0]])
+        ref = tf.gradients(y, [xs, ws], grad_ys=dys)
+        with tf.compat.v1.Session() as sess:
+            got, want = sess.run([grads, ref])
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)

@@ -532,7 +532,7 @@ def test_table_also_read_whole_gets_the_summed_dense_gradient(tmp_path):
 
 def test_lstm_matches_model_fit(tmp_path):
     """A Keras LSTM's While reads its weights inside the loop body: the trainer reads them once
-    before the loop (tf_ext/graph/loop_variables.h), the control-flow pass differentiates the
+    before the loop (tf_ext/graph/passes/loop_variables.h), the control-flow pass differentiates the
     loop, and training matches model.fit (losses and weights)."""
     import keras
     keras.utils.set_random_seed(1)
@@ -601,7 +601,7 @@ def cond_data(tmp_path, batches=4):
 def test_variables_read_in_conditional_branches_train_like_gradient_tape(optimizer, switch,
                                                                          tmp_path):
     """tf.cond reading variables in its branches: the trainer reads them once before the If
-    (tf_ext/graph/loop_variables.h), the control-flow pass differentiates the taken branch, and
+    (tf_ext/graph/passes/loop_variables.h), the control-flow pass differentiates the taken branch, and
     training matches GradientTape + Keras's optimizer on the same module (losses, weights)."""
     import keras
     import tensorflow as tf

@@ -34,8 +34,8 @@ DIST_INFO = "tf_ext-0.1.0.dist-info"
 # The built tf_ext_train: runfiles (bazel test) or bazel-bin (pytest from bazel-bin).
 TRAIN_PROGRAM = os.environ.get("TF_EXT_TRAIN", "tf_ext/tf_ext_train")
 C_LIBRARY = os.environ.get("TF_EXT_C_LIBRARY", "tf_ext/libtf_ext_c.so")
-HEADERS = ("tf_ext/version.h", "tf_ext/graph/c_gradients.h",
-           "tf_ext/graph/c_gradient_session.h", "tf_ext/train/c_trainer.h")
+HEADERS = ("tf_ext/version.h", "tf_ext/graph/c_api/c_gradients.h",
+           "tf_ext/graph/c_api/c_gradient_session.h", "tf_ext/train/c_trainer.h")
 C_PROGRAM = "tests/wheel_c_program.c"
 # docs/c_api.md shows these lines (an excerpt of this file): the test runs them as written, in
 # the directory of my_program.c, with the installed wheel on PYTHONPATH.
@@ -382,8 +382,8 @@ def test_installed_tf_ext_train_runs_and_trains(wheel, tmp_path):
     source = tmp_path / "version_check.c"
     source.write_text(textwrap.dedent("""
         #include "tf_ext/train/c_trainer.h"
-        #include "tf_ext/graph/c_gradient_session.h"
-        #include "tf_ext/graph/c_gradients.h"
+        #include "tf_ext/graph/c_api/c_gradient_session.h"
+        #include "tf_ext/graph/c_api/c_gradients.h"
         #if TF_EXT_VERSION_NUMBER != 100
         #error "not tf_ext 0.1.0"
         #endif

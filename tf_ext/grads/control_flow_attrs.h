@@ -1,4 +1,4 @@
-// The attrs tf_ext's control-flow pass (tf_ext/graph/control_flow.h) records on each loop or
+// The attrs tf_ext's control-flow pass (tf_ext/graph/engine/control_flow.h) records on each loop or
 // conditional it rewrites for its gradient, read by the pass, by tf_ext's backward builder and
 // by the registered gradients of While/If/Case (tf_ext/grads/tf/control_flow_grad.cc).
 #ifndef TF_EXT_GRADS_CONTROL_FLOW_ATTRS_H_

@@ -94,16 +94,31 @@ GradBuilder& GradBuilder::RequireTypes(const std::string& attr,
   return *this;
 }
 
+// A forward attr as a node attr value: "$name", or, for an attr the node leaves to its default
+// (a SymbolicGradient's `f` built by hand, a front end that keeps only the attrs set), that
+// default: the function's signature then lists only the attrs given (FunctionDef instantiation
+// needs a value for each), and a placeholder of an absent one would fail it.
+FDH::AttrValueWrapper GradBuilder::AttrFor(const std::string& name) const {
+  if (!Defaulted(name)) return Placeholder(name);
+  FDH::AttrValueWrapper value;
+  value.proto = attrs_with_defaults_.at(name);
+  return value;
+}
+
+bool GradBuilder::Defaulted(const std::string& name) const {
+  return attrs_.Find(name) == nullptr && attrs_with_defaults_.count(name) > 0;
+}
+
 NodeAttrs GradBuilder::PassAttrs(std::initializer_list<std::string> names) const {
   NodeAttrs out;
-  for (const std::string& n : names) out.push_back({n, Placeholder(n)});
+  for (const std::string& n : names) out.push_back({n, AttrFor(n)});
   return out;
 }
 
 FDH::AttrValueWrapper GradBuilder::TypeOf(const std::string& arg_name) const {
   const OpDef::ArgDef* arg = FindArg(arg_name);
   if (arg == nullptr) return FDH::AttrValueWrapper(DT_INVALID);
-  if (!arg->type_attr().empty()) return Placeholder(arg->type_attr());
+  if (!arg->type_attr().empty()) return AttrFor(arg->type_attr());
   return FDH::AttrValueWrapper(arg->type());
 }
 
@@ -137,14 +152,14 @@ GradBuilder& GradBuilder::DedicatedOp(const std::string& grad_op, std::vector<st
 std::string GradBuilder::TypedConst(const std::string& name, double value,
                                     const std::string& type_attr) {
   Add(FDH::Const<double>(name + "_f64", value));
-  return Add({{name}, "Cast", {name + "_f64"}, {{"SrcT", DT_DOUBLE}, {"DstT", Placeholder(type_attr)}}});
+  return Add({{name}, "Cast", {name + "_f64"}, {{"SrcT", DT_DOUBLE}, {"DstT", AttrFor(type_attr)}}});
 }
 
 std::pair<std::string, std::string> GradBuilder::ReduceForBroadcast(
     const std::string& a, const std::string& b, const std::string& grad_a,
     const std::string& grad_b, const std::string& type_attr) {
   const std::string p = absl::StrCat("bcast", counter_++, "_");
-  const NodeAttrs t = {{"T", Placeholder(type_attr)}};
+  const NodeAttrs t = {{"T", AttrFor(type_attr)}};
   Add({{p + "sa"}, "Shape", {a}, t});
   Add({{p + "sb"}, "Shape", {b}, t});
   // ra, rb: the axes along which a and b were broadcast to the result's shape.
@@ -173,8 +188,12 @@ GradBuilder& GradBuilder::UnaryCwise(std::vector<FDH::Node> body) {
 
 absl::Status GradBuilder::Build(FunctionDef* g) const {
   TF_RETURN_IF_ERROR(status_);
-  auto type_string = [](const OpDef::ArgDef& arg) {
-    return arg.type_attr().empty() ? DataTypeString(arg.type()) : arg.type_attr();
+  auto type_string = [this](const OpDef::ArgDef& arg) {
+    if (arg.type_attr().empty()) return DataTypeString(arg.type());
+    if (Defaulted(arg.type_attr())) {  // not in the signature's attrs: its default type
+      return DataTypeString(attrs_with_defaults_.at(arg.type_attr()).type());
+    }
+    return arg.type_attr();
   };
   const bool gradient = kind_ == Kind::kGradient;
   std::vector<std::string> arg_def, ret_def, attr_def;
@@ -192,6 +211,7 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
     }
   }
   for (const OpDef::AttrDef& attr : op_def_.attr()) {
+    if (Defaulted(attr.name())) continue;  // passed as its value (AttrFor)
     attr_def.push_back(absl::StrCat(attr.name(), ": ", attr.type()));
   }
   // FDH::Define names results after node outputs, so each result gets an Identity node named
@@ -206,9 +226,7 @@ absl::Status GradBuilder::Build(FunctionDef* g) const {
     for (const OpDef::ArgDef& out : op_def_.output_arg()) fwd.ret.push_back(out.name());
     fwd.op = op_type_;
     for (const OpDef::ArgDef& in : op_def_.input_arg()) fwd.arg.push_back(in.name());
-    for (const auto& attr : op_def_.attr()) {
-      fwd.attr.push_back({attr.name(), Placeholder(attr.name())});
-    }
+    for (const auto& attr : op_def_.attr()) fwd.attr.push_back({attr.name(), AttrFor(attr.name())});
     nodes.insert(nodes.begin(), std::move(fwd));
   }
   const auto& results = gradient ? op_def_.input_arg() : op_def_.output_arg();

@@ -144,6 +144,10 @@ class GradBuilder {
 
  private:
   void Fail(absl::Status s);
+  // Forward attr `name` as a node attr value (see grad_builder.cc), and whether the node
+  // leaves it to its default.
+  FDH::AttrValueWrapper AttrFor(const std::string& name) const;
+  bool Defaulted(const std::string& name) const;
   const OpDef::ArgDef* FindArg(const std::string& name) const;
   // Whether a node of `nodes` reads a forward output.
   bool ReadsForwardOutput(const std::vector<FDH::Node>& nodes) const;

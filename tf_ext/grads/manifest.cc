@@ -102,6 +102,10 @@ OpDeclaration& OpDeclaration::Surrogate(GradientFn fn) {
   facts_.surrogate_forward = fn;
   return *this;
 }
+OpDeclaration& OpDeclaration::Overrides(const char* defect) {
+  facts_.overrides = defect;
+  return *this;
+}
 OpDeclaration& OpDeclaration::GradCheck(const char* spec) {
   facts_.gradcheck = spec;
   return *this;
@@ -131,12 +135,32 @@ bool OpDeclaration::Register() const {
   return true;
 }
 
-std::vector<OpFacts> GradientManifest() {
+namespace {
+
+std::vector<OpFacts> ManifestEntries(bool overrides) {
   Manifest& m = TheManifest();
   std::lock_guard<std::mutex> lock(m.mu);
   std::vector<OpFacts> out;
-  for (const auto& [op, facts] : m.by_op) out.push_back(facts);
+  for (const auto& [op, facts] : m.by_op) {
+    if (facts.overrides.empty() != overrides) out.push_back(facts);
+  }
   return out;
+}
+
+}  // namespace
+
+std::vector<OpFacts> GradientManifest() { return ManifestEntries(/*overrides=*/false); }
+
+std::vector<OpFacts> GradientOverrides() { return ManifestEntries(/*overrides=*/true); }
+
+std::string GradientOverridesJson() {
+  std::vector<std::string> entries;
+  for (const OpFacts& f : GradientOverrides()) {
+    entries.push_back(absl::StrCat("{\"op\": ", JsonString(f.op), ", \"defect\": ",
+                                   JsonString(f.overrides), ", \"rule\": ", JsonString(f.rule),
+                                   "}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(entries, ",\n "), "]");
 }
 
 const OpFacts* FindOpFacts(const std::string& op) {
@@ -203,6 +227,10 @@ size_t CopyOut(const std::string& text, char* buffer, size_t len) {
 
 extern "C" size_t TfExtManifestJson(char* buffer, size_t len) {
   return CopyOut(tensorflow::tf_ext::ManifestJson(), buffer, len);
+}
+
+extern "C" size_t TfExtGradientOverridesJson(char* buffer, size_t len) {
+  return CopyOut(tensorflow::tf_ext::GradientOverridesJson(), buffer, len);
 }
 
 extern "C" size_t TfExtGradCheckSpecs(char* buffer, size_t len) {

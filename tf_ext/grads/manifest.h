@@ -47,6 +47,9 @@ class OpDeclaration {
   OpDeclaration& IgnoresGradientOf(std::initializer_list<const char*> outputs);
   OpDeclaration& Surrogate(GradientFn fn);
   OpDeclaration& GradCheck(const char* spec);
+  // For a TensorFlow op: TensorFlow's own gradient is defective as `defect` says, and the
+  // declared Gradient replaces it in every C++ registry (OverrideGradient, registry.h).
+  OpDeclaration& Overrides(const char* defect);
 
   // Adds the op to the manifest and registers it in every C++ gradient registry (unless this
   // is a second copy of the library). Returns whether it registered. (Without it, the
@@ -57,8 +60,10 @@ class OpDeclaration {
   OpFacts facts_;
 };
 
-// Every declared op, sorted by op type.
+// Every declared tf_ext op, sorted by op type (not the overrides below).
 std::vector<OpFacts> GradientManifest();
+// Every TensorFlow op whose gradient tf_ext overrides (OpDeclaration::Overrides), sorted.
+std::vector<OpFacts> GradientOverrides();
 // The declaration of `op` (nullptr if it has none).
 const OpFacts* FindOpFacts(const std::string& op);
 // The manifest as JSON: [{"op": ..., "doc": ..., "python": ..., "differentiability": ...,
@@ -66,6 +71,8 @@ const OpFacts* FindOpFacts(const std::string& op);
 // "ignored_output_grads": [...], "backward_of": ..., "gradcheck": ...,
 // "has_surrogate": bool}, ...].
 std::string ManifestJson();
+// GradientOverrides as JSON (TfExtGradientOverridesJson).
+std::string GradientOverridesJson();
 // tf_ext_gradcheck's input specs of every op with a gradient, one line each
 // ("OP SPEC nondiff=IN,..."; format: tf_ext/tools/gradcheck_spec.h).
 std::string ManifestGradCheckSpecs();
@@ -75,6 +82,8 @@ std::string ManifestGradCheckSpecs();
 // C entry point: the manifest as JSON. Writes at most len bytes (NUL-terminated, when len > 0)
 // and returns the JSON's length; call with len 0 to size the buffer.
 extern "C" size_t TfExtManifestJson(char* buffer, size_t len);
+// The overrides as JSON: [{"op": ..., "defect": ..., "rule": ...}, ...] (same calling convention).
+extern "C" size_t TfExtGradientOverridesJson(char* buffer, size_t len);
 // The same for ManifestGradCheckSpecs (tf_ext_gradcheck reads it from a loaded library).
 extern "C" size_t TfExtGradCheckSpecs(char* buffer, size_t len);
 

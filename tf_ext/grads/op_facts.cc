@@ -29,7 +29,11 @@ const char* DifferentiabilityName(Differentiability d) {
 void RegisterOpFacts(const OpFacts& facts) {
   switch (facts.differentiability) {
     case Differentiability::kGradient: {
-      RegisterGradient(facts.op, facts.gradient);
+      if (!facts.overrides.empty()) {
+        OverrideGradient(facts.op, facts.gradient);
+      } else {
+        RegisterGradient(facts.op, facts.gradient);
+      }
       if (!facts.reads.empty()) DeclareGradientReads(facts.op, facts.reads);
       break;
     }

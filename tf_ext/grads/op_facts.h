@@ -42,6 +42,9 @@ struct OpFacts {
   std::string backward_of;                        // kBackwardOp: the forward op
   std::string gradcheck;                          // tf_ext_gradcheck input spec (no op name;
                                                   // format: tf_ext/tools/gradcheck_spec.h)
+  // Non-empty for a TensorFlow op whose own gradient is defective: what is wrong with it. The
+  // declared gradient then replaces TensorFlow's in every registry (OverrideGradient).
+  std::string overrides;
 };
 
 // "TfExt>FooGrad is the backward op of TfExt>Foo; second-order gradients of TfExt>Foo are not

@@ -12,6 +12,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/registry_access.h"
 #include "tf_ext/grads/side_table.h"
 #include "tf_ext/grads/specialize.h"
 
@@ -36,6 +37,19 @@ absl::Status UnimplementedClientGrad(const Scope&, const Operation& op,
   std::string message;
   FindUnimplemented(op.node()->type_string(), &message);
   return absl::UnimplementedError(message);
+}
+
+// The registered ops (sorted) that have an entry in `table`.
+std::vector<std::string> OpsIn(const SideTable& table) {
+  std::vector<OpDef> defs;
+  OpRegistry::Global()->GetRegisteredOps(&defs);
+  std::vector<std::string> out;
+  gradient::Creator unused;
+  for (const OpDef& d : defs) {
+    if (table.Find(d.name(), &unused)) out.push_back(d.name());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool HasAnyGradient(const std::string& op_type) {
@@ -180,17 +194,28 @@ bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator cre
   return RegisterGradient(op_type, std::move(creator));
 }
 
-std::vector<std::string> AddedTfGradientOps() {
-  std::vector<OpDef> defs;
-  OpRegistry::Global()->GetRegisteredOps(&defs);
-  std::vector<std::string> out;
-  gradient::Creator unused;
-  for (const OpDef& d : defs) {
-    if (AddedTfGradients().Find(d.name(), &unused)) out.push_back(d.name());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+bool OverrideGradient(const std::string& op_type, gradient::Creator creator) {
+  gradient::Creator done;
+  if (OverriddenGradients().Find(op_type, &done)) return true;  // replaced already
+  // Side tables, so that every copy of this code in the process sees the override.
+  OverriddenGradients().Insert(op_type, [](const AttrSlice&, FunctionDef*) {
+    return absl::OkStatus();
+  });
+  auto& functions = FunctionGradientMap();
+  auto found = functions.find(op_type);
+  if (found != functions.end() && found->second) ReplacedTfGradients().Insert(op_type, found->second);
+  functions[op_type] = std::move(creator);
+  ClientGradientMap()[op_type] = &SymbolicGradientClientGrad;
+  return true;
 }
+
+std::vector<std::string> OverriddenTfGradientOps() { return OpsIn(OverriddenGradients()); }
+
+bool FindReplacedTfGradient(const std::string& op_type, gradient::Creator* creator) {
+  return ReplacedTfGradients().Find(op_type, creator);
+}
+
+std::vector<std::string> AddedTfGradientOps() { return OpsIn(AddedTfGradients()); }
 
 bool RegisterUnimplementedGradient(const std::string& op_type, const std::string& message) {
   if (AlreadyRegistered(op_type)) return true;

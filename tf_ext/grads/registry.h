@@ -68,6 +68,19 @@ bool RegisterGradientIfMissing(const std::string& op_type, gradient::Creator cre
 // process (not the no-gradient registrations, not the ops where TensorFlow's own stayed): the
 // "new gradients" that tf_ext_gradcheck --added_tf_gradients checks.
 std::vector<std::string> AddedTfGradientOps();
+// Replaces TensorFlow's own gradient of op_type, in both C++ registries, by `creator` (the
+// function registry) and the SymbolicGradient emitter calling it (the client registry): an
+// override of a defective TensorFlow gradient, declared in the manifest (OpDeclaration::
+// Overrides, manifest.h) and listed in docs/registries.md. Every front end that looks the
+// gradient up (a SymbolicGradient node anywhere, TF_AddGradients, AddSymbolicGradients, tf_ext's
+// own) then gets the corrected one. Idempotent per process: a second call for op_type (a second
+// copy of the gradient code) changes nothing. Returns true (for use in static initialisers).
+bool OverrideGradient(const std::string& op_type, gradient::Creator creator);
+// The TensorFlow ops (sorted) whose gradient OverrideGradient replaced in this process, and
+// TensorFlow's replaced creator of one (false when op_type was not overridden or TensorFlow
+// had none): tests show the defect it had against central differences.
+std::vector<std::string> OverriddenTfGradientOps();
+bool FindReplacedTfGradient(const std::string& op_type, gradient::Creator* creator);
 // op_type has a gradient that is not implemented (e.g. the dedicated backward op of another
 // op: its gradient is a second derivative). Differentiating it fails with `message` in every
 // registry, instead of silently giving zeros as a no-gradient op would.

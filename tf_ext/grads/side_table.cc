@@ -40,4 +40,14 @@ const SideTable& AddedTfGradients() {
   return *table;
 }
 
+const SideTable& OverriddenGradients() {
+  static const SideTable* table = new SideTable("overridden_gradient");
+  return *table;
+}
+
+const SideTable& ReplacedTfGradients() {
+  static const SideTable* table = new SideTable("replaced_tf_gradient");
+  return *table;
+}
+
 }  // namespace tensorflow::tf_ext

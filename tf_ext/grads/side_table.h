@@ -39,6 +39,11 @@ const SideTable& GradientReads();
 // TensorFlow ops whose gradient tf_ext added (RegisterGradientIfMissing with a creator, while
 // TensorFlow had none); each entry is the creator.
 const SideTable& AddedTfGradients();
+// TensorFlow ops whose gradient tf_ext replaced (OverrideGradient); each entry does nothing
+// (only its presence counts).
+const SideTable& OverriddenGradients();
+// Of those, the ones TensorFlow had a gradient for; each entry is TensorFlow's creator.
+const SideTable& ReplacedTfGradients();
 
 }  // namespace tensorflow::tf_ext
 

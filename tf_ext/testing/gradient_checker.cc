@@ -17,7 +17,7 @@
 #include "tensorflow/core/public/session.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/specialize.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::test {
 namespace {
@@ -150,13 +150,13 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   for (const OpDef::AttrDef& a : op_def->attr()) {
     if (a.type() != "type") continue;
     const DataType t = op.attr().at(a.name()).type();
-    if (IsDifferentiableType(t) && !Allows(a, Wide(t))) f64 = false;
+    if (IsDifferencedType(t) && !Allows(a, Wide(t))) f64 = false;
   }
   if (f64) {
     for (const OpDef::AttrDef& a : op_def->attr()) {
       if (a.type() != "type") continue;
       const DataType t = op.attr().at(a.name()).type();
-      if (IsDifferentiableType(t)) (*nop.mutable_attr())[a.name()].set_type(Wide(t));
+      if (IsDifferencedType(t)) (*nop.mutable_attr())[a.name()].set_type(Wide(t));
     }
     // Allowed by the OpDef but without a CPU kernel (AvgPool3DGrad): the inputs' dtype.
     if (!KernelDefAvailable(DEVICE_CPU, nop)) {
@@ -223,7 +223,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   // being two rows (its real and imaginary parts: incoming gradients 1 and i).
   std::vector<bool> compared(out_types.size());
   for (size_t j = 0; j < out_types.size(); ++j) {
-    compared[j] = IsDifferentiableType(out_types[j]) &&
+    compared[j] = IsDifferencedType(out_types[j]) &&
                   !OutputNamed(*op_def, op, j, options.ignored_outputs);
   }
   std::vector<int64_t> out_offset(out_types.size(), 0);
@@ -322,7 +322,7 @@ absl::Status CheckGradient(const std::string& op_type, const OpAttrs& attrs,
   };
   std::vector<double> plus, minus;
   for (int i = 0; i < n_in; ++i) {
-    if (!IsDifferentiableType(in_types[i]) || is_nondiff(i)) continue;
+    if (!IsDifferencedType(in_types[i]) || is_nondiff(i)) continue;
     const int reals = RealsPerElement(in_types[i]);
     const bool symmetric = is_symmetric(i);
     const int64_t dims = inputs[i].dims();

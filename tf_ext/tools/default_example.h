@@ -2,7 +2,7 @@
 #ifndef TF_EXT_TOOLS_DEFAULT_EXAMPLE_H_
 #define TF_EXT_TOOLS_DEFAULT_EXAMPLE_H_
 
-#include "tf_ext/graph/gradient_request.h"
+#include "tf_ext/graph/pipeline/gradient_request.h"
 
 namespace tensorflow::tf_ext::tools {
 

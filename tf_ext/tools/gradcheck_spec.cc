@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tensorflow/core/framework/types.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -231,7 +231,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
                                  const std::vector<int64_t>& image_shape, uint64_t seed) {
   TensorShape shape;
   for (int64_t d : spec.shape) shape.AddDim(d);
-  const int reals = test::RealsPerElement(dtype);
+  const int reals = RealsPerElement(dtype);
   const int64_t n = shape.num_elements() * reals;  // complex: (re, im) pairs
   std::vector<double> v(n);
   std::mt19937_64 rng(seed);
@@ -274,7 +274,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
       break;
     }
   }
-  return test::FromReals(dtype, shape, v);
+  return FromReals(dtype, shape, v);
 }
 
 OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,

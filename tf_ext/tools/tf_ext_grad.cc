@@ -25,9 +25,9 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/tools/flags.h"
-#include "tf_ext/graph/export.h"
-#include "tf_ext/graph/gradient_session.h"
-#include "tf_ext/graph/graph_gradients.h"
+#include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/graph/runtime/gradient_session.h"
+#include "tf_ext/graph/runtime/graph_gradients.h"
 #include "tf_ext/tools/default_example.h"
 #include "tf_ext/tools/library_lookup.h"
 
@@ -251,7 +251,7 @@ int Main(int argc, char** argv) {
     request.feeds.push_back(*feed);
   }
 
-  auto random_feeds = AddRandomFeeds(&request, flags.seed);
+  auto random_feeds = AddRandomFeeds(request.graph, &request.feeds, flags.seed);
   if (!random_feeds.ok()) return Fail(std::string(random_feeds.status().message()));
   for (const std::string& name : *random_feeds) {
     std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
@@ -286,10 +286,6 @@ int Main(int argc, char** argv) {
               << result.conditionals << " conditional" << (result.conditionals == 1 ? "" : "s")
               << " saving " << result.accumulators << " tensors for their gradients";
   }
-  if (result.workarounds.negative_axes > 0) {
-    std::cout << ", " << result.workarounds.negative_axes
-              << " negative reduction axes made non-negative";
-  }
   if (result.workarounds.grouped_convs > 0) {
     std::cout << ", " << result.workarounds.grouped_convs
               << " grouped Conv2D as DepthwiseConv2dNative";
@@ -311,7 +307,7 @@ int Main(int argc, char** argv) {
               << FormatTensor(result.grads[i], flags.max_values) << "\n";
   }
   if (!flags.save.empty()) {
-    if (absl::Status s = SaveGradients(flags.save, request, result); !s.ok()) {
+    if (absl::Status s = SaveGradients(flags.save, request.xs, result.y, result.grads); !s.ok()) {
       return Fail(absl::StrCat("cannot write '", flags.save, "': ", s.message()));
     }
   }

@@ -36,7 +36,7 @@
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/unify.h"
 #include "tf_ext/testing/gradient_checker.h"
-#include "tf_ext/testing/tensor_doubles.h"
+#include "tf_ext/graph/io/tensor_doubles.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/gradcheck_spec.h"
 #include "tf_ext/tools/library_lookup.h"

@@ -11,7 +11,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
-#include "tf_ext/graph/path_check.h"
+#include "tf_ext/graph/engine/path_check.h"
 
 namespace tensorflow::tf_ext::train {
 

@@ -16,13 +16,10 @@
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
-#include "tf_ext/graph/backprop.h"
-#include "tf_ext/graph/export.h"
-#include "tf_ext/graph/inline_calls.h"
-#include "tf_ext/graph/loop_variables.h"
-#include "tf_ext/graph/saved_model.h"
-#include "tf_ext/graph/simplify_backward.h"
-#include "tf_ext/graph/workarounds.h"
+#include "tf_ext/graph/passes/loop_variables.h"
+#include "tf_ext/graph/pipeline/gradient_pipeline.h"
+#include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/graph/runtime/saved_model.h"
 #include "tf_ext/train/checkpoint.h"
 #include "tf_ext/train/graph_ops.h"
 
@@ -163,7 +160,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   Graph g(OpRegistry::Global());
   TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), forward, &g));
   GraphDef().Swap(&forward);
-  TF_RETURN_IF_ERROR(InlineFunctionCalls(&g).status());
+  // The one gradient pipeline (pipeline/gradient_pipeline.h): its forward steps now, before
+  // the variables' reads are found (inlined calls hold them), its backward steps below.
+  PipelineOptions pipeline_options;
+  pipeline_options.name_prefix = absl::StrCat(kPrefix, "/gradients");
+  // The variable reads are found by pointer below; nothing is fed or fetched by a forward name.
+  pipeline_options.merge_equal_nodes = false;
+  pipeline_options.fold_weight_layouts = true;  // weights are variables here: nothing to fold
+  GradientPipeline pipeline(std::move(pipeline_options));
+  TF_RETURN_IF_ERROR(pipeline.PrepareForward(&g));
   // Loops that read trainable variables (a Keras LSTM's While) take their values instead.
   auto is_trainable = [&](const Node* v) {
     return trainable.count(std::string(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"))) > 0;
@@ -326,16 +331,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     return absl::InvalidArgumentError(absl::StrCat(kWhat, "output '", output_key,
                                                    "' reads none of the trainable variables"));
   }
-  // TensorFlow's gradient bugs (a negative reduction axis, ...) worked around as for any graph.
-  TF_RETURN_IF_ERROR(WorkAroundGradientBugs(&g).status());
   GraphTensor one = ops.Op("OnesLike", {loss}, "d_loss");
   std::vector<GraphTensor> dxs;
-  BackpropOptions backprop;
-  backprop.name_prefix = absl::StrCat(kPrefix, "/gradients");
-  TF_RETURN_IF_ERROR(AddGradients(&g, {loss}, {one}, xs, &dxs, backprop));
-  // Static shapes and forward outputs where Python's gradients use them, as for any backward
-  // graph (simplify_backward.h): a Relu then runs in place.
-  TF_RETURN_IF_ERROR(SimplifyBackward(&g, backprop.name_prefix, {}).status());
+  TF_RETURN_IF_ERROR(pipeline.AddBackward(&g, {loss}, {one}, xs, &dxs));
   std::vector<train::TrainableVariable> variables;
   std::vector<train::Gradient> grads;
   std::vector<Node*> after = {loss.node};

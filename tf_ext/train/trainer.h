@@ -1,6 +1,6 @@
 // Training a SavedModel with no Python (issue 24): tf_ext::Trainer.
 //
-// Create() loads the SavedModel with the library's loader (tf_ext/graph/saved_model.h: TensorFlow's
+// Create() loads the SavedModel with the library's loader (tf_ext/graph/runtime/saved_model.h: TensorFlow's
 // LoadSavedModel, whose Session holds the restored variables), takes a signature's function
 // (an inference function: "serving_default" of Keras 3's model.export or of
 // tf.saved_model.save, which is all a model without BatchNorm or dropout needs), finds its
@@ -11,7 +11,7 @@
 // optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
 //
 // A loop whose body reads trainable variables (a Keras LSTM), or a conditional whose branches
-// read them (tf.cond), takes their values, read before the node (tf_ext/graph/loop_variables.h). A variable only gathered by rows (a read whose uses are
+// read them (tf.cond), takes their values, read before the node (tf_ext/graph/passes/loop_variables.h). A variable only gathered by rows (a read whose uses are
 // GatherV2 on axis 0 and shapes, as Keras 3's Embedding; or ResourceGather) gets a sparse
 // gradient: the gathered rows' gradient at their ids (optimizers.h's Gradient), never a
 // [vocab, ...] tensor. Variables used otherwise (assigned in a branch, passed on to another

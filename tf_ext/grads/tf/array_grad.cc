@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -325,6 +326,31 @@ absl::Status CompositeTensorToComponentsGrad(const AttrSlice& attrs, FunctionDef
   return absl::OkStatus();
 }
 
+// Slice(input, begin, size): d(input) = d(output) padded back to the input's shape, the padding
+// after each axis computed from the output's shape (a size of -1 means "to the end").
+// Overrides TensorFlow's function gradient (declared below).
+absl::Status SliceGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Slice", attrs);
+  const grad::FDH::AttrValueWrapper index = b.TypeOf("begin");
+  const grad::NodeAttrs ix = {{"T", index}};
+  b.Add({{"input_shape"}, "Shape", {"input"}, {{"T", b.TypeOf("input")}, {"out_type", index}}});
+  b.Add({{"output_shape"}, "Shape", {grad::GradName("output")},
+         {{"T", b.TypeOf("output")}, {"out_type", index}}});
+  b.Add({{"rest"}, "Sub", {"input_shape", "begin"}, ix});
+  b.Add({{"after"}, "Sub", {"rest", "output_shape"}, ix});  // shape(input) - begin - shape(output)
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add({{"before_column"}, "ExpandDims", {"begin", "one"}, {{"T", index}, {"Tdim", DT_INT32}}});
+  b.Add({{"after_column"}, "ExpandDims", {"after", "one"}, {{"T", index}, {"Tdim", DT_INT32}}});
+  b.Add({{"paddings"}, "ConcatV2", {"before_column", "after_column", "one"},
+         {{"N", 2}, {"T", index}, {"Tidx", DT_INT32}}});
+  // d(input) = pad(d(output), [begin, shape(input) - begin - shape(output)])
+  b.Return("input", b.Add({{"dinput"}, "Pad", {grad::GradName("output"), "paddings"},
+                           {{"T", b.TypeOf("input")}, {"Tpaddings", index}}}));
+  b.NotDifferentiable("begin");  // integer offsets
+  b.NotDifferentiable("size");   // integer sizes
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantFromComponents",
@@ -332,6 +358,16 @@ TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantFromComponents",
 TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantToComponents",
                             CompositeTensorToComponentsGrad);
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
+
+// Gradients of TensorFlow's that are wrong: replaced in every registry (docs/registries.md).
+TF_EXT_DECLARE_OP("Slice")
+    .Doc("A slice of a tensor (TensorFlow's op).")
+    .Gradient(&SliceGrad, "d(input) = pad(d(output), [begin, shape(input) - begin - "
+                          "shape(output)])")
+    .Overrides("TensorFlow 2.21's function gradient pads by shape(input) - begin - size: a size "
+               "of -1 (to the end) gives a gradient of the wrong shape; int64 indices are "
+               "refused")
+    .Register();
 TF_EXT_REGISTER_TF_GRADIENT("PlaceholderWithDefault", [](const AttrSlice& a, FunctionDef* g) {
   return PassThroughGrad("PlaceholderWithDefault", "input", "output", a, g);
 });

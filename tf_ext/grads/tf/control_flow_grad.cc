@@ -3,7 +3,7 @@
 // graph-level builder, and through the registry unification TF_AddGradients).
 //
 // A gradient creator sees only its node's attrs, so these work on nodes tf_ext's control-flow
-// pass has rewritten (tf_ext/graph/control_flow.h, docs/control_flow.md): the pass records the
+// pass has rewritten (tf_ext/graph/engine/control_flow.h, docs/control_flow.md): the pass records the
 // backward functions it generated in the node's "_tf_ext_grad_*" attrs
 // (tf_ext/grads/control_flow_attrs.h), and PrepareFunctionLibraryForGradients rewrites the
 // loops and conditionals inside a graph's functions. On a node the pass has not rewritten the
@@ -51,7 +51,7 @@ absl::Status NotPrepared(const std::string& op) {
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": no gradient for a node tf_ext's control-flow pass has not rewritten. Differentiate "
       "with tf_ext (tf_ext_grad, tf::tf_ext::AddGradients, TfExtAddGradients), or run "
-      "PrepareFunctionLibraryForGradients (tf_ext/graph/control_flow.h) on the graph before a "
+      "PrepareFunctionLibraryForGradients (tf_ext/graph/engine/control_flow.h) on the graph before a "
       "SymbolicGradient of a function holding it"));
 }
 

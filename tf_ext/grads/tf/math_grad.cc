@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -537,26 +538,93 @@ absl::Status CrossGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// Nodes of a reduction's gradient (Sum, Mean, Max, Min, EuclideanNorm: inputs `input` and
+// `reduction_indices`): "axes_nonneg", the reduced axes as int32 in [0, rank) (a negative axis
+// counts back from the rank, as the kernels take it), and "kept", the input's shape with every
+// reduced axis set to 1 (the output's shape with keep_dims; any repeated or empty axis list and
+// any empty dimension included).
+void AddKeptShape(grad::GradBuilder& b) {
+  const grad::NodeAttrs i32 = {{"T", DT_INT32}};
+  b.Add({{"shape"}, "Shape", {"input"}, {{"T", b.TypeOf("input")}, {"out_type", DT_INT32}}});
+  b.Add({{"rank"}, "Rank", {"input"}, {{"T", b.TypeOf("input")}}});
+  b.Add({{"axes"}, "Cast", {"reduction_indices"},
+         {{"SrcT", b.TypeOf("reduction_indices")}, {"DstT", DT_INT32}}});
+  b.Add({{"axes_nonneg"}, "FloorMod", {"axes", "rank"}, i32});  // negative axes counted back
+  b.Add(grad::FDH::Const<int32>("zero", 0));
+  b.Add(grad::FDH::Const<int32>("one", 1));
+  b.Add({{"all_axes"}, "Range", {"zero", "rank", "one"}, {{"Tidx", DT_INT32}}});
+  b.Add({{"axes_shape"}, "Shape", {"axes_nonneg"}, {{"T", DT_INT32}, {"out_type", DT_INT32}}});
+  b.Add({{"ones"}, "Fill", {"axes_shape", "one"}, i32});
+  // kept = shape(input) with every reduced axis set to 1
+  b.Add({{"kept"}, "DynamicStitch", {"all_axes", "axes_nonneg", "shape", "ones"},
+         {{"N", 2}, {"T", DT_INT32}}});
+}
+
+// Sum(input, axes): d(input) = d(output) reshaped to the kept shape, broadcast to the input's.
+// Mean divides that by the number of elements each output averages. Overrides TensorFlow's
+// function gradients (declared below).
+absl::Status SumOrMeanGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  AddKeptShape(b);
+  b.Add({{"grad_kept"}, "Reshape", {grad::GradName("output"), "kept"}, t});
+  // d(input) = broadcast_to(reshape(d(output), kept), shape(input))
+  std::string d = b.Add({{"grad_broadcast"}, "BroadcastTo", {"grad_kept", "shape"},
+                         {{"T", grad::Placeholder("T")}, {"Tidx", DT_INT32}}});
+  if (op == "Mean") {
+    // / (size(input) // max(size(output), 1)), Python's _safe_shape_div of the element counts
+    const grad::NodeAttrs i32 = {{"T", DT_INT32}};
+    b.Add({{"input_size"}, "Size", {"input"}, {{"T", b.TypeOf("input")}, {"out_type", DT_INT32}}});
+    b.Add({{"output_size"}, "Size", {grad::GradName("output")},
+           {{"T", b.TypeOf("output")}, {"out_type", DT_INT32}}});
+    b.Add({{"output_size_1"}, "Maximum", {"output_size", "one"}, i32});
+    b.Add({{"factor"}, "FloorDiv", {"input_size", "output_size_1"}, i32});
+    b.Add({{"factor_t"}, "Cast", {"factor"}, {{"SrcT", DT_INT32}, {"DstT", grad::Placeholder("T")}}});
+    d = b.Add({{"grad_mean"}, "Div", {d, "factor_t"}, t});
+  }
+  b.Return("input", d);
+  b.NotDifferentiable("reduction_indices");  // integer axes
+  return b.Build(g);
+}
+absl::Status SumGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SumOrMeanGrad("Sum", attrs, g);
+}
+absl::Status MeanGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SumOrMeanGrad("Mean", attrs, g);
+}
+
+// Max / Min(input, axes): d(input) = d(output) shared equally by the elements equal to their
+// output (Python's _MinOrMaxGrad), all in the kept shape.
+absl::Status MinOrMaxGrad(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
+  const grad::NodeAttrs t = b.PassAttrs({"T"});
+  AddKeptShape(b);
+  b.Add({{"output_kept"}, "Reshape", {"output", "kept"}, t});
+  b.Add({{"grad_kept"}, "Reshape", {grad::GradName("output"), "kept"}, t});
+  b.Add({{"selected"}, "Equal", {"input", "output_kept"}, t});
+  b.Add({{"indicators"}, "Cast", {"selected"}, {{"SrcT", DT_BOOL}, {"DstT", grad::Placeholder("T")}}});
+  b.Add({{"num_selected"}, "Sum", {"indicators", "axes_nonneg"},
+         {{"T", grad::Placeholder("T")}, {"Tidx", DT_INT32}, {"keep_dims", true}}});
+  b.Add({{"share"}, "Div", {"indicators", "num_selected"}, t});
+  // d(input) = indicators / num_selected * d(output)
+  b.Return("input", b.Add({{"dinput"}, "Mul", {"share", "grad_kept"}, t}));
+  b.NotDifferentiable("reduction_indices");  // integer axes
+  return b.Build(g);
+}
+absl::Status MaxGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return MinOrMaxGrad("Max", attrs, g);
+}
+absl::Status MinGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return MinOrMaxGrad("Min", attrs, g);
+}
+
 // EuclideanNorm(input, axes) = sqrt(sum(input^2, axes)): d(input) = input * d(output) / output,
 // with output and d(output) reshaped to the input's rank (the reduced axes kept as 1).
 absl::Status EuclideanNormGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("EuclideanNorm", attrs);
   b.RequireTypes("T", kRealFloatTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
-  const grad::NodeAttrs i32 = {{"T", DT_INT32}};
-  b.Add({{"shape"}, "Shape", {"input"}, t});
-  b.Add({{"rank"}, "Rank", {"input"}, t});
-  b.Add({{"axes"}, "Cast", {"reduction_indices"},
-         {{"SrcT", grad::Placeholder("Tidx")}, {"DstT", DT_INT32}}});
-  b.Add({{"axes_nonneg"}, "FloorMod", {"axes", "rank"}, i32});  // negative axes counted back
-  b.Add(grad::FDH::Const<int32>("zero", 0));
-  b.Add(grad::FDH::Const<int32>("one", 1));
-  b.Add({{"all_axes"}, "Range", {"zero", "rank", "one"}, {{"Tidx", DT_INT32}}});
-  b.Add({{"axes_shape"}, "Shape", {"axes_nonneg"}, i32});
-  b.Add({{"ones"}, "Fill", {"axes_shape", "one"}, i32});
-  // kept = shape(input) with every reduced axis set to 1
-  b.Add({{"kept"}, "DynamicStitch", {"all_axes", "axes_nonneg", "shape", "ones"},
-         {{"N", 2}, {"T", DT_INT32}}});
+  AddKeptShape(b);
   b.Add({{"output_kept"}, "Reshape", {"output", "kept"}, t});
   b.Add({{"grad_kept"}, "Reshape", {grad::GradName("output"), "kept"}, t});
   b.Add({{"ratio"}, "RealDiv", {"output_kept", "grad_kept"}, t});  // output / d(output)
@@ -839,6 +907,41 @@ absl::Status AccumulateNV2Grad(const AttrSlice& attrs, FunctionDef* g) {
 }
 
 }  // namespace
+
+// Gradients of TensorFlow's that are wrong: replaced in every registry (docs/registries.md).
+// TensorFlow 2.21's reductions (core/ops/math_grad.cc GradForReductionOp, MinMaxGradHelper).
+constexpr char kReductionDefect[] =
+    "TensorFlow 2.21's function gradient feeds the reduction indices straight into "
+    "DynamicStitch (a negative axis, as Keras's LayerNormalization's -1, fails: 'indices[0] is "
+    "out of range') and divides the input's shape by the kept shape (an empty input dimension "
+    "divides by zero)";
+TF_EXT_DECLARE_OP("Sum")
+    .Doc("Sum over axes (TensorFlow's op).")
+    .Gradient(&SumGrad, "d(input) = broadcast_to(reshape(d(output), kept shape), shape(input))")
+    .Overrides(kReductionDefect)
+    .Register();
+TF_EXT_DECLARE_OP("Mean")
+    .Doc("Mean over axes (TensorFlow's op).")
+    .Gradient(&MeanGrad, "d(input) = broadcast_to(reshape(d(output), kept shape), shape(input)) "
+                         "/ (size(input) // max(size(output), 1))")
+    .Overrides(kReductionDefect)
+    .Register();
+TF_EXT_DECLARE_OP("Max")
+    .Doc("Maximum over axes (TensorFlow's op).")
+    .Gradient(&MaxGrad, "d(input) = (input == output) / count(input == output) * d(output), in "
+                        "the kept shape")
+    .Overrides("TensorFlow 2.21's function gradient (MinMaxGradHelper) divides d(output) by "
+               "a count of the reduced shape: with keep_dims the two broadcast into the wrong "
+               "shape and the gradient fails")
+    .Register();
+TF_EXT_DECLARE_OP("Min")
+    .Doc("Minimum over axes (TensorFlow's op).")
+    .Gradient(&MinGrad, "d(input) = (input == output) / count(input == output) * d(output), in "
+                        "the kept shape")
+    .Overrides("TensorFlow 2.21's function gradient (MinMaxGradHelper) divides d(output) by "
+               "a count of the reduced shape: with keep_dims the two broadcast into the wrong "
+               "shape and the gradient fails")
+    .Register();
 
 TF_EXT_REGISTER_TF_GRADIENT("Erfc", ErfcGrad);
 TF_EXT_REGISTER_TF_GRADIENT("TanhGrad", TanhGradGrad);

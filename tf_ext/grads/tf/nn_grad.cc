@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -146,6 +147,36 @@ absl::Status MaxPoolGradGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   b.NotDifferentiable("orig_output");  // d(orig_output) = 0
   // d(grad) = d(output) scattered to each window's argmax = MaxPoolGrad(d(output))
   b.Return("grad", b.Add({{"dgrad"}, "MaxPoolGrad",
+                          {"orig_input", "orig_output", GradName("output")},
+                          b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// Conv2D(input, filter): bilinear. Overrides TensorFlow's function gradient (declared below).
+absl::Status Conv2DGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Conv2D", attrs);
+  // Every attr of the convolution, dilations and explicit paddings included.
+  const NodeAttrs conv = b.PassAttrs({"T", "strides", "use_cudnn_on_gpu", "padding",
+                                      "explicit_paddings", "data_format", "dilations"});
+  b.Add({{"input_shape"}, "Shape", {"input"}, {{"T", b.TypeOf("input")}, {"out_type", DT_INT32}}});
+  b.Add({{"filter_shape"}, "Shape", {"filter"}, {{"T", b.TypeOf("filter")}, {"out_type", DT_INT32}}});
+  // d(input) = Conv2DBackpropInput(shape(input), filter, d(output))
+  b.Return("input", b.Add({{"dinput"}, "Conv2DBackpropInput",
+                           {"input_shape", "filter", GradName("output")}, conv}));
+  // d(filter) = Conv2DBackpropFilter(input, shape(filter), d(output))
+  b.Return("filter", b.Add({{"dfilter"}, "Conv2DBackpropFilter",
+                            {"input", "filter_shape", GradName("output")}, conv}));
+  return b.Build(g);
+}
+
+// MaxPoolGrad(orig_input, orig_output, grad) scatters grad to each window's argmax: piecewise
+// constant in orig_input/orig_output, linear in grad, whose adjoint gathers at the argmax.
+absl::Status MaxPoolGradGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPoolGrad", attrs);
+  b.NotDifferentiable("orig_input");   // d(orig_input) = 0 (argmax positions only)
+  b.NotDifferentiable("orig_output");  // d(orig_output) = 0
+  // d(grad) = d(output) gathered at each window's argmax = MaxPoolGradGrad(d(output))
+  b.Return("grad", b.Add({{"dgrad"}, "MaxPoolGradGrad",
                           {"orig_input", "orig_output", GradName("output")},
                           b.PassAttrs({"ksize", "strides", "padding", "data_format", "T"})}));
   return b.Build(g);
@@ -785,6 +816,26 @@ TF_EXT_REGISTER_TF_GRADIENT("SeluGrad", SeluGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("SoftplusGrad", SoftplusGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("BiasAddGrad", BiasAddGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("AvgPoolGrad", AvgPoolGradGrad);
+// Gradients of TensorFlow's that are wrong: replaced in every registry (docs/registries.md).
+TF_EXT_DECLARE_OP("Conv2D")
+    .Doc("2-D convolution (TensorFlow's op).")
+    .Gradient(&Conv2DGrad,
+              "d(input) = Conv2DBackpropInput(shape(input), filter, d(output)); "
+              "d(filter) = Conv2DBackpropFilter(input, shape(filter), d(output)), with every "
+              "attr of the convolution")
+    .Overrides("TensorFlow 2.21's Conv2D gradient (core/ops/nn_grad.cc) passes neither "
+               "dilations nor explicit_paddings on: a dilated convolution got an undilated "
+               "one's gradient (silently wrong), an explicitly padded one failed")
+    .Register();
+TF_EXT_DECLARE_OP("MaxPoolGrad")
+    .Doc("The backward op of MaxPool (TensorFlow's op).")
+    .Gradient(&MaxPoolGradGrad,
+              "d(grad) = MaxPoolGradGrad(orig_input, orig_output, d(output)); "
+              "d(orig_input) = d(orig_output) = 0")
+    .Overrides("TensorFlow 2.21's function gradient of MaxPoolGrad has MaxPool's signature "
+               "(2 arguments for MaxPoolGrad's 3 inputs and 1 incoming gradient): a second "
+               "derivative of max pooling could not be built")
+    .Register();
 TF_EXT_REGISTER_TF_GRADIENT("MaxPoolGradV2", MaxPoolGradV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("MaxPoolGradGrad", MaxPoolGradGradGrad);
 TF_EXT_REGISTER_TF_GRADIENT("Conv2DBackpropFilter", Conv2DBackpropFilterGrad);

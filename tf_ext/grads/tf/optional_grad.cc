@@ -1,5 +1,5 @@
 // Gradients of TensorFlow's Optional ops, which TensorFlow 2.21 has only in Python
-// (python/ops/optional_grad.py). tf_ext's control-flow pass (tf_ext/graph/control_flow.h)
+// (python/ops/optional_grad.py). tf_ext's control-flow pass (tf_ext/graph/engine/control_flow.h)
 // makes each branch of a conditional output the tensors its gradient reads as Optionals, so a
 // second derivative through a conditional differentiates them:
 //   OptionalFromValue(components) = an Optional holding components:

@@ -34,14 +34,14 @@
 // gradient arrays would be shared (and summed).
 //
 // The handle (DT_RESOURCE) gets a float zero: TensorFlow's gradient builders
-// (core/common_runtime/gradients.cc, tf_ext/graph/backprop.cc) ask for a float gradient of a
+// (core/common_runtime/gradients.cc, tf_ext/graph/engine/backprop.cc) ask for a float gradient of a
 // resource input. Indices, lengths and sizes get zeros.
 //
 // Known limits (TensorFlow 2.21), outside these gradients:
 //   - TensorFlow's function-level builder (SymbolicGradient of a *function* that holds a
 //     TensorArrayV3) sums the float gradients of the array's handle with an AddN typed
 //     DT_RESOURCE (SumGradients takes the forward tensor's dtype): the node is invalid and the
-//     process dies. tf_ext's builder (tf_ext/graph/backprop.cc, tf_ext_grad) never sums
+//     process dies. tf_ext's builder (tf_ext/graph/engine/backprop.cc, tf_ext_grad) never sums
 //     gradients of a handle (no handle depends on x), and works.
 //   - The C++ client registry's SymbolicGradient node (registry.cc) declares the handle's
 //     gradient as DT_RESOURCE, not DT_FLOAT as both builders above do: the run fails with

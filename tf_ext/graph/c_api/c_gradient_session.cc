@@ -1,0 +1,194 @@
+#include "tf_ext/graph/c_api/c_gradient_session.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/c/tf_status_helper.h"
+#include "tensorflow/c/tf_tensor_helper.h"
+#include "tf_ext/graph/runtime/gradient_session.h"
+#include "tf_ext/graph/runtime/saved_model.h"
+
+struct TfExtGradientSession {
+  std::unique_ptr<tensorflow::tf_ext::GradientSession> session;
+};
+
+namespace tensorflow::tf_ext {
+namespace {
+
+constexpr char kWhat[] = "GradientSession: ";
+
+absl::StatusOr<std::vector<TensorRef>> Refs(const char* const* names, int n, const char* role) {
+  if (n <= 0 || names == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "no ", role, " given"));
+  }
+  std::vector<TensorRef> refs;
+  for (int i = 0; i < n; ++i) {
+    if (names[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, role, "[", i, "] is NULL"));
+    }
+    auto ref = TensorRef::Parse(names[i]);
+    if (!ref.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, role, "[", i, "] '", names[i],
+                                                     "': ", ref.status().message()));
+    }
+    refs.push_back(*ref);
+  }
+  return refs;
+}
+
+std::vector<bool> Flags(const unsigned char* flags, int n) {
+  if (flags == nullptr) return {};
+  return std::vector<bool>(flags, flags + n);
+}
+
+TfExtGradientSession* Wrap(absl::StatusOr<std::unique_ptr<GradientSession>> s, TF_Status* status) {
+  if (!s.ok()) {
+    tensorflow::Set_TF_Status_from_Status(status, s.status());
+    return nullptr;
+  }
+  tensorflow::Set_TF_Status_from_Status(status, absl::OkStatus());
+  return new TfExtGradientSession{std::move(*s)};
+}
+
+}  // namespace
+}  // namespace tensorflow::tf_ext
+
+extern "C" {
+
+TfExtGradientSession* TfExtNewGradientSession(const void* graph_def, size_t len,
+                                              const char* const* ys, int ny,
+                                              const char* const* xs, int nx,
+                                              const unsigned char* incoming_gradients,
+                                              int64_t memory_budget_bytes, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
+  tensorflow::GraphDef graph;
+  if (graph_def == nullptr || !graph.ParseFromArray(graph_def, static_cast<int>(len)) ||
+      len > static_cast<size_t>(INT32_MAX)) {
+    tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(
+                                          "GradientSession: graph_def is not a GraphDef"));
+    return nullptr;
+  }
+  tfx::GradientSessionSpec spec;
+  auto y_refs = tfx::Refs(ys, ny, "ys");
+  auto x_refs = tfx::Refs(xs, nx, "xs");
+  if (!y_refs.ok() || !x_refs.ok()) {
+    tensorflow::Set_TF_Status_from_Status(status, !y_refs.ok() ? y_refs.status() : x_refs.status());
+    return nullptr;
+  }
+  spec.ys = *y_refs;
+  spec.xs = *x_refs;
+  spec.incoming_gradients = tfx::Flags(incoming_gradients, ny);
+  tfx::GradientSessionOptions options;
+  options.memory_budget_bytes = memory_budget_bytes;
+  return tfx::Wrap(tfx::GradientSession::Create(std::move(graph), spec, options), status);
+}
+
+TfExtGradientSession* TfExtNewGradientSessionFromSavedModel(
+    const char* export_dir, const char* signature_key, const char* const* ys, int ny,
+    const char* const* xs, int nx, const unsigned char* incoming_gradients,
+    int64_t memory_budget_bytes, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
+  if (export_dir == nullptr || (ys == nullptr && ny > 0) || (xs == nullptr && nx > 0) || ny <= 0 ||
+      nx <= 0) {
+    tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(
+                                          "GradientSession: export_dir, ys and xs are required"));
+    return nullptr;
+  }
+  std::vector<std::string> y_keys, x_keys;
+  for (int i = 0; i < ny; ++i) {
+    if (ys[i] == nullptr) {
+      tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(absl::StrCat(
+                                            "GradientSession: ys[", i, "] is NULL")));
+      return nullptr;
+    }
+    y_keys.push_back(ys[i]);
+  }
+  for (int i = 0; i < nx; ++i) {
+    if (xs[i] == nullptr) {
+      tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(absl::StrCat(
+                                            "GradientSession: xs[", i, "] is NULL")));
+      return nullptr;
+    }
+    x_keys.push_back(xs[i]);
+  }
+  tfx::GradientSessionOptions options;
+  options.memory_budget_bytes = memory_budget_bytes;
+  return tfx::Wrap(
+      tfx::GradientSessionFromSavedModel(export_dir,
+                                         signature_key != nullptr ? signature_key : "serving_default",
+                                         y_keys, x_keys, tfx::Flags(incoming_gradients, ny), options),
+      status);
+}
+
+int TfExtGradientSessionNumInputs(const TfExtGradientSession* session) {
+  return session == nullptr ? 0 : static_cast<int>(session->session->inputs().size());
+}
+
+const char* TfExtGradientSessionInputName(const TfExtGradientSession* session, int i) {
+  if (session == nullptr || i < 0 || i >= TfExtGradientSessionNumInputs(session)) return nullptr;
+  return session->session->inputs()[i].name.c_str();
+}
+
+TF_DataType TfExtGradientSessionInputType(const TfExtGradientSession* session, int i) {
+  if (session == nullptr || i < 0 || i >= TfExtGradientSessionNumInputs(session)) {
+    return static_cast<TF_DataType>(0);
+  }
+  return static_cast<TF_DataType>(session->session->inputs()[i].dtype);
+}
+
+void TfExtGradientSessionRun(const TfExtGradientSession* session, const char* const* feed_names,
+                             TF_Tensor* const* feed_values, int nfeeds, TF_Tensor** ys,
+                             TF_Tensor** dxs, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
+  if (session == nullptr || ys == nullptr || dxs == nullptr || nfeeds < 0 ||
+      (nfeeds > 0 && (feed_names == nullptr || feed_values == nullptr))) {
+    tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(
+                                          "GradientSession: session, feeds, ys and dxs are required"));
+    return;
+  }
+  std::vector<std::pair<std::string, tensorflow::Tensor>> feeds;
+  for (int i = 0; i < nfeeds; ++i) {
+    if (feed_names[i] == nullptr || feed_values[i] == nullptr) {
+      tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(absl::StrCat(
+                                            "GradientSession: feed ", i, " has no name or value")));
+      return;
+    }
+    tensorflow::Tensor t;
+    absl::Status s = tensorflow::TF_TensorToTensor(feed_values[i], &t);
+    if (!s.ok()) {
+      tensorflow::Set_TF_Status_from_Status(status, absl::InvalidArgumentError(absl::StrCat(
+                                            "GradientSession: feed '", feed_names[i], "': ",
+                                            s.message())));
+      return;
+    }
+    feeds.push_back({feed_names[i], std::move(t)});
+  }
+  std::vector<tensorflow::Tensor> y_values, dx_values;
+  absl::Status s = session->session->Run(feeds, &y_values, &dx_values);
+  if (!s.ok()) {
+    tensorflow::Set_TF_Status_from_Status(status, s);
+    return;
+  }
+  std::vector<TF_Tensor*> out;
+  for (const auto* values : {&y_values, &dx_values}) {
+    for (const tensorflow::Tensor& t : *values) {
+      TF_Tensor* c = tensorflow::TF_TensorFromTensor(t, &s);
+      if (c == nullptr || !s.ok()) {
+        for (TF_Tensor* done : out) TF_DeleteTensor(done);
+        tensorflow::Set_TF_Status_from_Status(status, s.ok() ? absl::InternalError("GradientSession: no tensor") : s);
+        return;
+      }
+      out.push_back(c);
+    }
+  }
+  for (size_t i = 0; i < y_values.size(); ++i) ys[i] = out[i];
+  for (size_t i = 0; i < dx_values.size(); ++i) dxs[i] = out[y_values.size() + i];
+  tensorflow::Set_TF_Status_from_Status(status, absl::OkStatus());
+}
+
+void TfExtDeleteGradientSession(TfExtGradientSession* session) { delete session; }
+
+}  // extern "C"
