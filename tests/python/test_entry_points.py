@@ -39,10 +39,8 @@ def _w(seed: int, *shape: int, dtype=np.float64) -> tf.Tensor:
 
 
 # name -> (input shape, function of x[, dtype]). Weights are constants of the graph. Not yet in
-# the corpus (their gradients fail through every entry point, Python's gradient does not):
-# tf.nn.convolution with dilations (SpaceToBatchND/BatchToSpaceND: their client gradients do
-# not convert to function gradients without static shapes) and tf.gather along a negative axis
-# (GatherV2's converted client gradient slices at the axis as given).
+# the corpus (its gradient fails through every entry point, Python's does not): tf.gather along
+# a negative axis (GatherV2's converted client gradient slices at the axis as given).
 CORPUS = {
     "conv2d_same_strided": ((1, 7, 6, 2), lambda x: tf.nn.conv2d(
         x, _w(1, 3, 3, 2, 4), strides=2, padding="SAME")),
@@ -51,6 +49,10 @@ CORPUS = {
     "conv2d_dilated_float32": ((1, 8, 7, 2), lambda x: tf.nn.conv2d(
         x, _w(3, 2, 3, 2, 3, dtype=np.float32), strides=1, padding="VALID", dilations=2),
         np.float32),
+    # Dilated 1-D convolution as Keras's causal Conv1D freezes it: SpaceToBatchND, Conv2D,
+    # BatchToSpaceND (their client gradients converted without static shapes).
+    "conv1d_causal_dilated": ((2, 9, 3), lambda x: tf.nn.convolution(
+        tf.pad(x, [[0, 0], [4, 0], [0, 0]]), _w(4, 3, 3, 2), padding="VALID", dilations=2)),
     "depthwise_conv2d": ((1, 6, 6, 3), lambda x: tf.nn.depthwise_conv2d(
         x, _w(5, 3, 3, 3, 2), strides=[1, 1, 1, 1], padding="SAME")),
     "separable_conv2d": ((1, 6, 6, 3), lambda x: tf.nn.separable_conv2d(

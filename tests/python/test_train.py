@@ -558,6 +558,36 @@ def test_lstm_matches_model_fit(tmp_path):
     assert_weights(trained, model.trainable_variables)
 
 
+def test_dilated_causal_conv1d_matches_model_fit(tmp_path):
+    """Keras freezes a dilated Conv1D (padding="causal", as in WaveNet and TCN) to SpaceToBatchND
+    -> Conv2D -> BatchToSpaceND whose block shapes are computed tensors: their client gradients,
+    converted to function gradients without static shapes (tf_ext/grads/unify.h), train it as
+    model.fit does (losses and weights)."""
+    import keras
+    keras.utils.set_random_seed(1)
+    x = keras.Input(shape=(8, 3), name="seq")
+    h = keras.layers.Conv1D(4, 3, dilation_rate=2, padding="causal", activation="tanh")(x)
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(2)
+    seq = rng.normal(size=(N, 8, 3)).astype(np.float32)
+    t = rng.normal(size=(N, 2)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", seq=seq, t=t)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=seq",
+                 "--targets=t", "--loss=mse", f"--batch_size={BATCH}", f"--epochs={EPOCHS}",
+                 "--optimizer=adam", "--learning_rate=0.02", f"--history={tmp_path / 'h.csv'}",
+                 f"--save_weights={tmp_path / 'w.npz'}")
+    assert r.returncode == 0, r.stderr
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse", jit_compile=False)
+    fit = model.fit(seq, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    assert fit.history["loss"][-1] < fit.history["loss"][0]
+    trained = dict(np.load(tmp_path / "w.npz"))
+    assert_weights(trained, model.trainable_variables)
+
+
 def cond_module(w, u, v, assign=False, switch=False):
     """A tf.Module whose __call__ takes one of two branches by the batch's mean: each branch
     reads variables (tf.cond passes their handles to If), one variable read in both, one only
