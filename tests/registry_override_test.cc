@@ -71,8 +71,8 @@ TEST(GradientOverrides, EveryDeclaredOverrideIsInstalledInBothRegistries) {
     EXPECT_FALSE(f.overrides.empty()) << f.op;
     EXPECT_NE(f.gradient, nullptr) << f.op;
   }
-  EXPECT_EQ(declared, (std::vector<std::string>{"Conv2D", "Max", "MaxPoolGrad", "Mean", "Min",
-                                                "Slice", "Sum"}));
+  EXPECT_EQ(declared, (std::vector<std::string>{"Conv2D", "GatherV2", "Max", "MaxPoolGrad",
+                                                "Mean", "Min", "Slice", "Sum"}));
   EXPECT_EQ(OverriddenTfGradientOps(), declared);
   for (const std::string& op : declared) {
     ops::GradFunc client = nullptr;
@@ -230,6 +230,24 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     ASSERT_TRUE(bad.ok()) << bad.status();
     EXPECT_EQ((*bad)[0].shape(), TensorShape({8, 9}));  // padded by -1 too many on each side
   }
+  {
+    SCOPED_TRACE("GatherV2, axis -1: fails");
+    AttrValueMap attrs;
+    attrs["Tparams"].set_type(DT_DOUBLE);
+    attrs["Tindices"].set_type(DT_INT32);
+    attrs["Taxis"].set_type(DT_INT32);
+    attrs["batch_dims"].set_i(0);
+    Tensor axis(DT_INT32, TensorShape({}));
+    axis.scalar<int32>()() = -1;
+    const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 5}, 12), Axes(DT_INT32, {3, 0, 3}),
+                                      axis, Random(DT_DOUBLE, {2, 3}, 13)};
+    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("GatherV2", &ours));
+    ASSERT_TRUE(FindReplacedTfGradient("GatherV2", &theirs));
+    auto good = RunCreator(ours, attrs, args);
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 5}));
+    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+  }
   for (const char* op : {"Max", "Min"}) {
     SCOPED_TRACE(absl::StrCat(op, ", keep_dims: fails or wrong"));
     AttrValueMap attrs;
@@ -317,6 +335,20 @@ TEST(GradientOverrides, SliceToTheEndAndInt64Indices) {
     SCOPED_TRACE(DataTypeString(index));
     ExpectMatchesNumeric({"Slice", {}, {x, Axes(index, {1, 2}), Axes(index, {-1, -1})}, {1, 2}});
     ExpectMatchesNumeric({"Slice", {}, {x, Axes(index, {0, 1}), Axes(index, {2, -1})}, {1, 2}});
+  }
+}
+
+// A negative axis, also with batch dimensions (TensorFlow's failed at the axis as given).
+TEST(GradientOverrides, GatherV2AlongANegativeAxis) {
+  const Tensor params = Random(DT_DOUBLE, {2, 3, 5}, 11);
+  Tensor indices(DT_INT32, TensorShape({2, 4}));
+  for (int64_t i = 0; i < indices.NumElements(); ++i) indices.flat<int32>()(i) = (i * 3) % 5;
+  for (DataType axis_type : {DT_INT32, DT_INT64}) {
+    SCOPED_TRACE(DataTypeString(axis_type));
+    Tensor axis(axis_type, TensorShape({}));
+    if (axis_type == DT_INT32) axis.scalar<int32>()() = -1; else axis.scalar<int64_t>()() = -1;
+    ExpectMatchesNumeric({"GatherV2", {{"batch_dims", 0}}, {params, indices, axis}, {1, 2}});
+    ExpectMatchesNumeric({"GatherV2", {{"batch_dims", 1}}, {params, indices, axis}, {1, 2}});
   }
 }
 

@@ -38,9 +38,7 @@ def _w(seed: int, *shape: int, dtype=np.float64) -> tf.Tensor:
     return tf.constant(np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype))
 
 
-# name -> (input shape, function of x[, dtype]). Weights are constants of the graph. Not yet in
-# the corpus (its gradient fails through every entry point, Python's does not): tf.gather along
-# a negative axis (GatherV2's converted client gradient slices at the axis as given).
+# name -> (input shape, function of x[, dtype]). Weights are constants of the graph.
 CORPUS = {
     "conv2d_same_strided": ((1, 7, 6, 2), lambda x: tf.nn.conv2d(
         x, _w(1, 3, 3, 2, 4), strides=2, padding="SAME")),
@@ -72,6 +70,7 @@ CORPUS = {
     "reduce_sum_mean_negative": ((2, 3, 4), lambda x: tf.reduce_sum(x ** 2, [-1, 0]) +
                                  tf.reduce_mean(x, -1)[0]),
     "broadcasting": ((2, 3), lambda x: tf.math.atan2(x, _w(10, 1, 3) + 2.0) * _w(11, 2, 1)),
+    "gather_negative_axis": ((2, 5), lambda x: tf.gather(x, [3, 0, 3], axis=-1)),
     "slice_size_minus_1": ((4, 5), lambda x: tf.slice(x, [1, 2], [-1, -1])),
 }
 

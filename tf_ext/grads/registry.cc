@@ -14,6 +14,7 @@
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry_access.h"
 #include "tf_ext/grads/side_table.h"
+#include "tf_ext/grads/unify.h"
 #include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
@@ -203,9 +204,20 @@ bool OverrideGradient(const std::string& op_type, gradient::Creator creator) {
   });
   auto& functions = FunctionGradientMap();
   auto found = functions.find(op_type);
-  if (found != functions.end() && found->second) ReplacedTfGradients().Insert(op_type, found->second);
+  auto& clients = ClientGradientMap();
+  auto client = clients.find(op_type);
+  if (found != functions.end() && found->second) {
+    ReplacedTfGradients().Insert(op_type, found->second);
+  } else if (client != clients.end() && client->second != nullptr &&
+             client->second != &SymbolicGradientClientGrad) {
+    // TensorFlow's only gradient is a client one (not yet converted, unify.h): kept converted.
+    const ops::GradFunc fn = client->second;
+    ReplacedTfGradients().Insert(op_type, [op_type, fn](const AttrSlice& attrs, FunctionDef* fdef) {
+      return ClientGradientAsFunction(op_type, fn, attrs, fdef);
+    });
+  }
   functions[op_type] = std::move(creator);
-  ClientGradientMap()[op_type] = &SymbolicGradientClientGrad;
+  clients[op_type] = &SymbolicGradientClientGrad;
   return true;
 }
 

@@ -77,8 +77,10 @@ std::vector<std::string> AddedTfGradientOps();
 // copy of the gradient code) changes nothing. Returns true (for use in static initialisers).
 bool OverrideGradient(const std::string& op_type, gradient::Creator creator);
 // The TensorFlow ops (sorted) whose gradient OverrideGradient replaced in this process, and
-// TensorFlow's replaced creator of one (false when op_type was not overridden or TensorFlow
-// had none): tests show the defect it had against central differences.
+// TensorFlow's replaced gradient of one as a function-gradient creator (its function gradient,
+// or its client gradient converted by ClientGradientAsFunction; false when op_type was not
+// overridden or TensorFlow had none): tests show the defect it had, and an override may build
+// on it (GatherV2's normalises the axis, then runs TensorFlow's).
 std::vector<std::string> OverriddenTfGradientOps();
 bool FindReplacedTfGradient(const std::string& op_type, gradient::Creator* creator);
 // op_type has a gradient that is not implemented (e.g. the dedicated backward op of another

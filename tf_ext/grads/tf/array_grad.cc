@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/node_def_util.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
@@ -326,6 +327,62 @@ absl::Status CompositeTensorToComponentsGrad(const AttrSlice& attrs, FunctionDef
   return absl::OkStatus();
 }
 
+// GatherV2(params, indices, axis): TensorFlow's gradient (its C++ client gradient, converted;
+// Python's _GatherV2Grad: the axis moved up, an unsorted segment sum, moved back) with the axis
+// made non-negative first, axis mod rank(params), as the kernel takes it. Overrides TensorFlow's
+// (declared below).
+absl::Status GatherV2Grad(const AttrSlice& attrs, FunctionDef* g) {
+  gradient::Creator tensorflows;
+  if (!FindReplacedTfGradient("GatherV2", &tensorflows)) {
+    return absl::NotFoundError("GatherV2: TensorFlow's gradient, which tf_ext's builds on, is missing");
+  }
+  DataType params_type, axis_type;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Tparams", &params_type));
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "Taxis", &axis_type));
+  // TensorFlow's gradient is built for an int32 axis (it slices the int32 params shape at the
+  // axis, and fails to build for an int64 one); the axis argument keeps its own type.
+  AttrValueMap int32_axis(attrs.begin(), attrs.end());
+  int32_axis["Taxis"].set_type(DT_INT32);
+  TF_RETURN_IF_ERROR(tensorflows(AttrSlice(&int32_axis), g));
+  // The converted function's arguments are x_0 (params), x_1 (indices), x_2 (axis), then dy_0,
+  // its results one per input (unify.h): every read of x_2 reads int32(axis mod rank(params)).
+  const std::string params = "x_0", axis = "x_2";
+  OpDef::ArgDef* axis_arg = g->mutable_signature()->mutable_input_arg(2);
+  if (g->signature().input_arg_size() != 4 || g->signature().output_arg_size() != 3 ||
+      axis_arg->name() != axis || g->signature().input_arg(0).name() != params) {
+    return absl::InternalError("GatherV2: TensorFlow's converted gradient has another signature");
+  }
+  for (NodeDef& n : *g->mutable_node_def()) {
+    for (std::string& in : *n.mutable_input()) {
+      if (in == axis) in = "axis_nonneg:y:0";
+    }
+  }
+  axis_arg->set_type(axis_type);
+  auto add = [g](const std::string& name, const std::string& op,
+                 std::initializer_list<std::string> inputs) {
+    NodeDef* n = g->add_node_def();
+    n->set_name(name);
+    n->set_op(op);
+    for (const std::string& in : inputs) n->add_input(in);
+    return n;
+  };
+  AddNodeAttr("T", params_type, add("axis_rank", "Rank", {params}));
+  NodeDef* rank = add("axis_rank_cast", "Cast", {"axis_rank:output:0"});
+  AddNodeAttr("SrcT", DT_INT32, rank);
+  AddNodeAttr("DstT", axis_type, rank);
+  // axis mod rank(params): the same axis for -rank <= axis < rank
+  AddNodeAttr("T", axis_type, add("axis_mod", "FloorMod", {axis, "axis_rank_cast:y:0"}));
+  NodeDef* nonneg = add("axis_nonneg", "Cast", {"axis_mod:z:0"});
+  AddNodeAttr("SrcT", axis_type, nonneg);
+  AddNodeAttr("DstT", DT_INT32, nonneg);
+  // d(axis) = 0, of the axis's own type.
+  AddNodeAttr("T", axis_type, add("axis_zeros", "ZerosLike", {axis}));
+  OpDef::ArgDef* axis_grad = g->mutable_signature()->mutable_output_arg(2);
+  axis_grad->set_type(axis_type);
+  (*g->mutable_ret())[axis_grad->name()] = "axis_zeros:y:0";
+  return absl::OkStatus();
+}
+
 // Slice(input, begin, size): d(input) = d(output) padded back to the input's shape, the padding
 // after each axis computed from the output's shape (a size of -1 means "to the end").
 // Overrides TensorFlow's function gradient (declared below).
@@ -360,6 +417,13 @@ TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantToComponents",
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
 
 // Gradients of TensorFlow's that are wrong: replaced in every registry (docs/registries.md).
+TF_EXT_DECLARE_OP("GatherV2")
+    .Doc("Gathers slices along an axis (TensorFlow's op).")
+    .Gradient(&GatherV2Grad, "d(params) = TensorFlow's gradient with axis mod rank(params)")
+    .Overrides("TensorFlow 2.21's gradient (cc/gradients/array_grad.cc, the only one: a client "
+               "gradient) slices the params' shape at the axis as given: a negative axis fails "
+               "('Expected begin[0] in [0, 2], but got -1'), and an int64 axis fails to build")
+    .Register();
 TF_EXT_DECLARE_OP("Slice")
     .Doc("A slice of a tensor (TensorFlow's op).")
     .Gradient(&SliceGrad, "d(input) = pad(d(output), [begin, shape(input) - begin - "
