@@ -597,8 +597,8 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(
   FunctionGradient out;
   auto inlined = InlineFunctionCalls(bg);
   if (!inlined.ok()) return inlined.status();
-  // TensorFlow's gradient bugs, worked around in the body as in the graph (a LayerNorm's
-  // negative reduction axis, which Mean's gradient cannot take).
+  // The forward rewrite TensorFlow's kernels need (workarounds.h: a grouped Conv2D), in the body
+  // as the pipeline does it in the graph (pipeline/gradient_pipeline.h, step 3).
   auto workarounds = WorkAroundGradientBugs(bg, arg_shapes);
   if (!workarounds.ok()) return workarounds.status();
   out.prefix = UnusedPrefix(*bg, "tf_ext_grad");

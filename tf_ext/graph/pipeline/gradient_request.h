@@ -69,7 +69,7 @@ struct GradientResult {
   // What the run fetched from `session`, to run it again: y, then d sum(y) / d x per x.
   std::vector<std::string> fetches;
   // Large constants the Session gets as feeds instead of Const nodes (with optimize_graph:
-  // graph_gradients.cc). Every run of `session` feeds them (SessionFeeds(request, &result)).
+  // runtime/graph_gradients.cc). Every run of `session` feeds them (SessionFeeds(request, &result)).
   std::vector<std::pair<std::string, Tensor>> constant_feeds;
 };
 
