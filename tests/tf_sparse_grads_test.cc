@@ -380,7 +380,9 @@ void ExpectClientGradientMatches(const std::string& op, const std::vector<Tensor
   // SymbolicGradient of `op` (which would recompute them; the loss's Sum has one)
   int calls = 0;
   for (const NodeDef& n : graph.node()) {
-    if (n.op() == "SymbolicGradient") EXPECT_NE(n.attr().at("f").func().name(), op) << n.name();
+    if (n.op() == "SymbolicGradient") {
+      EXPECT_NE(n.attr().at("f").func().name(), op) << n.name();
+    }
     calls += n.op() == "PartitionedCall";
   }
   EXPECT_EQ(calls, 1);
