@@ -530,18 +530,14 @@ def test_table_also_read_whole_gets_the_summed_dense_gradient(tmp_path):
                                atol=1e-6)
 
 
-def test_lstm_matches_model_fit(tmp_path):
-    """A Keras LSTM's While reads its weights inside the loop body: the trainer reads them once
-    before the loop (tf_ext/graph/passes/loop_variables.h), the control-flow pass differentiates the
-    loop, and training matches model.fit (losses and weights)."""
+def sequence_model_matches_model_fit(tmp_path, model, steps):
+    """tf_ext_train (Adam, mse) on a model of a [steps, 3] "seq" input and 2 outputs matches
+    model.fit: per-epoch losses and the trained weights."""
     import keras
-    keras.utils.set_random_seed(1)
-    x = keras.Input(shape=(5, 3), name="seq")
-    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.LSTM(4)(x)))
     export = str(tmp_path / "model")
     model.export(export, verbose=False)
     rng = np.random.default_rng(2)
-    seq = rng.normal(size=(N, 5, 3)).astype(np.float32)
+    seq = rng.normal(size=(N, steps, 3)).astype(np.float32)
     t = rng.normal(size=(N, 2)).astype(np.float32)
     np.savez(tmp_path / "d.npz", seq=seq, t=t)
     r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=seq",
@@ -556,6 +552,17 @@ def test_lstm_matches_model_fit(tmp_path):
     assert fit.history["loss"][-1] < fit.history["loss"][0]
     trained = dict(np.load(tmp_path / "w.npz"))
     assert_weights(trained, model.trainable_variables)
+
+
+def test_lstm_matches_model_fit(tmp_path):
+    """A Keras LSTM's While reads its weights inside the loop body: the trainer reads them once
+    before the loop (tf_ext/graph/passes/loop_variables.h), the control-flow pass differentiates the
+    loop, and training matches model.fit (losses and weights)."""
+    import keras
+    keras.utils.set_random_seed(1)
+    x = keras.Input(shape=(5, 3), name="seq")
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.LSTM(4)(x)))
+    sequence_model_matches_model_fit(tmp_path, model, 5)
 
 
 def test_dilated_causal_conv1d_matches_model_fit(tmp_path):
@@ -568,24 +575,7 @@ def test_dilated_causal_conv1d_matches_model_fit(tmp_path):
     x = keras.Input(shape=(8, 3), name="seq")
     h = keras.layers.Conv1D(4, 3, dilation_rate=2, padding="causal", activation="tanh")(x)
     model = keras.Model(x, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
-    export = str(tmp_path / "model")
-    model.export(export, verbose=False)
-    rng = np.random.default_rng(2)
-    seq = rng.normal(size=(N, 8, 3)).astype(np.float32)
-    t = rng.normal(size=(N, 2)).astype(np.float32)
-    np.savez(tmp_path / "d.npz", seq=seq, t=t)
-    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=seq",
-                 "--targets=t", "--loss=mse", f"--batch_size={BATCH}", f"--epochs={EPOCHS}",
-                 "--optimizer=adam", "--learning_rate=0.02", f"--history={tmp_path / 'h.csv'}",
-                 f"--save_weights={tmp_path / 'w.npz'}")
-    assert r.returncode == 0, r.stderr
-    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse", jit_compile=False)
-    fit = model.fit(seq, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    _, ours = read_history(tmp_path / "h.csv")
-    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
-    assert fit.history["loss"][-1] < fit.history["loss"][0]
-    trained = dict(np.load(tmp_path / "w.npz"))
-    assert_weights(trained, model.trainable_variables)
+    sequence_model_matches_model_fit(tmp_path, model, 8)
 
 
 def cond_module(w, u, v, assign=False, switch=False):
