@@ -36,9 +36,11 @@ _c_api; neither imports this module. Private TensorFlow APIs are reached through
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import types
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -77,6 +79,7 @@ _status: dict[str, GradientStatus] = {}
 _unimplemented: dict[str, str] = {}  # op type -> the C++ registry's message
 _cache: dict[bytes, "_Specialised"] = {}
 _function_def_calls = 0  # how often the C++ side was asked (tests check the cache with it)
+_cpp_gradient_calls: Counter[str] = Counter()  # op type -> calls of its C++ gradient
 
 
 def register_cpp_gradients(
@@ -134,6 +137,12 @@ def cache_size() -> int:
 def function_def_requests() -> int:
     """How many times the C++ registry was asked for a specialised FunctionDef."""
     return _function_def_calls
+
+
+def cpp_gradient_calls() -> dict[str, int]:
+    """Op type -> how many times its C++ gradient was called (each call: one op's gradient,
+    eagerly on a tape, or built into a graph by tf.gradients / a tf.function's tape)."""
+    return dict(_cpp_gradient_calls)
 
 
 def _op_names_of(
@@ -212,8 +221,10 @@ def _run_gradient_function_def(node_def: _tf_compat.NodeDef) -> _tf_compat.Funct
 class _Specialised:
     """One (op type, attrs)'s C++ gradient: its FunctionDef and a callable built from it."""
 
-    def __init__(self, op_type: str, fdef: _tf_compat.FunctionDef) -> None:
-        self.op_type, self.fdef = op_type, fdef
+    def __init__(self, op_type: str, fdef: _tf_compat.FunctionDef,
+                 forward: _tf_compat.FunctionDef | None = None) -> None:
+        # forward: the function a SymbolicGradient fdef differentiates (list arguments).
+        self.op_type, self.fdef, self.forward = op_type, fdef, forward
         self.retired: list[Callable[..., list[tf.Tensor]]] = []
         self.fn: Callable[..., list[tf.Tensor]] | None = None
         self._build()
@@ -224,7 +235,7 @@ class _Specialised:
             # then asks remote workers that never had it to remove it too, and that error
             # poisons later remote calls.
             self.retired.append(self.fn)
-        self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef)
+        self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef, self.forward)
         self.num_outputs = len(self.fdef.signature.output_arg)
         self.nodes = _EagerNodes.of(self.fdef)
         self.server_def = _tf_compat.server_def()
@@ -244,6 +255,7 @@ class _Specialised:
         runs as a single op): a ConcreteFunction call costs several times more in argument
         processing and function-runtime set-up, and only a recording tape needs what it adds
         (the call's own gradient, for higher orders)."""
+        _cpp_gradient_calls[self.op_type] += 1
         if tf.executing_eagerly() and not _tf_compat.tape_could_record():
             if self.nodes is not None:
                 return self.nodes(args)  # plain eager ops: no function in the context needed
@@ -323,10 +335,15 @@ class _EagerNodes:
                                       tf.as_dtype(node.attr["dtype"].type))
             self.steps.append(("const", node.name, None, [], 1))
             return
+        # A FunctionDef's nodes leave attrs at their defaults unset (instantiating it fills
+        # them in); an eager op needs every one (Shape's out_type, ...).
+        values = {key: value for key, value in node.attr.items() if not key.startswith("_")}
+        for attr in op_def.attr:
+            if attr.name not in values and attr.HasField("default_value"):
+                values[attr.name] = attr.default_value
         attrs: list[Any] = []
-        for key in sorted(node.attr):
-            if not key.startswith("_"):
-                attrs += [key, self._attr_value(node.attr[key])]
+        for key in sorted(values):
+            attrs += [key, self._attr_value(values[key])]
         inputs = [self._ref(ref) for ref in node.input if not ref.startswith("^")]
         kind = "identity" if node.op == "Identity" else "op"
         self.steps.append((kind, node.name, (node.op, tuple(attrs)), inputs, total))
@@ -424,14 +441,88 @@ def _specialised(node: _tf_compat.NodeDef, key: bytes | None = None) -> _Special
         entry = _cache.get(key)
         if entry is None:
             # Errors (e.g. an int32 ZeroOut) keep the C++ status and name both ops.
-            entry = _Specialised(node.op, _run_gradient_function_def(node))
+            try:
+                entry = _Specialised(node.op, _run_gradient_function_def(node))
+            except tf.errors.UnimplementedError:
+                # A gradient whose signature has list arguments (TensorFlow's Pack, ConcatV2,
+                # Unpack, ...: x: N*T), which TfExt>GradientFunctionDef cannot specialise.
+                if not _tf_compat.has_list_args(node.op):
+                    raise
+                entry = _Specialised(node.op, *_symbolic_gradient_defs(node))
             _cache[key] = entry
         return entry
 
 
+def _symbolic_gradient_defs(
+        node: _tf_compat.NodeDef) -> tuple[_tf_compat.FunctionDef, _tf_compat.FunctionDef]:
+    """`node`'s C++ gradient as TensorFlow's runtime instantiates it: a gradient FunctionDef
+    of one SymbolicGradient node differentiating a forward FunctionDef whose one node is
+    `node` (SymbolicGradient of a bare op loses its attrs eagerly and is not found inside
+    functions; of a function it works in both). Both have list arguments flattened, one
+    argument per element, the convention of the bridge's callers: the gradient takes the
+    inputs then the outputs' gradients and returns the inputs' gradients. The runtime
+    instantiates the op's gradient from the C++ registry TfExt>GradientFunctionDef reads.
+    Not differentiable (SymbolicGradient has no gradient)."""
+    op_def = _tf_compat.op_def(node.op)
+    full = _tf_compat.NodeDef()
+    full.CopyFrom(node)
+    for attr in op_def.attr:
+        if attr.name not in full.attr and attr.HasField("default_value"):
+            full.attr[attr.name].CopyFrom(attr.default_value)
+    in_types = _flat_types(op_def.input_arg, full)
+    out_types = _flat_types(op_def.output_arg, full)
+    digest = hashlib.sha256(full.SerializeToString(deterministic=True)).hexdigest()[:16]
+    base = "".join(c if c.isalnum() else "_" for c in node.op)
+
+    forward = _tf_compat.FunctionDef()
+    forward.signature.name = f"{base}_forward_{digest}"
+    op_node = forward.node_def.add(name="op", op=node.op)
+    for i, dtype in enumerate(in_types):
+        forward.signature.input_arg.add(name=f"x_{i}", type=dtype)
+        op_node.input.append(f"x_{i}")
+    for name, value in full.attr.items():
+        if not name.startswith("_"):
+            op_node.attr[name].CopyFrom(value)
+    i = 0
+    for arg in op_def.output_arg:
+        for k in range(len(_flat_types([arg], full))):
+            forward.signature.output_arg.add(name=f"y_{i}", type=out_types[i])
+            forward.ret[f"y_{i}"] = f"op:{arg.name}:{k}"
+            i += 1
+
+    fdef = _tf_compat.FunctionDef()
+    fdef.signature.name = f"{base}_symbolic_grad_{digest}"
+    args = []
+    for prefix, types in (("x", in_types), ("dy", out_types)):
+        for i, dtype in enumerate(types):
+            args.append(fdef.signature.input_arg.add(name=f"{prefix}_{i}", type=dtype).name)
+    call = fdef.node_def.add(name="grad", op="SymbolicGradient", input=args)
+    call.attr["Tin"].list.type.extend(in_types + out_types)
+    call.attr["Tout"].list.type.extend(in_types)
+    call.attr["f"].func.name = forward.signature.name
+    for i, dtype in enumerate(in_types):
+        fdef.signature.output_arg.add(name=f"dx_{i}", type=dtype)
+        fdef.ret[f"dx_{i}"] = f"grad:output:{i}"
+    return fdef, forward
+
+
+def _flat_types(args: Iterable[Any], node: _tf_compat.NodeDef) -> list[int]:
+    """The dtypes of an OpDef's input or output arguments for `node`'s attrs, list arguments
+    flattened (N*T: N times T; a type list: its types)."""
+    types: list[int] = []
+    for arg in args:
+        if arg.type_list_attr:
+            types += list(node.attr[arg.type_list_attr].list.type)
+            continue
+        dtype = node.attr[arg.type_attr].type if arg.type_attr else arg.type
+        types += [dtype] * (node.attr[arg.number_attr].i if arg.number_attr else 1)
+    return types
+
+
 def _callable_gradient(
-        op_type: str,
-        fdef: _tf_compat.FunctionDef) -> tuple[Callable[..., list[tf.Tensor]], str]:
+        op_type: str, fdef: _tf_compat.FunctionDef,
+        forward: _tf_compat.FunctionDef | None = None,
+) -> tuple[Callable[..., list[tf.Tensor]], str]:
     """The FunctionDef as a callable ConcreteFunction (and the name it has in the eager
     context), made non-differentiable with a clear error if one of its nodes has no gradient
     or one registered as not implemented."""
@@ -446,7 +537,10 @@ def _callable_gradient(
         elif not _tf_compat.has_python_gradient(node_type):
             lacking.append(node_type)
 
-    gradient, name = _tf_compat.function_from_def(fdef)
+    if forward is not None:
+        gradient, name = _tf_compat.symbolic_gradient_function(fdef, forward)
+    else:
+        gradient, name = _tf_compat.function_from_def(fdef)
     if not lacking and not unimplemented:
         return (lambda *args: list(gradient(*args))), name
 
@@ -504,8 +598,33 @@ def _bridged_gradient(op: Any, *grads: tf.Tensor | None) -> list[tf.Tensor]:
                          f"{len(op.inputs)} inputs")
     if not tf.executing_eagerly():
         for result, x in zip(results, op.inputs):
-            result.set_shape(x.shape)  # a gradient has its input's shape
+            # A gradient has its input's shape; a resource's (a variable read's) is the
+            # variable value's, a variant's (a TensorList's) its own.
+            if x.dtype not in (tf.resource, tf.variant):
+                result.set_shape(x.shape)
     return results
+
+
+def lacks_forward_tensors(op: Any, grads: tuple[tf.Tensor | None, ...]) -> bool:
+    """Whether an eager tape's stand-in `op` lacks a forward tensor _bridged_gradient needs: an
+    input (the C++ gradient reads its inputs), or an output when the gradient reads outputs
+    or an output's gradient is missing. TensorFlow's tape drops what its own Python gradient
+    does not read (its generated gradient exclusion table)."""
+    if isinstance(op, tf.Operation):
+        return False
+    if op.inputs is None or any(x is None for x in op.inputs):
+        return True
+    if _reads_outputs(op.type) or any(g is None for g in grads):
+        return op.outputs is None or any(y is None for y in op.outputs)
+    return False
+
+
+def eager_gradient(op_type: str, attrs: tuple[Any, ...], inputs: tuple[tf.Tensor, ...],
+                   outputs: list[tf.Tensor], grads: tuple[tf.Tensor | None, ...]
+                   ) -> list[tf.Tensor]:
+    """The C++ gradient of an op run eagerly (type, attrs as its wrapper passed them, every
+    input and output), as _bridged_gradient gives it."""
+    return _bridged_gradient(_tf_compat.eager_op(op_type, attrs, inputs, outputs), *grads)
 
 
 _facts_cache: dict[str, dict[str, Any]] = {}
