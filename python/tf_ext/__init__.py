@@ -6,7 +6,8 @@
 The op library is loaded on first use (see tf_ext._loader for where it is looked up; set
 TF_EXT_LIBRARY to choose one), and its C++ gradients then bridged into Python's gradient
 registry (tf_ext._bridge). `register_cpp_gradients` makes the C++ gradients of any other
-custom-op library usable from Python the same way.
+custom-op library usable from Python the same way; `use_cpp_gradients` makes tf.GradientTape
+and tf.gradients use the C++ gradient of every op that has one, TensorFlow's own included.
 
 Importing checks first that the running TensorFlow is the release the op library was built
 for (TensorFlowVersionError otherwise; see tf_ext._loader.check_tensorflow_version).
@@ -32,6 +33,15 @@ from tf_ext._loader import (
     build_info,
 )
 from tf_ext.registries import unify_cpp_gradient_registries
+from tf_ext.cpp_gradients import (
+    CppGradientScope,
+    GradientCounts,
+    cpp_gradients_enabled,
+    disable_cpp_gradients,
+    enable_cpp_gradients,
+    gradient_counts,
+    use_cpp_gradients,
+)
 from tf_ext.training import export_for_training
 from tf_ext._tools import c_library_path, get_include, get_lib, tf_ext_train_path
 from tf_ext import ops as _ops
@@ -47,6 +57,8 @@ from tf_ext.ops import (
 )
 
 _STATIC_ALL = [
+    "CppGradientScope",
+    "GradientCounts",
     "GradientNotImplementedError",
     "GradientStatus",
     "LibraryLoadError",
@@ -55,10 +67,14 @@ _STATIC_ALL = [
     "TensorFlowVersionWarning",
     "build_info",
     "c_library_path",
+    "cpp_gradients_enabled",
     "declared_ops",
+    "disable_cpp_gradients",
+    "enable_cpp_gradients",
     "export_for_training",
     "get_include",
     "get_lib",
+    "gradient_counts",
     "gradient_reversal",
     "library",
     "library_path",
@@ -70,6 +86,7 @@ _STATIC_ALL = [
     "sign_ste",
     "tf_ext_train_path",
     "unify_cpp_gradient_registries",
+    "use_cpp_gradients",
     "zero_out",
 ]
 
