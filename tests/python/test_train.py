@@ -9,9 +9,11 @@ a batch larger than the data, a NaN loss, an unknown optimizer; --export read ba
 tf.saved_model.load; and what the trainer cannot train yet refused by name. An Embedding
 classifier (repeated ids) with every optimizer and clipping, its gradient sparse as Keras's
 tf.IndexedSlices (no [vocab, dim] gradient in the traced step); a tf.gather of a variable
-(ResourceGather); a table also read whole (dense gradient); an LSTM; tf.cond and
-tf.switch_case reading variables in their branches; the optimizer's iteration count across
---resume."""
+(ResourceGather); a table also read whole (dense gradient); an LSTM; common Keras architectures
+in training mode (separable, depthwise and transposed convolutions, pooling and upsampling,
+GroupNormalization, attention with LayerNormalization, masked Embedding -> GRU, a bidirectional
+LSTM, ConvLSTM2D, MobileNetV2); tf.cond and tf.switch_case reading variables in their branches;
+the optimizer's iteration count across --resume."""
 import csv
 import os
 import subprocess
@@ -595,6 +597,86 @@ def test_dilated_causal_conv1d_matches_model_fit(tmp_path):
     h = keras.layers.Conv1D(4, 3, dilation_rate=2, padding="causal", activation="tanh")(x)
     model = keras.Model(x, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
     model_matches_model_fit(tmp_path, model)
+
+
+def stacked(shape, *layers):
+    """Input(shape) -> layers -> Flatten -> Dense(2)."""
+    import keras
+    x = keras.Input(shape=shape, name="x")
+    h = x
+    for layer in layers:
+        h = layer(h)
+    return keras.Model(x, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
+
+
+def attention_block(layers):
+    """A transformer encoder block in small: self-attention, residual, LayerNormalization."""
+    import keras
+    x = keras.Input(shape=(5, 4), name="x")
+    h = layers.LayerNormalization()(x + layers.MultiHeadAttention(2, 2)(x, x))
+    return keras.Model(x, layers.Dense(2)(layers.GlobalAveragePooling1D()(h)))
+
+
+def mobilenet_v2(_layers):
+    import keras
+    return keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None,
+                                          classes=2, classifier_activation=None)
+
+
+# SGD with momentum, not Adam: some gradients are round-off where the maths gives zero
+# (attention's key bias, softmax being shift invariant; the beta of a BatchNormalization feeding
+# only a convolution and another BatchNormalization), which Adam's m / sqrt(v) makes full steps.
+SGD_MOMENTUM = ("sgd", {"learning_rate": 0.05, "momentum": 0.9})
+
+# Common Keras architectures: a builder of the model from keras.layers (called once the seed is
+# set) and the optimizer.
+ARCHITECTURES = {
+    "separable_conv2d": (lambda L: stacked((6, 6, 3), L.SeparableConv2D(
+        4, 3, depth_multiplier=2, activation="tanh")), SGD_MOMENTUM),
+    "depthwise_conv2d": (lambda L: stacked((6, 6, 3), L.DepthwiseConv2D(
+        3, strides=2, padding="same", depth_multiplier=2, activation="tanh")), SGD_MOMENTUM),
+    "strided_conv2d_transpose": (lambda L: stacked((4, 4, 3), L.Conv2DTranspose(
+        3, 3, strides=2, padding="same", activation="tanh")), SGD_MOMENTUM),
+    "pooling_upsampling": (lambda L: stacked(
+        (8, 8, 3), L.Conv2D(4, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+        L.UpSampling2D(2), L.AveragePooling2D(3, strides=2),
+        L.UpSampling2D(2, interpolation="bilinear")), SGD_MOMENTUM),
+    "group_normalization": (lambda L: stacked((6, 6, 4), L.Conv2D(4, 3, use_bias=False),
+                                              L.GroupNormalization(2), L.ReLU()), SGD_MOMENTUM),
+    "attention_layer_normalization": (attention_block, SGD_MOMENTUM),
+    "bidirectional_lstm": (lambda L: stacked((5, 3), L.Bidirectional(L.LSTM(3))), SGD_MOMENTUM),
+    "conv_lstm2d": (lambda L: stacked((3, 5, 5, 2), L.ConvLSTM2D(2, 3)), SGD_MOMENTUM),
+    # a small learning rate: 17 blocks of BatchNormalization over batches of 16 make larger
+    # steps chaotic, the two trainings' round-off growing apart within 2 epochs
+    "mobilenet_v2": (mobilenet_v2, ("sgd", {"learning_rate": 0.001})),
+}
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_architecture_trains_in_training_mode_like_model_fit(name, tmp_path):
+    """Common Keras architectures exported with tf_ext.export_for_training: the gradients of
+    separable, depthwise and strided transposed convolutions, pooling and resizing, recurrent
+    loops run both ways, attention's einsums and softmax, and the normalizations' moments train
+    the "train" signature as model.fit does: losses, weights and MobileNetV2's moving
+    statistics."""
+    import keras
+    keras.utils.set_random_seed(3)
+    build, opt = ARCHITECTURES[name]
+    model_matches_model_fit(tmp_path, build(keras.layers), training=True, opt=opt)
+
+
+def test_masked_embedding_gru_trains_like_model_fit(tmp_path):
+    """Embedding(mask_zero=True) -> GRU: padded steps (id 0) keep the GRU's state, a select on the
+    mask inside the loop; trained in training mode as model.fit does."""
+    import keras
+    keras.utils.set_random_seed(4)
+    ids = keras.Input(shape=(6,), dtype="int32", name="ids")
+    h = keras.layers.GRU(4)(keras.layers.Embedding(8, 3, mask_zero=True)(ids))
+    model = keras.Model(ids, keras.layers.Dense(2)(h))
+    rng = np.random.default_rng(7)
+    x = rng.integers(1, 8, size=(N, 6)).astype(np.int32)
+    x[np.arange(6) >= rng.integers(1, 7, size=(N, 1))] = 0  # post-padded, 1 to 6 real ids
+    model_matches_model_fit(tmp_path, model, x, training=True, opt=SGD_MOMENTUM)
 
 
 def cond_module(w, u, v, assign=False, switch=False):
