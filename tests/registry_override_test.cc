@@ -71,8 +71,15 @@ TEST(GradientOverrides, EveryDeclaredOverrideIsInstalledInBothRegistries) {
     EXPECT_FALSE(f.overrides.empty()) << f.op;
     EXPECT_NE(f.gradient, nullptr) << f.op;
   }
-  EXPECT_EQ(declared, (std::vector<std::string>{"Conv2D", "GatherV2", "Max", "MaxPoolGrad",
-                                                "Mean", "Min", "Slice", "Sum"}));
+  EXPECT_EQ(declared,
+            (std::vector<std::string>{
+                "Acos",   "Acosh",      "Angle", "Asin",          "Asinh",    "Atan",
+                "Atan2",  "Atanh",      "BatchMatMul", "BatchMatMulV2", "Complex", "Conv2D",
+                "Cos",    "Cosh",       "Div",   "DivNoNan",      "Exp",      "Expm1",
+                "GatherV2", "Imag",     "Inv",   "Log",           "Log1p",    "MatMul",
+                "Max",    "MaxPoolGrad", "Mean", "Min",           "Pow",      "Real",
+                "RealDiv", "Reciprocal", "Rsqrt", "Sigmoid",      "Sin",      "Sinh",
+                "Slice",  "Sqrt",       "Square", "Sum",          "Tan",      "Tanh"}));
   EXPECT_EQ(OverriddenTfGradientOps(), declared);
   for (const std::string& op : declared) {
     ops::GradFunc client = nullptr;
@@ -264,6 +271,80 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     if (bad.ok()) {
       EXPECT_FALSE((*bad)[0].shape() == (*good)[0].shape() &&
                    MaxAbsDiff((*bad)[0], (*good)[0]) < 1e-6);
+    }
+  }
+}
+
+// A complex128 tensor of `shape` with parts uniform in [-0.9, 0.9] (seeded).
+Tensor RandomComplex(const TensorShape& shape, int seed) {
+  const Tensor re = Random(DT_DOUBLE, shape, seed), im = Random(DT_DOUBLE, shape, seed + 50);
+  Tensor t(DT_COMPLEX128, shape);
+  for (int64_t i = 0; i < t.NumElements(); ++i) {
+    t.flat<complex128>()(i) = complex128(0.9 * re.flat<double>()(i), 0.9 * im.flat<double>()(i));
+  }
+  return t;
+}
+
+// The conjugation overrides (tf_ext/grads/tf/complex_grad.cc): for a complex T TensorFlow's
+// gradient lacks Python's conjugation (or refuses the type), tf_ext's has it, and for a real T
+// the two are the same nodes and give the same bits.
+TEST(GradientOverrides, ComplexGradientsAreConjugatedAndRealOnesUnchanged) {
+  struct Case {
+    const char* op;
+    std::vector<TensorShape> inputs;
+    bool theirs_fails;  // for complex T
+  };
+  const std::vector<Case> cases = {{"Exp", {{2, 3}}, false},
+                                   {"Tanh", {{2, 3}}, false},
+                                   {"RealDiv", {{2, 3}, {3}}, false},
+                                   {"Pow", {{2, 3}, {2, 3}}, false},
+                                   {"MatMul", {{2, 3}, {3, 4}}, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    gradient::Creator ours, theirs;
+    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator(c.op, &ours));
+    ASSERT_TRUE(FindReplacedTfGradient(c.op, &theirs));
+    for (DataType t : {DT_COMPLEX128, DT_DOUBLE}) {
+      AttrValueMap attrs;
+      attrs["T"].set_type(t);
+      if (std::string(c.op) == "MatMul") {
+        attrs["transpose_a"].set_b(false);
+        attrs["transpose_b"].set_b(false);
+      }
+      std::vector<Tensor> args;
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        Tensor x = RandomComplex(c.inputs[i], 20 + i);
+        if (t == DT_DOUBLE) {  // positive: in Pow's real domain
+          Tensor positive(DT_DOUBLE, x.shape());
+          for (int64_t j = 0; j < x.NumElements(); ++j) {
+            positive.flat<double>()(j) = 0.1 + std::abs(x.flat<complex128>()(j));
+          }
+          x = positive;
+        }
+        args.push_back(x);
+      }
+      const TensorShape out = std::string(c.op) == "MatMul" ? TensorShape({2, 4})
+                                                            : TensorShape({2, 3});
+      args.push_back(t == DT_DOUBLE ? Random(t, out, 30) : RandomComplex(out, 30));
+      auto good = RunCreator(ours, attrs, args);
+      ASSERT_TRUE(good.ok()) << good.status();
+      auto bad = RunCreator(theirs, attrs, args);
+      if (t == DT_DOUBLE) {
+        ASSERT_TRUE(bad.ok()) << bad.status();
+        for (size_t i = 0; i < good->size(); ++i) {
+          test::ExpectTensorNear<double>((*good)[i], (*bad)[i], 0.0);  // the same bits
+        }
+      } else if (c.theirs_fails) {
+        EXPECT_FALSE(bad.ok());
+      } else {
+        ASSERT_TRUE(bad.ok()) << bad.status();
+        double differs = 0;
+        for (int64_t i = 0; i < (*good)[0].NumElements(); ++i) {
+          differs = std::max(differs, std::abs((*good)[0].flat<complex128>()(i) -
+                                               (*bad)[0].flat<complex128>()(i)));
+        }
+        EXPECT_GT(differs, 1e-3);  // conj(f'(x)) against f'(x)
+      }
     }
   }
 }

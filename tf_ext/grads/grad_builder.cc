@@ -23,6 +23,21 @@ bool WantsForwardOutputs(const AttrSlice& attrs) {
   return v != nullptr && v->value_case() == AttrValue::kB && v->b();
 }
 
+absl::Status RedirectArgumentReads(FunctionDef* g, const std::string& arg, const std::string& ref) {
+  bool found = false;
+  for (const OpDef::ArgDef& a : g->signature().input_arg()) found = found || a.name() == arg;
+  if (!found) {
+    return absl::InternalError(absl::StrCat("gradient function ", g->signature().name(),
+                                            " has no argument '", arg, "' to redirect"));
+  }
+  for (NodeDef& n : *g->mutable_node_def()) {
+    for (std::string& in : *n.mutable_input()) {
+      if (in == arg) in = ref;
+    }
+  }
+  return absl::OkStatus();
+}
+
 GradBuilder::GradBuilder(const std::string& op_type, const AttrSlice& attrs, Kind kind)
     : op_type_(op_type), kind_(kind), attrs_(attrs) {
   with_outputs_ = kind == Kind::kGradient && WantsForwardOutputs(attrs);
@@ -170,6 +185,11 @@ std::pair<std::string, std::string> GradBuilder::ReduceForBroadcast(
   std::string da = Add({{p + "da"}, "Reshape", {p + "suma", p + "sa"}, t});
   std::string db = Add({{p + "db"}, "Reshape", {p + "sumb", p + "sb"}, t});
   return {da, db};
+}
+
+std::string GradBuilder::Conj(const std::string& v) {
+  if (!DataTypeIsComplex(GetAttr<DataType>("T"))) return v;
+  return Add({{"conj_" + v}, "Conj", {v}, PassAttrs({"T"})});
 }
 
 GradBuilder& GradBuilder::UnaryCwise(std::vector<FDH::Node> body) {

@@ -56,6 +56,11 @@ inline constexpr char kForwardOutputsAttr[] = "_tf_ext_forward_outputs";
 // Whether `attrs` ask for that form.
 bool WantsForwardOutputs(const AttrSlice& attrs);
 
+// Edits a built gradient FunctionDef (an override building on TensorFlow's gradient): every
+// node input that reads argument `arg` reads node output `ref` instead (control inputs stay).
+// Fails when `arg` is not one of g's input arguments.
+absl::Status RedirectArgumentReads(FunctionDef* g, const std::string& arg, const std::string& ref);
+
 class GradBuilder {
  public:
   // What the built function computes: the gradient (signature above), or a surrogate forward
@@ -117,6 +122,8 @@ class GradBuilder {
   GradBuilder& DedicatedOp(const std::string& grad_op, std::vector<std::string> args,
                            std::initializer_list<std::string> attrs,
                            std::vector<std::string> inputs);
+  // conj(v) for a complex T (a Conj node), v itself for a real one.
+  std::string Conj(const std::string& v);
   // A scalar constant of dtype attr `type_attr` ("$T") with value `value`: Const(double) + Cast.
   std::string TypedConst(const std::string& name, double value,
                          const std::string& type_attr = "T");

@@ -352,11 +352,7 @@ absl::Status GatherV2Grad(const AttrSlice& attrs, FunctionDef* g) {
       axis_arg->name() != axis || g->signature().input_arg(0).name() != params) {
     return absl::InternalError("GatherV2: TensorFlow's converted gradient has another signature");
   }
-  for (NodeDef& n : *g->mutable_node_def()) {
-    for (std::string& in : *n.mutable_input()) {
-      if (in == axis) in = "axis_nonneg:y:0";
-    }
-  }
+  TF_RETURN_IF_ERROR(grad::RedirectArgumentReads(g, axis, "axis_nonneg:y:0"));
   axis_arg->set_type(axis_type);
   auto add = [g](const std::string& name, const std::string& op,
                  std::initializer_list<std::string> inputs) {

@@ -46,19 +46,13 @@ const std::vector<DataType> kRealFloatTypes = {DT_HALF, DT_BFLOAT16, DT_FLOAT, D
 const std::vector<DataType> kBackwardOpTypes = {DT_HALF,   DT_BFLOAT16,  DT_FLOAT,
                                                 DT_DOUBLE, DT_COMPLEX64, DT_COMPLEX128};
 
-// conj(v) for a complex T, v itself for a real one.
-std::string Conj(grad::GradBuilder& b, const std::string& v) {
-  if (!DataTypeIsComplex(b.GetAttr<DataType>("T"))) return v;
-  return b.Add({{"conj_" + v}, "Conj", {v}, b.PassAttrs({"T"})});
-}
-
 // TanhGrad(y, dy) = dy * (1 - y^2).
 absl::Status TanhGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("TanhGrad", attrs);
   b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
-  const std::string a = Conj(b, "y"), c = Conj(b, "dy");
+  const std::string a = b.Conj("y"), c = b.Conj("dy");
   const std::string minus_two = b.TypedConst("minus_two", -2.0);
   b.Add({{"dz_dy"}, "Mul", {dz, c}, t});                           // d(z) * conj(dy)
   b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", a}, t});                    // ... * conj(y)
@@ -75,7 +69,7 @@ absl::Status SigmoidGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
-  const std::string a = Conj(b, "y"), c = Conj(b, "dy");
+  const std::string a = b.Conj("y"), c = b.Conj("dy");
   const std::string two = b.TypedConst("two", 2.0);
   b.Add({{"gb"}, "Mul", {dz, c}, t});                              // d(z) * conj(dy)
   b.Add({{"gb_y"}, "Mul", {"gb", a}, t});
@@ -94,7 +88,7 @@ absl::Status SqrtGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string half = b.TypedConst("half", 0.5);
   b.Add({{"ga"}, "Div", {grad::GradName("z"), "y"}, t});            // d(z) / y
-  const std::string ga = Conj(b, "ga");
+  const std::string ga = b.Conj("ga");
   b.Add({{"neg_ga"}, "Neg", {ga}, t});
   // d(y) = -conj(d(z) / y) * z  (z: the forward output)
   b.Return("y", b.Add({{"y_grad"}, "Mul", {"neg_ga", "z"}, t}));
@@ -109,7 +103,7 @@ absl::Status RsqrtGradGrad(const AttrSlice& attrs, FunctionDef* g) {
   b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
-  const std::string a = Conj(b, "y"), cg = Conj(b, dz);
+  const std::string a = b.Conj("y"), cg = b.Conj(dz);
   const std::string minus_1_5 = b.TypedConst("minus_one_and_half", -1.5);
   b.Add({{"y2"}, "Square", {a}, t});                               // conj(y)^2
   b.Add({{"dz_dy"}, "Mul", {cg, "dy"}, t});                        // conj(d(z)) * dy
@@ -127,7 +121,7 @@ absl::Status ReciprocalGradGradOf(const std::string& op, const AttrSlice& attrs,
   b.RequireTypes("T", kBackwardOpTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const std::string dz = grad::GradName("z");
-  const std::string a = Conj(b, "y"), cg = Conj(b, dz);
+  const std::string a = b.Conj("y"), cg = b.Conj(dz);
   const std::string minus_two = b.TypedConst("minus_two", -2.0);
   b.Add({{"dz_dy"}, "Mul", {cg, "dy"}, t});                        // conj(d(z)) * dy
   b.Add({{"dz_dy_y"}, "Mul", {"dz_dy", a}, t});
