@@ -226,28 +226,55 @@ class _Specialised:
         # forward: the function a SymbolicGradient fdef differentiates (list arguments).
         self.op_type, self.fdef, self.forward = op_type, fdef, forward
         self.retired: list[Callable[..., list[tf.Tensor]]] = []
-        self.fn: Callable[..., list[tf.Tensor]] | None = None
-        self._build()
+        self.num_outputs = len(fdef.signature.output_arg)
+        self.nodes = _EagerNodes.of(fdef)
+        # The callables built, by the arguments' static shapes (None: shape-generic), each
+        # with its name in the eager context and the cluster it was built for.
+        self._built: dict[Any, tuple[Callable[..., list[tf.Tensor]], str, Any]] = {}
+        # Whether the FunctionDef imports only with its arguments' shapes known: a node whose
+        # shape function needs them (SpaceToBatchND, BatchToSpaceND: the size of block_shape)
+        # fails shape-generically. Such an op's gradient is then built per static shapes of
+        # the arguments, as tf.function traces per input shapes.
+        self.per_shapes = False
+        try:
+            self._build(None)
+        except ValueError:
+            if forward is not None:
+                raise
+            self.per_shapes = True
 
-    def _build(self) -> None:
-        if self.fn is not None:
+    @property
+    def function_name(self) -> str | None:
+        """The shape-generic function's name in the eager context (None: built per shapes)."""
+        built = self._built.get(None)
+        return None if built is None else built[1]
+
+    def _build(self, shapes: list[tf.TensorShape | None] | None) -> None:
+        key = None if shapes is None else _shapes_key(shapes)
+        if key in self._built:
             # Kept alive on purpose: a collected function is removed from the context, which
             # then asks remote workers that never had it to remove it too, and that error
             # poisons later remote calls.
-            self.retired.append(self.fn)
-        self.fn, self.function_name = _callable_gradient(self.op_type, self.fdef, self.forward)
-        self.num_outputs = len(self.fdef.signature.output_arg)
-        self.nodes = _EagerNodes.of(self.fdef)
-        self.server_def = _tf_compat.server_def()
+            self.retired.append(self._built[key][0])
+        fn, name = _callable_gradient(self.op_type, self.fdef, self.forward, shapes)
+        self._built[key] = (fn, name, _tf_compat.server_def())
 
-    def current(self) -> Callable[..., list[tf.Tensor]]:
+    def current(self, args: list[tf.Tensor]) -> tuple[Callable[..., list[tf.Tensor]], str]:
+        """The callable for args (and its name in the eager context)."""
+        shapes = None
+        if self.per_shapes:
+            # A resource's or variant's static shape is its handle's: left unknown.
+            shapes = [None if a.dtype in (tf.resource, tf.variant) else a.shape for a in args]
+        key = None if shapes is None else _shapes_key(shapes)
+        built = self._built.get(key)
         # Functions registered before connecting to a cluster (set_server_def) never reach
         # the remote workers, and a reset context forgets them: rebuild from the kept
         # FunctionDef then (no new C++ request). tf.function has the same limitation.
-        if (_tf_compat.server_def() is not self.server_def or
-                not _tf_compat.context_has_function(self.function_name)):
-            self._build()
-        return self.fn
+        if (built is None or _tf_compat.server_def() is not built[2] or
+                not _tf_compat.context_has_function(built[1])):
+            self._build(shapes)
+            built = self._built[key]
+        return built[0], built[1]
 
     def __call__(self, *args: tf.Tensor) -> list[tf.Tensor]:
         """The gradient on args. Eagerly with no tape that could record it (a first-order
@@ -259,9 +286,10 @@ class _Specialised:
         if tf.executing_eagerly() and not _tf_compat.tape_could_record():
             if self.nodes is not None:
                 return self.nodes(args)  # plain eager ops: no function in the context needed
-            self.current()
-            return _tf_compat.call_function(self.function_name, list(args), self.num_outputs)
-        return self.current()(*args)
+            _, name = self.current(list(args))
+            return _tf_compat.call_function(name, list(args), self.num_outputs)
+        fn, _ = self.current(list(args))
+        return fn(*args)
 
 
 class _EagerNodes:
@@ -519,13 +547,20 @@ def _flat_types(args: Iterable[Any], node: _tf_compat.NodeDef) -> list[int]:
     return types
 
 
+def _shapes_key(shapes: Iterable[tf.TensorShape | None]) -> tuple[Any, ...]:
+    """A hashable key for static shapes (None, or a shape of unknown rank: unknown)."""
+    return tuple(None if s is None or s.rank is None else tuple(s.as_list()) for s in shapes)
+
+
 def _callable_gradient(
         op_type: str, fdef: _tf_compat.FunctionDef,
         forward: _tf_compat.FunctionDef | None = None,
+        shapes: list[tf.TensorShape | None] | None = None,
 ) -> tuple[Callable[..., list[tf.Tensor]], str]:
     """The FunctionDef as a callable ConcreteFunction (and the name it has in the eager
     context), made non-differentiable with a clear error if one of its nodes has no gradient
-    or one registered as not implemented."""
+    or one registered as not implemented. shapes: the arguments' static shapes, which the
+    callable then requires (default: any shapes)."""
     lacking, unimplemented = [], []
     for node_type in sorted({n.op for n in fdef.node_def}):
         # Body ops with a C++ gradient (tf_ext's or a third party's) get bridged too.
@@ -540,7 +575,7 @@ def _callable_gradient(
     if forward is not None:
         gradient, name = _tf_compat.symbolic_gradient_function(fdef, forward)
     else:
-        gradient, name = _tf_compat.function_from_def(fdef)
+        gradient, name = _tf_compat.function_from_def(fdef, shapes)
     if not lacking and not unimplemented:
         return (lambda *args: list(gradient(*args))), name
 

@@ -323,18 +323,27 @@ def stop_recording() -> contextlib.AbstractContextManager:
     return record.stop_recording()
 
 
-def function_from_def(fdef: FunctionDef) -> tuple[Callable[..., Any], str]:
+def function_from_def(
+        fdef: FunctionDef, input_shapes: list[tf.TensorShape | None] | None = None,
+) -> tuple[Callable[..., Any], str]:
     """A FunctionDef as a callable ConcreteFunction (positional tensors in, a list of tensors
     out) and the name it is registered under in the eager context. TensorFlow registers it
     with the eager context on first call and adds it to every graph that calls it.
+
+    input_shapes: the arguments' static shapes (None: unknown), which the function then
+    requires; by default every shape is unknown. Raises ValueError when a node's shape
+    function rejects its inputs' shapes: importing runs shape inference, and a few shape
+    functions need what a shape-generic argument lacks (SpaceToBatchND's and
+    BatchToSpaceND's: a block_shape of known size).
 
     Relies on function_def_to_graph, function_type.from_structured_signature and
     ConcreteFunction.from_func_graph (the way tf.function builds its own functions).
     """
     with tf.Graph().as_default():  # build away from any graph under construction
-        graph = function_def_to_graph.function_def_to_graph(fdef)
+        graph = function_def_to_graph.function_def_to_graph(fdef, input_shapes=input_shapes)
     graph.structured_input_signature = (
-        tuple(tf.TensorSpec(None, t.dtype) for t in graph.inputs), {})
+        tuple(tf.TensorSpec(None if input_shapes is None else t.shape, t.dtype)
+              for t in graph.inputs), {})
     graph.structured_outputs = list(graph.outputs)
     function_type = function_type_lib.from_structured_signature(
         graph.structured_input_signature, graph.structured_outputs,

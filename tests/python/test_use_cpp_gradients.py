@@ -86,6 +86,37 @@ def test_cpp_gradients_match_python(mode, case):
     assert not counts.python and not counts.function_ops
 
 
+def dilated_causal_conv(x):
+    """Keras's Conv1D(padding="causal", dilation_rate=2): a left Pad, then a dilated
+    convolution, which TensorFlow runs as SpaceToBatchND -> Conv2D -> BatchToSpaceND."""
+    w = tf.constant(np.random.default_rng(4).uniform(-1, 1, (3, 3, 2)))
+    return tf.nn.convolution(tf.pad(x, [[0, 0], [4, 0], [0, 0]]), w, padding="VALID",
+                             dilations=2)
+
+
+def test_dilated_causal_convolution(mode):
+    """SpaceToBatchND's and BatchToSpaceND's gradients (TensorFlow's C++ client gradients as
+    functions) call ops whose shape functions need block_shape's size, which a shape-generic
+    function argument lacks: importing the FunctionDef failed ("block_shape must have rank
+    1"). The bridge builds those per static shapes of the arguments."""
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 9, 3))
+    dy = np.random.default_rng(1).uniform(-1, 1, (2, 9, 2))
+    want = vjp(mode, dilated_causal_conv, x, dy)
+    with tf_ext.use_cpp_gradients() as scope:
+        got = [vjp(mode, dilated_causal_conv, x, dy)]
+        if mode == "eager":
+            with tf.GradientTape():  # a tape that could record: the function, not node by node
+                got.append(vjp(mode, dilated_causal_conv, x, dy))
+    counts = scope.counts()
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-9)
+    assert np.count_nonzero(want) > 0
+    ops = {"Pad", "SpaceToBatchND", "Conv2D", "BatchToSpaceND"}
+    assert ops <= set(counts.cpp), ops - set(counts.cpp)
+    assert counts.fallbacks() == {}
+    assert not counts.python and not counts.function_ops
+
+
 def test_list_op_gradients_are_the_cpp_registrys():
     """Pack's and ConcatV2's C++ gradients have list arguments, which TfExt>GradientFunction
     Def cannot specialise: the bridge then calls them through SymbolicGradient of a one-op
