@@ -146,24 +146,24 @@ absl::Status AcoshGrad(const AttrSlice& attrs, FunctionDef* g) {
   return InverseHyperbolicGrad("Acosh", "Sinh", attrs, g);
 }
 
-// Real(input) = Re(input): d(input) = d(output) + 0i (Python's _RealGrad).
-absl::Status RealGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("Real", attrs);
+// Real(input) = Re(input): d(input) = d(output) + 0i; Imag(input) = Im(input): d(input) =
+// 0 + d(output) i (Python's _RealGrad, _ImagGrad).
+absl::Status PartGrad(const char* op, bool real_part, const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
   const std::string dy = grad::GradName("output");
   b.Add({{"zeros"}, "ZerosLike", {dy}, {{"T", grad::Placeholder("Tout")}}});
-  b.Return("input", b.Add({{"d_in"}, "Complex", {dy, "zeros"},
+  const std::string re = real_part ? dy : "zeros", im = real_part ? "zeros" : dy;
+  b.Return("input", b.Add({{"d_in"}, "Complex", {re, im},
                            {{"T", grad::Placeholder("Tout")}, {"Tout", grad::Placeholder("T")}}}));
   return b.Build(g);
 }
 
-// Imag(input) = Im(input): d(input) = 0 + d(output) i (Python's _ImagGrad).
+absl::Status RealGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return PartGrad("Real", /*real_part=*/true, attrs, g);
+}
+
 absl::Status ImagGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("Imag", attrs);
-  const std::string dy = grad::GradName("output");
-  b.Add({{"zeros"}, "ZerosLike", {dy}, {{"T", grad::Placeholder("Tout")}}});
-  b.Return("input", b.Add({{"d_in"}, "Complex", {"zeros", dy},
-                           {{"T", grad::Placeholder("Tout")}, {"Tout", grad::Placeholder("T")}}}));
-  return b.Build(g);
+  return PartGrad("Imag", /*real_part=*/false, attrs, g);
 }
 
 // Angle(input) = atan2(Im, Re): d(input) = -(d(output) + 0i) / (Im + Re i) (Python's
