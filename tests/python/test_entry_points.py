@@ -1,20 +1,29 @@
 """One gradient, every entry point: a corpus of small graphs (convolutions in their CPU variants,
-negative axes, keep_dims, slices to the end, broadcasting) differentiated through tf_ext_grad's
-pipeline options (default, --symbolic_gradients, --optimize=false, --hoist_constants), each
-compared with Python's GradientTape as max|a - b| / max|reference| <= 1e-9 in float64 (1e-5 in
-float32: TensorFlow's CPU kernels run a dilated convolution's gradient only in float32, through
-oneDNN).
+pooling, negative axes, keep_dims, slices to the end, broadcasting, complex intermediates)
+differentiated through every door a user comes in by, each compared with Python's GradientTape
+as max|a - b| / max|reference| <= 1e-9 in float64 (1e-5 in float32: TensorFlow's CPU kernels run
+a dilated convolution's gradient only in float32, through oneDNN):
 
-The default and --optimize=false / --hoist_constants inline each op's gradient from TensorFlow's
-registries; --symbolic_gradients leaves one SymbolicGradient node per op for the runtime to
-resolve: the registries' overrides of TensorFlow's wrong gradients (docs/registries.md) are what
-make the two agree.
+  * tf_ext_grad: default, --symbolic_gradients, --optimize=false, --hoist_constants;
+  * the SavedModel of tf_ext_grad --export, run by a Python process that never loads tf_ext;
+  * C (tests/c_entry_points.c): TensorFlow's own TF_AddGradients with the op library loaded,
+    TfExtAddGradients, TfExtGradientSession;
+  * Python: a SymbolicGradient node of a function holding the graph (the function runtime looks
+    each op's gradient up in the C++ registry), and GradientTape under tf_ext.use_cpp_gradients()
+    (the bridge: each op's C++ gradient as a TfExt>GradientFunctionDef FunctionDef).
+
+The trainer's door is test_train.py's (Keras models against model.fit). The default and
+--optimize=false / --hoist_constants inline each op's gradient from TensorFlow's registries;
+--symbolic_gradients, TF_AddGradients (for the ops whose gradient tf_ext overrides) and the
+SymbolicGradient node leave it to the runtime to resolve: the registries' overrides of
+TensorFlow's wrong gradients (docs/registries.md) are what make them all agree.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,13 +34,22 @@ WORKSPACE = os.path.join(RUNFILES, os.environ.get("TEST_WORKSPACE", "tf_ext")) i
     else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bazel-bin")
 TOOL = os.path.join(WORKSPACE, "tf_ext", "tf_ext_grad")
 LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
+C_ENTRY_POINTS = os.path.join(WORKSPACE, "tests", "c_entry_points")
 
+# tf_ext_grad's pipeline options.
 MODES = {
     "default": [],
     "symbolic_gradients": ["--symbolic_gradients"],
     "no_optimize": ["--optimize=false"],
     "hoist_constants": ["--hoist_constants"],
 }
+# tests/c_entry_points.c's modes.
+C_MODES = ["tf_add_gradients", "tf_ext_add_gradients", "gradient_session"]
+# Where the function runtime resolves each op's gradient by itself, one op at a time (not
+# inlined into the caller's graph; TF_AddGradients: for the ops whose gradient tf_ext overrides,
+# Conv2D among them). A SymbolicGradient of a whole function is inlined into the graph the
+# Session optimises, so oneDNN's rewrite runs its dilated convolution's gradient.
+RUNTIME_RESOLVED = {"symbolic_gradients", "tf_add_gradients"}
 
 
 def _w(seed: int, *shape: int, dtype=np.float64) -> tf.Tensor:
@@ -72,6 +90,20 @@ CORPUS = {
     "broadcasting": ((2, 3), lambda x: tf.math.atan2(x, _w(10, 1, 3) + 2.0) * _w(11, 2, 1)),
     "gather_negative_axis": ((2, 5), lambda x: tf.gather(x, [3, 0, 3], axis=-1)),
     "slice_size_minus_1": ((4, 5), lambda x: tf.slice(x, [1, 2], [-1, -1])),
+    "conv1d_strided": ((2, 9, 3), lambda x: tf.nn.conv1d(x, _w(13, 3, 3, 2), 2, "SAME")),
+    "depthwise_conv2d_strided": ((1, 7, 7, 2), lambda x: tf.nn.depthwise_conv2d(
+        x, _w(14, 3, 3, 2, 2), strides=[1, 2, 2, 1], padding="VALID")),
+    "conv3d_strided_same": ((1, 5, 4, 5, 2), lambda x: tf.nn.conv3d(
+        x, _w(15, 3, 2, 3, 2, 2), strides=[1, 2, 1, 2, 1], padding="SAME")),
+    "pools_3d_float32": ((1, 4, 4, 4, 2), lambda x: tf.nn.max_pool3d(x, 2, 2, "VALID") *
+                         tf.nn.avg_pool3d(x, 2, 2, "VALID"), np.float32),  # no float64 kernels
+    # Complex intermediates: Complex, the conjugating overrides (Exp, RealDiv, MatMul, Tanh),
+    # Real/Imag/Angle and ComplexAbs, back to a real output.
+    "complex_intermediates": ((3, 4), lambda x: tf.reduce_sum(tf.abs(tf.tanh(tf.matmul(
+        tf.exp(tf.complex(x, 0.5 * x)), tf.complex(_w(16, 4, 2), _w(17, 4, 2))) /
+        tf.complex(2.0 + x[:, :2] ** 2, x[:, 1:3]))), -1, keepdims=True) +
+        tf.math.angle(tf.complex(x, 1.0 + x ** 2)) +
+        tf.math.real(tf.complex(x, x)) * tf.math.imag(tf.complex(x, x ** 2))),
 }
 
 
@@ -101,28 +133,145 @@ def frozen(tmp_path_factory):
     return out
 
 
+def assert_pythons(case, mode, x, fn, y, dx):
+    """y and d(sum y)/dx from entry point `mode` equal Python's GradientTape's."""
+    y_ref, dx_ref = reference(fn, x)
+    tol = 1e-9 if x.dtype == np.float64 else 1e-5
+    assert dx.dtype == x.dtype and dx.shape == x.shape, (dx.dtype, dx.shape)
+    np.testing.assert_allclose(y, y_ref, rtol=tol, atol=tol)
+    scale = np.abs(dx_ref).max()
+    assert scale > 0
+    err = np.abs(dx - dx_ref).max() / scale
+    assert err <= tol, "%s through %s: max|a-b|/max|ref| = %.3g" % (case, mode, err)
+
+
+def refused_dilation(case, mode, returncode, stderr):
+    """A dilated convolution's gradient resolved by the function runtime: TensorFlow's CPU
+    backprop kernels reject dilations > 1 outside oneDNN's graph rewrite, which that path does
+    not get. A clear error naming the dilation, never an undilated convolution's gradient
+    (docs/registries.md)."""
+    if case != "conv2d_dilated_float32" or mode not in RUNTIME_RESOLVED:
+        return False
+    assert returncode != 0
+    assert "dilation" in stderr, stderr[-2000:]
+    return True
+
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("case", sorted(CORPUS))
-def test_every_entry_point_gives_pythons_gradient(frozen, case, mode, tmp_path):
+def test_tf_ext_grad_gives_pythons_gradient(frozen, case, mode, tmp_path):
     path, x_path, x, fn = frozen[case]
-    y_ref, dx_ref = reference(fn, x)
     saved = str(tmp_path / "grad.npz")
     r = subprocess.run([TOOL, "--library=" + LIBRARY, "--graph=" + path, "--y=y", "--x=x",
                         "--feed=x=@" + x_path, "--save=" + saved] + MODES[mode],
                        capture_output=True, text=True)
-    if case == "conv2d_dilated_float32" and mode == "symbolic_gradients":
-        # TensorFlow's CPU backprop kernels reject dilations > 1 outside oneDNN's graph rewrite,
-        # which a SymbolicGradient resolved by the function runtime does not get: a clear error
-        # naming the dilation, never an undilated convolution's gradient (docs/registries.md).
-        assert r.returncode != 0
-        assert "dilation" in r.stderr, r.stderr[-2000:]
+    if refused_dilation(case, mode, r.returncode, r.stderr):
         return
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     got = np.load(saved)
-    tol = 1e-9 if x.dtype == np.float64 else 1e-5
-    assert got["d_x"].dtype == x.dtype and got["d_x"].shape == x.shape
-    np.testing.assert_allclose(got["y"], y_ref, rtol=tol, atol=tol)
-    scale = np.abs(dx_ref).max()
-    assert scale > 0
-    err = np.abs(got["d_x"] - dx_ref).max() / scale
-    assert err <= tol, "%s through %s: max|a-b|/max|ref| = %.3g" % (case, mode, err)
+    assert_pythons(case, mode, x, fn, got["y"], got["d_x"])
+
+
+@pytest.mark.parametrize("mode", C_MODES)
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_c_api_gives_pythons_gradient(frozen, case, mode, tmp_path):
+    path, _, x, fn = frozen[case]
+    raw = tmp_path / "x.raw"
+    x.tofile(raw)
+    out_y, out_dx = tmp_path / "y.raw", tmp_path / "dx.raw"
+    r = subprocess.run([C_ENTRY_POINTS, mode, path, "x", "y", x.dtype.name,
+                        "x".join(map(str, x.shape)), str(raw), str(out_y), str(out_dx)],
+                       capture_output=True, text=True,
+                       env={**os.environ, "TF_EXT_LIBRARY": LIBRARY})
+    if refused_dilation(case, mode, r.returncode, r.stderr):
+        return
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    y_ref, _ = reference(fn, x)
+    y = np.fromfile(out_y, x.dtype).reshape(y_ref.shape)
+    dx = np.fromfile(out_dx, x.dtype).reshape(x.shape)
+    assert_pythons(case, mode, x, fn, y, dx)
+
+
+# Runs in a fresh interpreter that never imports tf_ext: each export's "gradients" signature.
+RUN_EXPORTS = """
+import sys, numpy as np, tensorflow as tf
+out = {}
+for name, export, x_path in zip(*[iter(sys.argv[2:])] * 3):
+    got = tf.saved_model.load(export).signatures["gradients"](x=tf.constant(np.load(x_path)))
+    out[name + "/y"], out[name + "/d_x"] = got["y"].numpy(), got["d_x"].numpy()
+    assert not any("tf_ext" in m for m in sys.modules), "tf_ext was imported"
+np.savez(sys.argv[1], **out)
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(frozen, tmp_path_factory):
+    """Every corpus graph's gradient exported by tf_ext_grad --export, run without tf_ext."""
+    root = tmp_path_factory.mktemp("exports")
+    args, failures = [], {}
+    for name, (path, x_path, _, _) in sorted(frozen.items()):
+        export = str(root / name)
+        r = subprocess.run([TOOL, "--library=" + LIBRARY, "--graph=" + path, "--y=y", "--x=x",
+                            "--feed=x=@" + x_path, "--export=" + export],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            failures[name] = r.stdout + r.stderr[-3000:]
+        else:
+            args += [name, export, x_path]
+    results = str(root / "results.npz")
+    r = subprocess.run([sys.executable, "-c", RUN_EXPORTS, results] + args,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return failures, dict(np.load(results))
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_exported_saved_model_gives_pythons_gradient(frozen, exported, case):
+    failures, results = exported
+    assert case not in failures, failures.get(case)
+    _, _, x, fn = frozen[case]
+    assert_pythons(case, "export", x, fn, results[case + "/y"], results[case + "/d_x"])
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_symbolic_gradient_node_from_python_gives_pythons_gradient(case):
+    """A SymbolicGradient node of a function holding the corpus graph, run by a TF1 Session:
+    TensorFlow's function runtime differentiates the function op by op through the C++
+    function registry (with tf_ext's library loaded)."""
+    import tf_ext
+    from tensorflow.python.framework import function as defun_lib
+    tf_ext.library()
+    shape, fn, *dtype = CORPUS[case]
+    dtype = dtype[0] if dtype else np.float64
+    x = np.random.default_rng(len(case)).uniform(-1, 1, shape).astype(dtype)
+    y_shape = reference(fn, x)[0].shape
+    with tf.Graph().as_default():
+        @defun_lib.Defun(tf.as_dtype(dtype))
+        def forward(xx):
+            return fn(xx)
+
+        xt = tf.constant(x)
+        y = forward(xt)
+        y.set_shape(y_shape)
+        dx = tf.raw_ops.SymbolicGradient(input=[xt, tf.ones_like(y)], Tout=[xt.dtype],
+                                         f=tf.compat.v1.NameAttrList(name=forward.name))[0]
+        with tf.compat.v1.Session() as sess:
+            try:
+                got_y, got_dx = sess.run([y, dx])
+            except tf.errors.OpError as e:
+                raise AssertionError(e.message) from e
+    assert_pythons(case, "symbolic_gradient_node", x, fn, got_y, got_dx)
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_gradient_tape_under_use_cpp_gradients_gives_pythons_gradient(case):
+    """GradientTape with every op's C++ gradient (tf_ext.use_cpp_gradients: the Python bridge,
+    TfExt>GradientFunctionDef), and not one op falling back to Python's."""
+    import tf_ext
+    shape, fn, *dtype = CORPUS[case]
+    dtype = dtype[0] if dtype else np.float64
+    x = np.random.default_rng(len(case)).uniform(-1, 1, shape).astype(dtype)
+    with tf_ext.use_cpp_gradients() as scope:
+        y, dx = reference(fn, x)
+    assert scope.counts().cpp and not scope.counts().fallbacks(), scope.counts()
+    assert_pythons(case, "use_cpp_gradients", x, fn, y, dx)
