@@ -1,9 +1,11 @@
 /* TfExtTrainer (tf_ext/train/c_trainer.h) from C, for tests/python/test_train.py: trains the
  * SavedModel DIR on X (raw float32, N x IN) and T (raw float32, N x OUT) with Adam for EPOCHS
- * epochs of batches of B in file order, prints each step's loss ("step S loss L"), exports the
- * trained SavedModel to EXPORT, then checks hostile calls. Exit status 0 when all went well.
+ * epochs of batches of B in file order (KEY=VALUE arguments after EXPORT: further trainer
+ * options, which override those), prints the signature and mode trained ("signature S mode M")
+ * and each step's loss ("step S loss L"), exports the trained SavedModel to EXPORT, then checks
+ * hostile calls. Exit status 0 when all went well.
  *
- *   train_c_test DIR X T N IN OUT B EPOCHS EXPORT */
+ *   train_c_test DIR X T N IN OUT B EPOCHS EXPORT [KEY=VALUE...] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +33,8 @@ static TF_Tensor* Rows(const float* data, int64_t first, int64_t rows, int64_t c
 }
 
 int main(int argc, char** argv) {
-  if (argc != 10) {
-    fprintf(stderr, "usage: %s DIR X T N IN OUT B EPOCHS EXPORT\n", argv[0]);
+  if (argc < 10) {
+    fprintf(stderr, "usage: %s DIR X T N IN OUT B EPOCHS EXPORT [KEY=VALUE...]\n", argv[0]);
     return 2;
   }
   const int64_t n = atoll(argv[4]), in = atoll(argv[5]), out = atoll(argv[6]), b = atoll(argv[7]);
@@ -48,13 +50,28 @@ int main(int argc, char** argv) {
   }
   float* x = ReadFloats(argv[2], n * in);
   float* t = ReadFloats(argv[3], n * out);
-  const char* keys[3] = {"loss", "optimizer", "learning_rate"};
-  const char* values[3] = {"mse", "adam", "0.01"};
-  TfExtTrainer* trainer = TfExtNewTrainer(argv[1], keys, values, 3, s);
+  enum { kMaxOptions = 16 };
+  const char* keys[kMaxOptions] = {"loss", "optimizer", "learning_rate"};
+  const char* values[kMaxOptions] = {"mse", "adam", "0.01"};
+  int num_options = 3;
+  for (int i = 10; i < argc && num_options < kMaxOptions; ++i, ++num_options) {
+    char* eq = strchr(argv[i], '=');
+    if (eq == NULL) {
+      fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
+      return 2;
+    }
+    *eq = '\0';
+    keys[num_options] = argv[i];
+    values[num_options] = eq + 1;
+  }
+  TfExtTrainer* trainer = TfExtNewTrainer(argv[1], keys, values, num_options, s);
   if (TF_GetCode(s) != TF_OK) {
     fprintf(stderr, "FAIL create: %s\n", TF_Message(s));
     return 1;
   }
+  printf("signature %s mode %s\n", TfExtTrainerSignature(trainer),
+         TfExtTrainerTrainingMode(trainer) ? "training" : "inference");
+  if (TfExtTrainerWarnings(trainer)[0] != '\0') printf("warning %s\n", TfExtTrainerWarnings(trainer));
   const char* names[1] = {"x"};
   int step = 0;
   for (int e = 0; e < epochs; ++e) {
@@ -86,9 +103,17 @@ int main(int argc, char** argv) {
     fprintf(stderr, "FAIL mismatched targets: %s\n", TF_Message(s));
     ++failures;
   }
-  const char* wrong[1] = {"nope"};
-  TfExtTrainerStep(trainer, wrong, xs, 1, fewer, NULL, s);
-  if (TF_GetCode(s) != TF_INVALID_ARGUMENT || strstr(TF_Message(s), "'nope'") == NULL) ++failures;
+  /* One input takes any single name; a second name must be an input's. */
+  const char* wrong[2] = {"x", "nope"};
+  TF_Tensor* two[2] = {xs[0], xs[0]};
+  char listed[64]; /* the error lists the inputs with dtypes and shapes */
+  snprintf(listed, sizeof listed, "x: float32 [?,%lld]", (long long)in);
+  TfExtTrainerStep(trainer, wrong, two, 2, fewer, NULL, s);
+  if (TF_GetCode(s) != TF_INVALID_ARGUMENT || strstr(TF_Message(s), "'nope'") == NULL ||
+      strstr(TF_Message(s), listed) == NULL) {
+    fprintf(stderr, "FAIL unknown input: %s\n", TF_Message(s));
+    ++failures;
+  }
   TfExtTrainerStep(NULL, names, xs, 1, fewer, NULL, s);
   if (TF_GetCode(s) != TF_INVALID_ARGUMENT) ++failures;
   TfExtTrainerExport(trainer, argv[9], s); /* exists and is not empty */

@@ -13,9 +13,14 @@ tf.IndexedSlices (no [vocab, dim] gradient in the traced step); a tf.gather of a
 in training mode (separable, depthwise and transposed convolutions, pooling and upsampling,
 GroupNormalization, attention with LayerNormalization, masked Embedding -> GRU, a bidirectional
 LSTM, ConvLSTM2D, MobileNetV2); tf.cond and tf.switch_case reading variables in their branches;
-the optimizer's iteration count across --resume."""
+the optimizer's iteration count across --resume. The option table: --help's flags and C keys
+against docs/training.md, initial_accumulator_value from the CLI and from C. The defaults: the
+"train" signature trained unless --signature says otherwise, the signature and mode printed, a
+warning for BatchNormalization in inference mode, one input fed by any key, several by name or
+KEY:INPUT, and errors listing the inputs."""
 import csv
 import os
+import re
 import subprocess
 import sys
 
@@ -128,6 +133,7 @@ OPTIMIZERS = [
     ("rmsprop", {"learning_rate": 0.01}),
     ("rmsprop", {"learning_rate": 0.005, "momentum": 0.5, "centered": True}),
     ("adagrad", {"learning_rate": 0.1}),
+    ("adagrad", {"learning_rate": 0.1, "initial_accumulator_value": 0.5}),
     ("sgd", {"learning_rate": 0.1, "schedule": "exponential"}),
     ("adam", {"learning_rate": 0.02, "schedule": "cosine"}),
     ("sgd", {"learning_rate": 0.2, "momentum": 0.5, "clipnorm": 0.05}),
@@ -196,7 +202,7 @@ def test_bad_input_gets_one_clear_error(tmp_path):
         (["--targets=t", "--batch_size=9"], "--batch_size=9 is larger than the data (8 examples)"),
         (["--targets=nan"], "the loss is nan; stopping"),
         (["--targets=t", "--optimizer=lion"], "lion"),
-        (["--targets=t", "--lr_schedule=cosine"], "--lr_schedule 'cosine': expected"),
+        (["--targets=t", "--lr_schedule=cosine"], "bad --lr_schedule: 'cosine': expected"),
         (["--targets=t", "--loss=hinge"], "unknown loss 'hinge'"),
     ]
     for extra, message in cases:
@@ -813,9 +819,15 @@ def test_export_is_the_trained_saved_model(tmp_path):
     assert r.returncode != 0 and "epoch" not in r.stdout
 
 
-def test_c_api_trains_like_model_fit(tmp_path):
-    """TfExtTrainer from a C program: per-step losses of Adam on an MLP match model.fit's, the
-    exported SavedModel answers as the trained Keras model, and hostile calls fail cleanly."""
+@pytest.mark.parametrize("options,keras_optimizer_of", [
+    ([], lambda keras: keras.optimizers.Adam(0.01)),
+    (["optimizer=adagrad", "learning_rate=0.1", "initial_accumulator_value=0.5"],
+     lambda keras: keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.5)),
+], ids=["adam", "adagrad-initial-accumulator"])
+def test_c_api_trains_like_model_fit(options, keras_optimizer_of, tmp_path):
+    """TfExtTrainer from a C program: per-step losses on an MLP match model.fit's (Adam; Adagrad
+    with the C key initial_accumulator_value), the exported SavedModel answers as the trained
+    Keras model, the signature and mode are reported, and hostile calls fail cleanly."""
     import keras
     import tensorflow as tf
     model = mlp(2, seed=11)
@@ -829,15 +841,16 @@ def test_c_api_trains_like_model_fit(tmp_path):
     trained = str(tmp_path / "trained")
     runner = os.path.join(WORKSPACE, "tests", "train_c_test")
     r = subprocess.run([runner, export, str(tmp_path / "x.raw"), str(tmp_path / "t.raw"), str(N),
-                        "5", "2", str(BATCH), str(EPOCHS), trained],
+                        "5", "2", str(BATCH), str(EPOCHS), trained] + options,
                        capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, TF_EXT_LIBRARY=LIBRARY))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "hostile calls ok" in r.stdout
+    assert "signature serving_default mode inference\n" in r.stdout and "warning" not in r.stdout
     losses = [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == EPOCHS * (N // BATCH)
     per_epoch = np.asarray(losses).reshape(EPOCHS, -1).mean(axis=1)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
+    model.compile(optimizer=keras_optimizer_of(keras), loss="mse", jit_compile=False)
     fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
     np.testing.assert_allclose(per_epoch, fit.history["loss"], rtol=1e-4)
     out = tf.saved_model.load(trained).signatures["serving_default"](x=tf.constant(x))
@@ -1010,3 +1023,153 @@ def test_progress_bar_on_a_terminal_one_line_per_epoch_otherwise(tmp_path):
     text = out.decode()
     assert f"\repoch 1/2 [" in text and f"] {N}/{N} loss " in text  # the bar, redrawn in place
     assert "epoch 2/2: loss" in text
+
+
+def test_options_are_one_table_for_flags_c_keys_and_docs():
+    """Each trainer option is declared once (tf_ext/train/options.cc): tf_ext_train's flags and
+    the C API's keys (both listed by --help) come from that table, and docs/training.md's flag
+    table lists exactly the tool's flags and, in its C key column, exactly the keys."""
+    r = subprocess.run([TOOL, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    flags = set(re.findall(r"^  --([a-z0-9_]+)", r.stdout, re.M)) - {"help"}
+    keys = set(re.search(r"TfExtNewTrainer's keys, flags without '--'\): ([a-z0-9_, ]+)\.",
+                         r.stdout).group(1).split(", "))
+    assert "initial_accumulator_value" in flags and "initial_accumulator_value" in keys
+    with open(os.path.join(WORKSPACE, "docs", "training.md")) as f:
+        text = f.read()
+    table = text[text.index("| flag | C key | meaning |"):]
+    table = table[:table.index("\n\n")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    assert set(re.findall(r"`--([a-z0-9_]+)", "".join(r[0] for r in rows))) == flags
+    assert set(re.findall(r"`([a-z0-9_]+)`", "".join(r[1] for r in rows))) == keys
+
+
+def batchnorm_mlp(seed):
+    import keras
+    keras.utils.set_random_seed(seed)
+    x = keras.Input(shape=(5,), name="x")
+    h = keras.layers.BatchNormalization(momentum=0.9)(keras.layers.Dense(8, use_bias=False)(x))
+    return keras.Model(x, keras.layers.Dense(2)(keras.layers.Activation("tanh")(h)))
+
+
+def mse_data(tmp_path, seed, **names):
+    rng = np.random.default_rng(seed)
+    arrays = {name: rng.normal(size=(N, d)).astype(np.float32) for name, d in names.items()}
+    arrays["t"] = rng.normal(size=(N, 2)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", **arrays)
+    return arrays
+
+
+def fit_sgd(model, x, t, epochs=EPOCHS):
+    import keras
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=False)
+    return model.fit(x, t, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+
+
+def test_train_signature_is_the_default_and_is_reported(tmp_path):
+    """A SavedModel with a "train" signature (tf_ext.export_for_training) trains it with no
+    --signature, as model.fit trains (batch statistics, moving averages updated), and the tool
+    says which signature and mode; --signature=serving_default still picks the inference
+    function, with a warning."""
+    import tf_ext
+    model = batchnorm_mlp(31)
+    export = str(tmp_path / "model")
+    tf_ext.export_for_training(model, export)
+    d = mse_data(tmp_path, 32, x=5)
+    base = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x", "--targets=t",
+            "--loss=mse", "--learning_rate=0.1", f"--batch_size={BATCH}"]
+    r = run_tool(tmp_path, *base, f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}",
+                 f"--save_weights={tmp_path / 'w.npz'}")
+    assert r.returncode == 0, r.stderr
+    assert "training signature 'train' in training mode\n" in r.stdout and "warning" not in r.stderr
+    fit = fit_sgd(model, d["x"], d["t"])
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    moving = [v for v in model.variables if "moving" in v.path]
+    assert_weights(dict(np.load(tmp_path / "w.npz")), model.trainable_variables + moving, atol=1e-5)
+    r = run_tool(tmp_path, *base, "--signature=serving_default")
+    assert r.returncode == 0, r.stderr
+    assert "training signature 'serving_default' in inference mode\n" in r.stdout
+    assert ("tf_ext_train: warning: signature 'serving_default' runs BatchNormalization in "
+            "inference mode") in r.stderr
+    assert "This SavedModel's 'train' signature runs the model in training mode." in r.stderr
+
+
+def test_inference_only_batchnorm_export_trains_with_a_warning(tmp_path):
+    """A model.export of a model with BatchNormalization has only the inference function: it
+    trains (the moving statistics stay as they are) with a warning naming
+    tf_ext.export_for_training."""
+    model = batchnorm_mlp(33)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    mse_data(tmp_path, 34, x=5)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x",
+                 "--targets=t", "--loss=mse", f"--batch_size={BATCH}",
+                 f"--save_weights={tmp_path / 'w.npz'}")
+    assert r.returncode == 0, r.stderr
+    assert "training signature 'serving_default' in inference mode\n" in r.stdout
+    warning = re.search(r"tf_ext_train: warning: (.*)", r.stderr).group(1)
+    assert warning.startswith("signature 'serving_default' runs BatchNormalization in inference "
+                              "mode: it normalizes with its moving statistics ("), warning
+    assert warning.endswith("Export the model with tf_ext.export_for_training to train it in "
+                            "training mode, as model.fit does."), warning
+    trained = dict(np.load(tmp_path / "w.npz"))
+    for v in model.variables:
+        moved = not np.allclose(trained[v.path], v.numpy())
+        assert moved == v.trainable, v.path  # weights trained, moving statistics untouched
+
+
+def test_one_input_is_fed_by_any_key(tmp_path):
+    """An unnamed keras.Input is exported as keras_tensor_<N>: with one input, any single
+    --inputs key feeds it. Trained as model.fit trains."""
+    import keras
+    import tensorflow as tf
+    keras.utils.set_random_seed(35)
+    x = keras.Input(shape=(5,))
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.Dense(8, activation="tanh")(x)))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    (name,) = tf.saved_model.load(export).signatures["serving_default"].structured_input_signature[1]
+    assert name.startswith("keras_tensor")
+    d = mse_data(tmp_path, 36, features=5)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+                 "--inputs=features", "--targets=t", "--loss=mse", "--learning_rate=0.1",
+                 f"--batch_size={BATCH}", f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}")
+    assert r.returncode == 0, r.stderr
+    fit = fit_sgd(model, d["features"], d["t"])
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+
+
+def test_several_inputs_by_name_or_key_to_input(tmp_path):
+    """With several inputs, a key equal to an input's name feeds it, KEY:INPUT feeds another
+    array to it (trained as model.fit trains), and anything else is an error listing the
+    signature's inputs with dtypes and shapes."""
+    import keras
+    keras.utils.set_random_seed(37)
+    a = keras.Input(shape=(5,), name="a")
+    b = keras.Input(shape=(3,), name="b")
+    h = keras.layers.Concatenate()([a, b])
+    model = keras.Model([a, b], keras.layers.Dense(2)(keras.layers.Dense(8, activation="tanh")(h)))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    d = mse_data(tmp_path, 38, a=5, q=3)
+    base = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--targets=t", "--loss=mse",
+            "--learning_rate=0.1", f"--batch_size={BATCH}"]
+    r = run_tool(tmp_path, *base, "--inputs=q:b,a", f"--epochs={EPOCHS}",
+                 f"--history={tmp_path / 'h.csv'}")
+    assert r.returncode == 0, r.stderr
+    fit = fit_sgd(model, [d["a"], d["q"]], d["t"])
+    _, ours = read_history(tmp_path / "h.csv")
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+    takes = "; signature 'serving_default' takes a: float32 [?,5], b: float32 [?,3]"
+    hint = " (--inputs=KEY:INPUT feeds the array KEY to the input INPUT)"
+    for inputs, message in [
+        ("a,q", "input 'q' is not one of the signature's inputs"),
+        ("a", "input 'b' (float32 [?,3]) is missing"),
+        ("a,q:a", "input 'a' is fed twice"),
+    ]:
+        r = run_tool(tmp_path, *base, f"--inputs={inputs}")
+        assert r.returncode == 1, r.stdout
+        assert f"tf_ext_train: trainer: {message}{takes}{hint}\n" in r.stderr, (inputs, r.stderr)
+

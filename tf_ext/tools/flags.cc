@@ -93,6 +93,14 @@ FlagParser::Flag& FlagParser::Bool(const std::string& name, bool* value, std::st
   return f;
 }
 
+FlagParser::Flag& FlagParser::Custom(const std::string& name, Type type, std::string help,
+                                     std::string default_text,
+                                     std::function<bool(absl::string_view, std::string*)> set) {
+  Flag& f = Add(name, type, std::move(help), std::move(default_text));
+  f.set_ = std::move(set);
+  return f;
+}
+
 FlagParser::Flag& FlagParser::Repeated(const std::string& name, std::vector<std::string>* values,
                                        std::string help) {
   Flag& f = Add(name, Type::kRepeated, std::move(help), absl::StrJoin(*values, " "));

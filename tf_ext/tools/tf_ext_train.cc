@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/framework/tensor_util.h"
 #include "tf_ext/graph/runtime/export.h"
@@ -42,8 +43,9 @@ namespace tensorflow::tf_ext {
 namespace {
 
 constexpr char kDescription[] =
-    "Trains a SavedModel's signature function (an inference function: models without BatchNorm\n"
-    "or dropout) with Keras 3's losses and optimizers, entirely in C++.\n"
+    "Trains a SavedModel's signature function with Keras 3's losses and optimizers, entirely in\n"
+    "C++: its 'train' signature when it has one (tf_ext.export_for_training: BatchNorm and dropout\n"
+    "in training mode), else 'serving_default'. It prints which, and in which mode.\n"
     "--version prints tf_ext's release and the release of the TensorFlow library it runs on.\n";
 
 int Fail(const std::string& message) {
@@ -146,13 +148,35 @@ bool ForEachBatch(const Dataset& d, int64_t batch_size, const std::function<bool
   return true;
 }
 
+// The flags of TrainerOptions' fields, from train/options.h's table, set into `options`.
+void DeclareTrainerFlags(tools::FlagParser* parser, TrainerOptions* options) {
+  using Type = tools::FlagParser::Type;
+  for (const train::TrainerOption& o : train::TrainerOptionTable()) {
+    if (!o.flag) continue;
+    const Type type = o.type == train::OptionType::kBool     ? Type::kBool
+                      : o.type == train::OptionType::kNumber ? Type::kDouble
+                      : o.type == train::OptionType::kInteger ? Type::kInt
+                                                              : Type::kString;
+    auto& flag = parser->Custom(o.name, type, o.help, o.default_text,
+                                [&o, options](absl::string_view text, std::string* why) {
+                                  absl::Status s = o.set(text, options);
+                                  if (!s.ok()) *why = std::string(s.message());
+                                  return s.ok();
+                                });
+    flag.ValueName(o.value_name);
+    if (!o.choices.empty()) flag.Choices(o.choices);
+  }
+}
+
+// The C API's option keys (every option of the table), for --help.
+std::string TrainerKeys() {
+  std::vector<std::string> keys;
+  for (const train::TrainerOption& o : train::TrainerOptionTable()) keys.push_back(o.name);
+  return absl::StrJoin(keys, ", ");
+}
+
 int Main(int argc, char** argv) {
-  std::string saved_model, signature = "serving_default", output, data, inputs, targets_key,
-                           weights_key, loss = "mse", optimizer = "sgd", schedule = "constant",
-                           history, save_weights;
-  double learning_rate = -1, momentum = 0, beta_1 = 0.9, beta_2 = 0.999, epsilon = 1e-7,
-         weight_decay = -1, rho = 0.9;
-  bool nesterov = false, centered = false;
+  std::string saved_model, data, inputs, targets_key, weights_key, history, save_weights;
   int64_t batch_size = 32, epochs = 1;
   // Before parsing: --version needs none of the required flags.
   for (int i = 1; i < argc; ++i) {
@@ -161,38 +185,26 @@ int Main(int argc, char** argv) {
       return 0;
     }
   }
-  tools::FlagParser parser("tf_ext_train", kDescription);
+  tools::FlagParser parser(
+      "tf_ext_train",
+      absl::StrCat(kDescription, "The trainer's options (TfExtNewTrainer's keys, flags without '--'): ",
+                   TrainerKeys(), ".\n"));
+  TrainerOptions options;
   parser.String("saved_model", &saved_model, "the SavedModel directory").Required();
-  parser.String("signature", &signature, "the signature whose function is trained");
-  parser.String("output", &output, "the signature output the loss reads (default: the only one)");
+  DeclareTrainerFlags(&parser, &options);
   parser.String("data", &data, "training data: an .npz file").Required();
-  parser.String("inputs", &inputs, "the .npz keys fed to the signature's inputs, comma-separated "
-                                   "(each key is also the input's name)").Required();
+  parser.String("inputs", &inputs,
+                "the .npz arrays fed to the signature's inputs, comma-separated: KEY feeds the "
+                "input named KEY, or the only input whatever its name; KEY:INPUT feeds INPUT")
+      .ValueName("KEY[:INPUT],...")
+      .Required();
   parser.String("targets", &targets_key, "the .npz key of the targets");
   parser.String("sample_weights", &weights_key, "the .npz key of per-example weights");
-  parser.String("loss", &loss, "mse, mae, binary_crossentropy, categorical_crossentropy, "
-                               "sparse_categorical_crossentropy (':from_logits'), or output");
-  parser.String("optimizer", &optimizer, "the optimizer")
-      .Choices({"sgd", "adam", "adamw", "rmsprop", "adagrad"});
-  parser.Double("learning_rate", &learning_rate, "default: Keras's for the optimizer");
-  parser.Double("momentum", &momentum, "sgd, rmsprop");
-  parser.Bool("nesterov", &nesterov, "sgd").ImplicitValue("true");
-  parser.Double("beta_1", &beta_1, "adam, adamw");
-  parser.Double("beta_2", &beta_2, "adam, adamw");
-  parser.Double("epsilon", &epsilon, "adam, adamw, rmsprop, adagrad");
-  parser.Double("weight_decay", &weight_decay, "adamw (default 0.004)");
-  parser.Double("rho", &rho, "rmsprop");
-  parser.Bool("centered", &centered, "rmsprop").ImplicitValue("true");
-  parser.String("lr_schedule", &schedule,
-                "constant, exponential:RATE:STEPS or cosine:STEPS (Keras's ExponentialDecay, CosineDecay)");
   parser.Int("batch_size", &batch_size, "examples per step", int64_t{1});
   parser.Int("epochs", &epochs, "passes over the data", int64_t{1});
   parser.String("history", &history, "a CSV of step,epoch,loss (one row per step)");
   parser.String("save_weights", &save_weights,
                 "an .npz of the model's variables after training (non-trainable ones too)");
-  double clipnorm = 0, global_clipnorm = 0;
-  parser.Double("clipnorm", &clipnorm, "clip each gradient to this norm (Keras's clipnorm)");
-  parser.Double("global_clipnorm", &global_clipnorm, "clip all gradients to this global norm");
   bool shuffle = false;
   int64_t seed = 0;
   parser.Bool("shuffle", &shuffle, "a new order of the examples each epoch (seeded; not Keras's order)")
@@ -230,27 +242,6 @@ int Main(int argc, char** argv) {
   if (absl::Status s = Env::Default()->LoadDynamicLibrary(found->c_str(), &handle); !s.ok()) {
     return Fail(absl::StrCat("cannot load op library '", *found, "': ", s.message()));
   }
-  TrainerOptions options;
-  options.signature_key = signature;
-  options.output_key = output;
-  auto parsed_loss = train::ParseLoss(loss);
-  if (!parsed_loss.ok()) return Fail(std::string(parsed_loss.status().message()));
-  options.loss = *parsed_loss;
-  options.optimizer.name = optimizer;
-  options.optimizer.learning_rate = learning_rate;
-  options.optimizer.momentum = momentum;
-  options.optimizer.nesterov = nesterov;
-  options.optimizer.beta_1 = beta_1;
-  options.optimizer.beta_2 = beta_2;
-  options.optimizer.epsilon = epsilon;
-  options.optimizer.weight_decay = weight_decay;
-  options.optimizer.rho = rho;
-  options.optimizer.centered = centered;
-  options.optimizer.clipnorm = clipnorm;
-  options.optimizer.global_clipnorm = global_clipnorm;
-  if (absl::Status s = train::ParseSchedule(schedule, &options.optimizer); !s.ok()) {
-    return Fail(absl::StrCat("--", s.message()));
-  }
   if (!export_dir.empty()) {
     // Refused before training, not after it.
     if (absl::Status s = CheckExportTarget(export_dir); !s.ok()) return Fail(std::string(s.message()));
@@ -260,7 +251,16 @@ int Main(int argc, char** argv) {
   options.sample_weights = !weights_key.empty();
 
   // The data (and validation data): every array must have the same number of examples.
-  std::vector<std::string> input_keys = absl::StrSplit(inputs, ',');
+  // --inputs=KEY[:INPUT]: the array KEY, fed as INPUT (default: KEY).
+  std::vector<std::string> input_keys, input_names;
+  for (absl::string_view item : absl::StrSplit(inputs, ',')) {
+    std::vector<std::string> parts = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    if (parts[0].empty() || (parts.size() == 2 && parts[1].empty())) {
+      return Fail(absl::StrCat("--inputs: '", item, "' is not KEY or KEY:INPUT"));
+    }
+    input_keys.push_back(parts[0]);
+    input_names.push_back(parts.back());
+  }
   Dataset train_data, validation_data;
   if (absl::Status s = LoadDataset(data, input_keys, has_targets ? targets_key : "", weights_key,
                                    options.loss, &train_data);
@@ -281,6 +281,17 @@ int Main(int argc, char** argv) {
 
   auto trainer = Trainer::Create(saved_model, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+  std::printf("training signature '%s' in %s mode\n", (*trainer)->signature_key().c_str(),
+              (*trainer)->training_mode() ? "training" : "inference");
+  for (const std::string& w : (*trainer)->warnings()) std::fprintf(stderr, "tf_ext_train: warning: %s\n", w.c_str());
+  std::fflush(stdout);
+  if (absl::Status s = (*trainer)->ResolveInputs(input_names).status(); !s.ok()) {
+    return Fail(absl::StrCat(s.message(), " (--inputs=KEY:INPUT feeds the array KEY to the input INPUT)"));
+  }
+  // The batches' inputs by the names the trainer resolves.
+  for (Dataset* d : {&train_data, &validation_data}) {
+    for (size_t i = 0; i < d->inputs.size(); ++i) d->inputs[i].first = input_names[i];
+  }
   if (!resume.empty()) {
     if (absl::Status s = (*trainer)->RestoreCheckpoint(resume); !s.ok()) return Fail(std::string(s.message()));
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensorflow/c/tf_status_helper.h"
 #include "tensorflow/c/tf_tensor_helper.h"
 #include "tf_ext/train/options.h"
@@ -15,6 +16,7 @@
 
 struct TfExtTrainer {
   std::unique_ptr<tensorflow::tf_ext::Trainer> trainer;
+  std::string warnings;  // joined, for TfExtTrainerWarnings
 };
 
 namespace {
@@ -59,7 +61,8 @@ TfExtTrainer* TfExtNewTrainer(const char* export_dir, const char* const* option_
     return nullptr;
   }
   SetStatus(status, absl::OkStatus());
-  return new TfExtTrainer{std::move(*trainer)};
+  std::string warnings = absl::StrJoin((*trainer)->warnings(), "\n");
+  return new TfExtTrainer{std::move(*trainer), std::move(warnings)};
 }
 
 double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
@@ -112,6 +115,18 @@ void TfExtTrainerExport(TfExtTrainer* trainer, const char* dir, TF_Status* statu
     return;
   }
   SetStatus(status, trainer->trainer->Export(dir));
+}
+
+const char* TfExtTrainerSignature(const TfExtTrainer* trainer) {
+  return trainer == nullptr ? "" : trainer->trainer->signature_key().c_str();
+}
+
+int TfExtTrainerTrainingMode(const TfExtTrainer* trainer) {
+  return trainer != nullptr && trainer->trainer->training_mode() ? 1 : 0;
+}
+
+const char* TfExtTrainerWarnings(const TfExtTrainer* trainer) {
+  return trainer == nullptr ? "" : trainer->warnings.c_str();
 }
 
 void TfExtDeleteTrainer(TfExtTrainer* trainer) { delete trainer; }

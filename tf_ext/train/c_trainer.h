@@ -1,8 +1,7 @@
 /* tf_ext::Trainer (trainer.h) for C and the language bindings on it: train a SavedModel with
- * no Python. Options are (key, value) strings, the keys tf_ext_train's flag names without
- * "--" (loss, optimizer, learning_rate, momentum, nesterov, beta_1, beta_2, epsilon,
- * weight_decay, rho, centered, lr_schedule, signature, output, sample_weights), so new options
- * keep this interface. Errors come through TF_Status. Link //tf_ext:trainer (or the wheel's
+ * no Python. Options are (key, value) strings, looked up in the trainer's one option table
+ * (options.h; the keys are tf_ext_train's flag names without "--", listed by
+ * `tf_ext_train --help` and docs/training.md), so new options keep this interface. Errors come through TF_Status. Link //tf_ext:trainer (or the wheel's
  * libtf_ext_c.so: docs/c_api.md) and load the op library (TF_LoadLibrary) first.
  * docs/training.md. */
 #ifndef TF_EXT_TRAIN_C_TRAINER_H_
@@ -21,7 +20,17 @@ typedef struct TfExtTrainer TfExtTrainer;
 TfExtTrainer* TfExtNewTrainer(const char* export_dir, const char* const* option_keys,
                               const char* const* option_values, int num_options, TF_Status* status);
 
-/* One step on a batch: the signature's inputs by name, the targets (NULL for the "output"
+/* The signature trained: the "signature" option, else "train" when the SavedModel has one,
+ * else "serving_default". Owned by the trainer. */
+const char* TfExtTrainerSignature(const TfExtTrainer* trainer);
+/* 1 when its function runs in training mode (updates BatchNorm's statistics, draws dropout
+ * masks), 0 otherwise. */
+int TfExtTrainerTrainingMode(const TfExtTrainer* trainer);
+/* What to know before training (BatchNorm run in inference mode), one per line; "" if none.
+ * Owned by the trainer. */
+const char* TfExtTrainerWarnings(const TfExtTrainer* trainer);
+
+/* One step on a batch: the signature's inputs by name (with one input, any single name), the targets (NULL for the "output"
  * loss) and per-example weights (NULL unless the option sample_weights is true). Returns the
  * batch's loss before the update (NaN on error). */
 double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,

@@ -13,6 +13,8 @@
 #include "absl/strings/strip.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/partial_tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
@@ -43,6 +45,16 @@ void Rename(GraphDef* graph, const std::string& prefix) {
     }
     n.set_name(absl::StrCat(prefix, "/", n.name()));
     for (std::string& in : *n.mutable_input()) in = renamed(in);
+  }
+}
+
+// The dtype as Python spells it (float32, not TensorFlow's C++ "float").
+std::string PythonDtypeName(DataType dtype) {
+  switch (dtype) {
+    case DT_HALF: return "float16";
+    case DT_FLOAT: return "float32";
+    case DT_DOUBLE: return "float64";
+    default: return DataTypeString(dtype);
   }
 }
 
@@ -102,7 +114,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   t->export_dir_ = export_dir;
   TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
   const MetaGraphDef& meta = t->bundle_.meta_graph_def;
-  auto sig = FindSignature(meta, export_dir, options.signature_key);
+  // The signature: the one asked for, else a training-mode "train" one when there is one.
+  std::string signature_key = options.signature_key;
+  if (signature_key.empty()) {
+    signature_key = meta.signature_def().count("train") ? "train" : "serving_default";
+  }
+  t->signature_key_ = signature_key;
+  auto sig = FindSignature(meta, export_dir, signature_key);
   if (!sig.ok()) return sig.status();
   // The output the loss reads.
   std::string output_key = options.output_key;
@@ -110,7 +128,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     if ((*sig)->outputs_size() != 1) {
       std::vector<std::string> keys;
       for (const auto& [k, v] : (*sig)->outputs()) keys.push_back(k);
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", options.signature_key,
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", signature_key,
                                                      "' has several outputs (",
                                                      absl::StrJoin(keys, ", "),
                                                      "): name the one the loss reads"));
@@ -120,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   auto out_info = (*sig)->outputs().find(output_key);
   if (out_info == (*sig)->outputs().end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kWhat, "signature '", options.signature_key, "' has no output '", output_key, "'"));
+        absl::StrCat(kWhat, "signature '", signature_key, "' has no output '", output_key, "'"));
   }
   auto output_ref = TensorRef::Parse(out_info->second.name());
   if (!output_ref.ok()) return output_ref.status();
@@ -131,7 +149,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     if (v.trainable) trainable[v.handle] = v.name;
   }
   if (trainable.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", options.signature_key,
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", signature_key,
                                                    "' reads no trainable variable"));
   }
 
@@ -219,6 +237,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     }
   }
 
+  // The mode the function runs in: a training-mode one updates variables (BatchNormalization's
+  // moving statistics) or draws random numbers (dropout's masks). An inference-mode dropout
+  // leaves no op at all; BatchNormalization leaves reads of its moving statistics.
+  t->training_mode_ = !forward_updates.empty();
+  for (Node* n : g.op_nodes()) {
+    if (absl::StrContains(n->type_string(), "Random")) t->training_mode_ = true;
+  }
+  if (!t->training_mode_) {
+    std::vector<std::string> statistics;
+    for (const CapturedVariable& v : *captured) {
+      if (!v.trainable && nodes.count(renamed(v.handle)) &&
+          (absl::EndsWith(v.name, "moving_mean") || absl::EndsWith(v.name, "moving_variance"))) {
+        statistics.push_back(absl::StrCat("'", v.name, "'"));
+      }
+    }
+    if (!statistics.empty()) {
+      t->warnings_.push_back(absl::StrCat(
+          "signature '", signature_key, "' runs BatchNormalization in inference mode: it "
+          "normalizes with its moving statistics (", absl::StrJoin(statistics, ", "),
+          "), which training leaves as they are, and dropout does nothing. ",
+          meta.signature_def().count("train")
+              ? "This SavedModel's 'train' signature runs the model in training mode."
+              : "Export the model with tf_ext.export_for_training to train it in training mode, "
+                "as model.fit does."));
+    }
+  }
+
   train::GraphOps ops(&g, kPrefix);
   // The placeholders requests feed: the signature's inputs.
   for (const auto& [key, info] : (*sig)->inputs()) {
@@ -226,6 +271,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     if (!ref.ok()) return ref.status();
     if (!nodes.count(renamed(ref->node))) continue;  // not needed by the output
     t->input_keys_.push_back(key);
+    t->input_specs_[key] = absl::StrCat(PythonDtypeName(info.dtype()), " ",
+                                        PartialTensorShape(info.tensor_shape()).DebugString());
     t->input_tensors_[key] = absl::StrCat(renamed(ref->node), ":", ref->index);
   }
   auto out_node = nodes.find(renamed(output_ref->node));
@@ -485,22 +532,12 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
                                     const Tensor& targets, const Tensor& weights, bool train,
                                     RunMetadata* trace) {
   std::vector<std::pair<std::string, Tensor>> feeds;
-  std::set<std::string> given;
-  for (const auto& [key, value] : inputs) {
-    auto it = input_tensors_.find(key);
-    if (it == input_tensors_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is not one of ",
-                                                     absl::StrJoin(input_keys_, ", ")));
-    }
-    if (!given.insert(key).second) {
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is given twice"));
-    }
-    feeds.push_back({it->second, value});
-  }
-  for (const std::string& key : input_keys_) {
-    if (!given.count(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is missing"));
-    }
+  std::vector<std::string> names;
+  for (const auto& [name, value] : inputs) names.push_back(name);
+  auto keys = ResolveInputs(names);
+  if (!keys.ok()) return keys.status();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    feeds.push_back({input_tensors_.at((*keys)[i]), inputs[i].second});
   }
   // Targets and weights have one entry per example of the inputs.
   const int64_t examples = inputs.empty() || inputs[0].second.dims() == 0 ? -1 : inputs[0].second.dim_size(0);
@@ -536,6 +573,40 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   }
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
+}
+
+std::string Trainer::InputsText() const {
+  std::vector<std::string> parts;  // by name (the signature's map has no order)
+  for (const auto& [key, spec] : input_specs_) parts.push_back(absl::StrCat(key, ": ", spec));
+  return absl::StrJoin(parts, ", ");
+}
+
+absl::StatusOr<std::vector<std::string>> Trainer::ResolveInputs(
+    const std::vector<std::string>& names) const {
+  auto error = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, what, "; signature '", signature_key_,
+                                                   "' takes ", InputsText()));
+  };
+  std::vector<std::string> keys;
+  std::set<std::string> given;
+  for (const std::string& name : names) {
+    std::string key = name;
+    if (!input_tensors_.count(name)) {
+      // One input: whatever its name (Keras names an unnamed Input keras_tensor_<N>).
+      if (input_keys_.size() != 1 || names.size() != 1) {
+        return error(absl::StrCat("input '", name, "' is not one of the signature's inputs"));
+      }
+      key = input_keys_[0];
+    }
+    if (!given.insert(key).second) return error(absl::StrCat("input '", key, "' is fed twice"));
+    keys.push_back(key);
+  }
+  for (const std::string& key : input_keys_) {
+    if (!given.count(key)) {
+      return error(absl::StrCat("input '", key, "' (", input_specs_.at(key), ") is missing"));
+    }
+  }
+  return keys;
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::TrainableValues() {

@@ -2,8 +2,10 @@
 //
 // Create() loads the SavedModel with the library's loader (tf_ext/graph/runtime/saved_model.h: TensorFlow's
 // LoadSavedModel, whose Session holds the restored variables), takes a signature's function
-// (an inference function: "serving_default" of Keras 3's model.export or of
-// tf.saved_model.save, which is all a model without BatchNorm or dropout needs), finds its
+// (by default "train", the training-mode function tf_ext.export_for_training adds, when there is
+// one; else "serving_default", the inference function of Keras 3's model.export or of
+// tf.saved_model.save, which is all a model without BatchNorm or dropout needs: with
+// BatchNorm, warnings() says so), finds its
 // trainable variables from the SavedModel's object graph, and adds one step graph to the
 // loader's Session: the forward (function calls inlined; the variables read once per step), the
 // loss (losses.h), the gradients of the loss with respect to the values read (a SymbolicGradient
@@ -35,8 +37,12 @@
 
 namespace tensorflow::tf_ext {
 
+// The fields tf_ext_train's flags and the C API's keys set are declared in train/options.h's
+// table (their initial values here are the defaults).
 struct TrainerOptions {
-  std::string signature_key = "serving_default";
+  // Empty: "train" when the SavedModel has that signature (tf_ext.export_for_training's
+  // training-mode function), else "serving_default".
+  std::string signature_key;
   std::string output_key;  // the signature output the loss reads; empty: its only output
   train::LossSpec loss;
   train::OptimizerSpec optimizer;
@@ -82,6 +88,20 @@ class Trainer {
   // and renamed into place, so a failed export leaves nothing.
   absl::Status Export(const std::string& dir);
   const std::vector<std::string>& input_keys() const { return input_keys_; }
+  // The signature's inputs as "name: dtype [shape]", comma-separated (for messages).
+  std::string InputsText() const;
+  // The signature input each feed name goes to: the input of that name; with one input, any
+  // single name. InvalidArgument listing the inputs (dtypes, shapes) otherwise, or when an
+  // input is fed twice or not at all.
+  absl::StatusOr<std::vector<std::string>> ResolveInputs(const std::vector<std::string>& names) const;
+
+  // The signature trained (options' or the default), and whether its function runs in
+  // training mode (it updates variables, as BatchNormalization's moving statistics, or draws
+  // random numbers, as dropout): what a front end reports before training.
+  const std::string& signature_key() const { return signature_key_; }
+  bool training_mode() const { return training_mode_; }
+  // What the user should know before training: BatchNormalization run in inference mode.
+  const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
 
  private:
@@ -99,6 +119,10 @@ class Trainer {
   // Writes the SavedModel's variables with its own save function at `prefix`.
   absl::Status SaveModelVariables(const std::string& prefix);
   std::vector<std::string> input_keys_;
+  std::map<std::string, std::string> input_specs_;  // key -> "dtype [shape]"
+  std::string signature_key_;
+  bool training_mode_ = false;
+  std::vector<std::string> warnings_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_;
   std::vector<std::string> trainable_names_, trainable_reads_;
