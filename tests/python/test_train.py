@@ -1042,6 +1042,9 @@ def test_options_are_one_table_for_flags_c_keys_and_docs():
     rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
     assert set(re.findall(r"`--([a-z0-9_]+)", "".join(r[0] for r in rows))) == flags
     assert set(re.findall(r"`([a-z0-9_]+)`", "".join(r[1] for r in rows))) == keys
+    for flag_cell, key_cell in rows:  # a key sits on its flag's row
+        assert set(re.findall(r"`([a-z0-9_]+)`", key_cell)) <= set(
+            re.findall(r"`--([a-z0-9_]+)", flag_cell)), (flag_cell, key_cell)
 
 
 def batchnorm_mlp(seed):
