@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tensorflow/core/framework/types.h"
@@ -278,7 +279,7 @@ absl::StatusOr<Tensor> MakeInput(const InputSpec& spec, DataType dtype,
 }
 
 OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,
-                           DataType dt, uint64_t seed, bool batch_zero) {
+                           DataType dt, uint64_t seed, bool batch_zero, bool lists) {
   OpInstance out;
   if (!type_attr.empty() && dt != DT_INVALID) {
     AttrValue v;
@@ -340,7 +341,12 @@ OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::stri
         if (name == arg.type_attr() && v.value_case() == AttrValue::kType) in_type = v.type();
       }
     }
-    if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
+    int64_t copies = 1;  // a list input: N tensors of the one spec
+    if (lists && !arg.number_attr().empty()) {
+      for (const auto& [name, v] : out.attrs) {
+        if (name == arg.number_attr() && v.value_case() == AttrValue::kI) copies = v.i();
+      }
+    } else if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) {
       out.problem = absl::StrCat("list input '", arg.name(), "'");
       return out;
     }
@@ -359,12 +365,297 @@ OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::stri
       in_spec.rois = 0;
     }
     if (image_shape.empty() && in_spec.shape.size() == 4) image_shape = in_spec.shape;
-    auto t = MakeInput(in_spec, in_type, image_shape, seed + i);
-    if (!t.ok()) {
-      out.problem = std::string(t.status().message());
-      return out;
+    for (int64_t copy = 0; copy < copies; ++copy) {
+      auto t = MakeInput(in_spec, in_type, image_shape, seed + i + 1000 * copy);
+      if (!t.ok()) {
+        out.problem = std::string(t.status().message());
+        return out;
+      }
+      out.inputs.push_back(*t);
     }
-    out.inputs.push_back(*t);
+  }
+  return out;
+}
+
+namespace {
+
+bool IsAxisName(const std::string& n) {
+  return n == "axis" || n == "reduction_indices" || n == "dim" || n == "split_dim" ||
+         n == "concat_dim" || n == "axes";
+}
+
+const OpDef::AttrDef* FindAttr(const OpDef& def, const std::string& name) {
+  for (const auto& a : def.attr()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+// The input spec `name` of `spec`, inserted as the default (2x3) if absent.
+InputSpec& In(OpSpec* spec, const std::string& name) { return spec->inputs[name]; }
+
+// The first input's shape as the spec gives it (2x3 if unnamed).
+std::vector<int64_t> FirstShape(const OpDef& def, const OpSpec& spec) {
+  if (def.input_arg_size() == 0) return {2, 3};
+  auto it = spec.inputs.find(def.input_arg(0).name());
+  return it == spec.inputs.end() ? std::vector<int64_t>{2, 3} : it->second.shape;
+}
+
+InputSpec Values(std::vector<double> v, std::vector<int64_t> shape) {
+  InputSpec s;
+  s.kind = InputSpec::kValues;
+  s.values = std::move(v);
+  s.shape = std::move(shape);
+  s.scalar = s.shape.empty();
+  return s;
+}
+
+// An attr's value as spec text: the spec's, else the OpDef's default ("" if neither).
+std::string AttrText(const OpDef::AttrDef& a, const OpSpec& spec) {
+  auto it = spec.attrs.find(a.name());
+  if (it != spec.attrs.end()) return it->second;
+  if (!a.has_default_value()) return "";
+  const AttrValue& v = a.default_value();
+  if (a.type() == "string") return v.s();
+  if (a.type() == "bool") return v.b() ? "true" : "false";
+  if (a.type() == "list(int)") {
+    std::vector<std::string> parts;
+    for (int64_t i : v.list().i()) parts.push_back(absl::StrCat(i));
+    return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+  }
+  return "";
+}
+
+std::vector<int64_t> IntList(const std::string& text) {
+  std::vector<int64_t> out;
+  absl::string_view t = text;
+  absl::ConsumePrefix(&t, "[");
+  absl::ConsumeSuffix(&t, "]");
+  for (absl::string_view p : absl::StrSplit(t, ',', absl::SkipEmpty())) {
+    int64_t i;
+    if (absl::SimpleAtoi(p, &i)) out.push_back(i);
+  }
+  return out;
+}
+
+std::string IntListText(const std::vector<int64_t>& v) {
+  return absl::StrCat("[", absl::StrJoin(v, ","), "]");
+}
+
+// The spatial positions of an n-long strides/ksize/dilations list under `format`.
+std::vector<int> Spatial(size_t n, const std::string& format) {
+  std::vector<int> out;
+  const bool channels_first = absl::StartsWith(format, "NC");
+  for (int i = channels_first ? 2 : 1; i < static_cast<int>(n) - (channels_first ? 0 : 1); ++i) {
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+OpSpec WithDefaultIntInputs(const OpDef& def, const OpSpec* spec) {
+  OpSpec out;
+  if (spec != nullptr) out = *spec;
+  out.op = def.name();
+  const std::vector<int64_t> shape = FirstShape(def, out);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t dim0 = shape.empty() ? 1 : shape[0];
+  for (const auto& arg : def.input_arg()) {
+    if (out.inputs.count(arg.name()) || !arg.number_attr().empty() ||
+        !arg.type_list_attr().empty()) {
+      continue;
+    }
+    DataType t = arg.type();
+    if (!arg.type_attr().empty()) {
+      const OpDef::AttrDef* a = FindAttr(def, arg.type_attr());
+      auto set = out.attrs.find(arg.type_attr());
+      t = a != nullptr && a->has_default_value() ? a->default_value().type() : DT_INVALID;
+      if (set != out.attrs.end()) DataTypeFromString(set->second, &t);
+      // An index type attr without a default (GatherV2's Tindices): int32 where allowed.
+      auto allows_int32 = [&] {
+        const auto& allowed = a->allowed_values().list().type();
+        return std::find(allowed.begin(), allowed.end(), DT_INT32) != allowed.end();
+      };
+      if (t == DT_INVALID && a != nullptr && arg.type_attr() != def.input_arg(0).type_attr() &&
+          allows_int32()) {
+        t = DT_INT32;
+        out.attrs[arg.type_attr()] = "int32";
+      }
+    }
+    if (t != DT_INT32 && t != DT_INT64) continue;
+    const std::string& n = arg.name();
+    std::vector<double> dims(shape.begin(), shape.end());
+    if (IsAxisName(n)) {
+      out.inputs[n] = Values({static_cast<double>(std::max<int64_t>(rank - 1, 0))}, {});
+    } else if (n == "perm") {
+      std::vector<double> v;
+      for (int64_t i = rank - 1; i >= 0; --i) v.push_back(i);
+      out.inputs[n] = Values(v, {rank});
+    } else if (n == "paddings" || n == "crops") {
+      out.inputs[n] = Values(std::vector<double>(2 * rank, 1.0), {rank, 2});
+    } else if (n == "multiples") {
+      std::vector<double> v(rank, 1.0);
+      if (rank > 0) v[0] = 2;
+      out.inputs[n] = Values(v, {rank});
+    } else if (absl::StrContains(n, "shape") || absl::StrContains(n, "size") || n == "end") {
+      out.inputs[n] = Values(dims, {rank});
+    } else if (n == "begin") {
+      out.inputs[n] = Values(std::vector<double>(rank, 0.0), {rank});
+    } else if (n == "strides") {
+      out.inputs[n] = Values(std::vector<double>(rank, 1.0), {rank});
+    } else if (absl::StrContains(n, "segment_ids") || absl::StrContains(n, "indices") ||
+               n == "ids" || n == "positions") {
+      std::vector<double> v;
+      for (int64_t i = 0; i < dim0; ++i) v.push_back(i / 2);
+      out.inputs[n] = Values(v, {dim0});
+    } else if (n == "num_segments") {
+      out.inputs[n] = Values({static_cast<double>(dim0)}, {});
+    } else {  // anything else: the last axis
+      out.inputs[n] = Values({static_cast<double>(std::max<int64_t>(rank - 1, 0))}, {});
+    }
+  }
+  // Attrs without a default that the spec leaves out (not type attrs, which the inputs give):
+  // the first allowed string, windows and strides of 1, int 1, float 1, false, a message.
+  for (const auto& a : def.attr()) {
+    if (a.has_default_value() || out.attrs.count(a.name())) continue;
+    if (a.type() == "string") {
+      out.attrs[a.name()] = a.has_allowed_values() && a.allowed_values().list().s_size() > 0
+                                ? a.allowed_values().list().s(0)
+                                : "tf_ext_gradcheck";
+    } else if (a.type() == "list(int)") {
+      out.attrs[a.name()] = IntListText(std::vector<int64_t>(rank, 1));
+    } else if (a.type() == "int") {
+      bool list_length = false;  // N of a list input: two tensors
+      for (const auto& arg : def.input_arg()) list_length |= arg.number_attr() == a.name();
+      out.attrs[a.name()] = list_length ? "2" : "1";
+    } else if (a.type() == "float") {
+      out.attrs[a.name()] = "1";
+    } else if (a.type() == "bool") {
+      out.attrs[a.name()] = "false";
+    }
+  }
+  return out;
+}
+
+std::vector<SweepVariant> SweepVariants(const OpDef& def, const OpSpec& base) {
+  std::vector<SweepVariant> out = {{"base", base}};
+  auto add = [&](const std::string& label, const OpSpec& s) { out.push_back({label, s}); };
+  const OpDef::AttrDef* format_attr = FindAttr(def, "data_format");
+  const std::string format = format_attr ? AttrText(*format_attr, base) : "";
+  const std::string first = def.input_arg_size() > 0 ? def.input_arg(0).name() : "";
+  for (const auto& a : def.attr()) {
+    const std::string current = AttrText(a, base);
+    if (a.type() == "string" && a.has_allowed_values()) {
+      for (const std::string& value : a.allowed_values().list().s()) {
+        if (value == current) continue;
+        OpSpec s = base;
+        s.attrs[a.name()] = value;
+        if (value == "EXPLICIT" && FindAttr(def, "explicit_paddings") != nullptr) {
+          const OpDef::AttrDef* strides = FindAttr(def, "strides");
+          const size_t n = strides ? IntList(AttrText(*strides, base)).size() : 4;
+          std::vector<int64_t> pads(2 * n, 0);
+          std::vector<int> sp = Spatial(n, format);
+          for (size_t k = 0; k < sp.size(); ++k) pads[2 * sp[k] + (k % 2)] = 1;
+          s.attrs["explicit_paddings"] = IntListText(pads);
+        }
+        if (a.name() == "data_format" && value.size() == current.size()) {
+          // Permute the first input's shape and every list attr of the format's length.
+          auto permute = [&](const std::vector<int64_t>& v) {
+            std::vector<int64_t> p(v.size());
+            for (size_t i = 0; i < value.size(); ++i) p[i] = v[current.find(value[i])];
+            return p;
+          };
+          InputSpec& in = In(&s, first);
+          if (in.kind == InputSpec::kRandom && in.shape.size() == value.size()) {
+            in.shape = permute(in.shape);
+          }
+          for (const auto& l : def.attr()) {
+            if (l.type() != "list(int)") continue;
+            std::vector<int64_t> v = IntList(AttrText(l, s));
+            if (v.size() == value.size()) s.attrs[l.name()] = IntListText(permute(v));
+          }
+        }
+        add(absl::StrCat(a.name(), "=", value), s);
+      }
+    } else if (a.type() == "bool" && !current.empty()) {
+      OpSpec s = base;
+      const bool flipped = current != "true";
+      s.attrs[a.name()] = flipped ? "true" : "false";
+      for (const char* prefix : {"transpose_", "adj_", "adjoint_"}) {
+        absl::string_view operand = a.name();
+        if (!absl::ConsumePrefix(&operand, prefix)) continue;
+        for (const auto& arg : def.input_arg()) {
+          if (arg.name() != operand) continue;
+          InputSpec& in = In(&s, arg.name());
+          if (in.kind == InputSpec::kRandom && in.shape.size() >= 2) {
+            std::swap(in.shape[in.shape.size() - 1], in.shape[in.shape.size() - 2]);
+          }
+        }
+      }
+      add(absl::StrCat(a.name(), "=", s.attrs[a.name()]), s);
+    } else if (a.type() == "list(int)" && (a.name() == "strides" || a.name() == "dilations")) {
+      std::vector<int64_t> v = IntList(current);
+      if (v.size() < 3) continue;
+      for (int i : Spatial(v.size(), format)) v[i] = 2;
+      if (IntListText(v) == current) continue;
+      OpSpec s = base;
+      s.attrs[a.name()] = IntListText(v);
+      add(absl::StrCat(a.name(), "=", s.attrs[a.name()]), s);
+    }
+  }
+  const int64_t rank = static_cast<int64_t>(FirstShape(def, base).size());
+  for (const auto& [name, in] : base.inputs) {
+    if (!IsAxisName(name) || in.kind != InputSpec::kValues) continue;
+    bool any = false;
+    OpSpec s = base;
+    for (double& v : s.inputs[name].values) {
+      if (v >= 0) {
+        v -= rank;
+        any = true;
+      }
+    }
+    if (any) add(absl::StrCat(name, "<0"), s);
+  }
+  for (int64_t d : {1, 0}) {
+    OpSpec s = base;
+    bool any = false;
+    for (const auto& arg : def.input_arg()) {
+      if (!arg.number_attr().empty() || !arg.type_list_attr().empty()) continue;
+      // Spec'd inputs, and unnamed ones of the first input's type (not an integer input).
+      if (!s.inputs.count(arg.name()) &&
+          (arg.type_attr().empty() || arg.type_attr() != def.input_arg(0).type_attr())) {
+        continue;
+      }
+      InputSpec& in = In(&s, arg.name());
+      if (in.kind == InputSpec::kRandom && !in.scalar && !in.shape.empty() && in.shape[0] != d) {
+        in.shape[0] = d;
+        any = true;
+      }
+    }
+    if (any) add(absl::StrCat("dim0=", d), s);
+  }
+  // Broadcasting: the first two inputs of the first input's type attr, equal random shapes.
+  std::vector<std::string> same;
+  for (const auto& arg : def.input_arg()) {
+    if (!def.input_arg(0).type_attr().empty() && arg.type_attr() == def.input_arg(0).type_attr() &&
+        arg.number_attr().empty()) {
+      same.push_back(arg.name());
+    }
+  }
+  if (same.size() >= 2) {
+    OpSpec s = base;
+    InputSpec &x = In(&s, same[0]), &y = In(&s, same[1]);
+    if (x.kind == InputSpec::kRandom && y.kind == InputSpec::kRandom && x.shape == y.shape &&
+        x.shape.size() >= 2) {
+      OpSpec trailing = s;
+      In(&trailing, same[1]).shape = {x.shape.back()};
+      add(absl::StrCat("broadcast ", same[1], "[-1:]"), trailing);
+      if (x.shape[0] != 1) {
+        x.shape[0] = 1;
+        add(absl::StrCat("broadcast ", same[0], " dim0=1"), s);
+      }
+    }
   }
   return out;
 }

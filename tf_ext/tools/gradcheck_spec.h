@@ -97,8 +97,38 @@ struct OpInstance {
 };
 // type_attr: the op's first input's type attr ("" for fixed types); dtype: its value.
 // batch_zero: every spec'd shape's first dimension 0 and no ROI rows (empty inputs).
+// lists: a list input of N tensors (N an int attr the spec sets) gets N tensors of its spec
+// (the audit's replay); otherwise a list input is a `problem`.
 OpInstance BuildOpInstance(const OpDef& def, const OpSpec* spec, const std::string& type_attr,
-                           DataType dtype, uint64_t seed, bool batch_zero = false);
+                           DataType dtype, uint64_t seed, bool batch_zero = false,
+                           bool lists = false);
+
+// `spec` (or, for nullptr, an empty spec of def's op) with a value chosen for every integer
+// input it leaves out, from the input's name and the first input's shape: an axis (axis,
+// reduction_indices, dim, ...) the last one, a permutation reversed, paddings of 1, multiples
+// [2, 1, ...], a shape or size the first input's shape, begin zeros, segment ids and indices
+// sorted and in range, num_segments the first dimension; otherwise the scalar rank - 1.
+// tf_ext_gradcheck --ops=X uses it for an op without a spec line.
+OpSpec WithDefaultIntInputs(const OpDef& def, const OpSpec* spec);
+
+// The attribute sweep of one configuration (tf_ext_gradcheck --emit_configs, scripts/
+// audit_gradients.py): `base` itself ("base"), then one variant per
+//  * allowed value of each string attr with allowed values (padding, data_format, mode ...):
+//    data_format permutes the first input's shape and strides/ksize/dilations; EXPLICIT
+//    padding gets explicit_paddings (1, 0) / (0, 1) on the spatial dimensions;
+//  * bool attr flipped (transpose_X / adj_X / adjoint_X also swap input X's last two dims);
+//  * strides and dilations of 2 on the spatial dimensions;
+//  * axis-like integer input given as values, made negative (v - rank);
+//  * size-1 and empty first dimension of every random input;
+//  * broadcasting, for ops with several inputs of the first input's type and shape: the second
+//    input's trailing dimension only, and the first input's first dimension 1.
+// Labels say what changed ("transpose_a=true", "dim0=0"). A variant may be invalid for the op
+// (its forward then fails, which the audit counts and skips).
+struct SweepVariant {
+  std::string label;
+  OpSpec spec;
+};
+std::vector<SweepVariant> SweepVariants(const OpDef& def, const OpSpec& base);
 
 }  // namespace tensorflow::tf_ext::tools
 

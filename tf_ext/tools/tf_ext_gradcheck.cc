@@ -6,6 +6,11 @@
 //   tf_ext_gradcheck --registries[=full] [--library=PATH]      (the registry report)
 //   tf_ext_gradcheck --added_tf_gradients[=list] --spec=tf_ext/tools/tf_core_gradcheck_spec.txt
 //       (the gradients the library adds for TensorFlow's own ops, tf_ext/grads/tf/)
+//   tf_ext_gradcheck --emit_configs=DIR --spec=FILE [--ops=A,B]
+//       (the attribute sweep of every configuration of every op with a C++ gradient, for scripts/audit_gradients.py: DIR gets
+//       configs.jsonl and one GraphDef per variant and dtype, the forward op fed by constants)
+// An op named in --ops that has no spec line gets values for its integer inputs chosen from
+// their names (WithDefaultIntInputs, gradcheck_spec.h) instead of being left unchecked.
 //
 // The op library is found as tf_ext_grad finds it (tf_ext/tools/library_lookup.h: --library,
 // $TF_EXT_LIBRARY, runfiles, next to the binary), and the tool says which one it loaded and
@@ -21,17 +26,22 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/c/c_api.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/public/version.h"
 #include "tensorflow/core/platform/env.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/unify.h"
@@ -287,9 +297,128 @@ int RegistriesReport(const std::string& library, bool full) {
   return 0;
 }
 
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonList(const std::vector<std::string>& v) {
+  std::vector<std::string> q;
+  for (const std::string& s : v) q.push_back(JsonString(s));
+  return absl::StrCat("[", absl::StrJoin(q, ","), "]");
+}
+
+// The dtypes of the sweep: of float, double, complex64, complex128 those `type_attr` allows
+// (one DT_INVALID for fixed input types); `wide_only`: double and complex128 only, where allowed.
+std::vector<DataType> SweepDtypes(const OpDef& def, const std::string& type_attr, bool wide_only) {
+  if (type_attr.empty()) return {DT_INVALID};
+  std::vector<DataType> out;
+  for (const auto& a : def.attr()) {
+    if (a.name() != type_attr) continue;
+    const auto& allowed = a.allowed_values().list().type();
+    for (DataType dt : {DT_FLOAT, DT_DOUBLE, DT_COMPLEX64, DT_COMPLEX128}) {
+      if (wide_only && (dt == DT_FLOAT || dt == DT_COMPLEX64)) continue;
+      if (!a.has_allowed_values() || std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) {
+        out.push_back(dt);
+      }
+    }
+  }
+  if (out.empty() && wide_only) return SweepDtypes(def, type_attr, false);
+  return out;
+}
+
+// --emit_configs: for each op with an FDH gradient, each configuration (spec line) and each
+// variant of its sweep (SweepVariants), each dtype (all four for the base variant, the wide
+// ones for the others): a GraphDef (Const nodes "input_<i>" feeding node "op") and a line of
+// DIR/configs.jsonl: {"op", "config", "variant", "dtype", "graph", "nondiff",
+// "ignore_outputs", "problem"}; ops without an FDH gradient get one line with "skip".
+int EmitConfigs(const std::string& dir, const std::vector<std::string>& ops,
+                const std::map<std::string, std::vector<OpSpec>>& specs, uint64_t seed) {
+  Env* env = Env::Default();
+  if (!env->RecursivelyCreateDir(dir).ok()) {
+    std::cerr << "tf_ext_gradcheck: error: cannot create '" << dir << "'\n";
+    return 2;
+  }
+  std::string lines;
+  int count = 0, graphs = 0;
+  for (const std::string& op : ops) {
+    const OpDef* def = nullptr;
+    std::string unimplemented;
+    if (!OpRegistry::Global()->LookUpOpDef(op, &def).ok()) {
+      absl::StrAppend(&lines, "{\"op\":", JsonString(op), ",\"skip\":\"not registered\"}\n");
+      continue;
+    }
+    if (LookupGradientKind(op, &unimplemented) != GradientKind::kFunction) {
+      absl::StrAppend(&lines, "{\"op\":", JsonString(op), ",\"skip\":\"no C++ gradient\"}\n");
+      continue;
+    }
+    auto it = specs.find(op);
+    std::vector<OpSpec> configs =
+        it != specs.end() ? it->second : std::vector<OpSpec>{OpSpec{op}};
+    std::string type_attr;
+    Dtypes(*def, nullptr, &type_attr);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const OpSpec base = WithDefaultIntInputs(*def, &configs[c]);
+      for (const SweepVariant& v : SweepVariants(*def, base)) {
+        for (DataType dt : SweepDtypes(*def, type_attr, v.label != "base")) {
+          OpInstance instance = BuildOpInstance(*def, &v.spec, type_attr, dt, seed,
+                                                /*batch_zero=*/false, /*lists=*/true);
+          std::string graph_file;
+          if (instance.problem.empty()) {
+            GraphDef graph;
+            graph.mutable_versions()->set_producer(TF_GRAPH_DEF_VERSION);
+            NodeDef* node = graph.add_node();
+            node->set_name("op");
+            node->set_op(op);
+            for (size_t i = 0; i < instance.inputs.size(); ++i) {
+              NodeDef* in = graph.add_node();
+              in->set_name(absl::StrCat("input_", i));
+              in->set_op("Const");
+              (*in->mutable_attr())["dtype"].set_type(instance.inputs[i].dtype());
+              instance.inputs[i].AsProtoTensorContent((*in->mutable_attr())["value"].mutable_tensor());
+              node->add_input(in->name());
+            }
+            for (const auto& [name, value] : instance.attrs) (*node->mutable_attr())[name] = value;
+            graph_file = absl::StrCat(absl::Dec(graphs++, absl::kZeroPad5), ".pb");
+            if (!WriteBinaryProto(env, absl::StrCat(dir, "/", graph_file), graph).ok()) {
+              std::cerr << "tf_ext_gradcheck: error: cannot write to '" << dir << "'\n";
+              return 2;
+            }
+          }
+          absl::StrAppend(&lines, "{\"op\":", JsonString(op), ",\"config\":", JsonString(absl::StrCat(c + 1)),
+                          ",\"variant\":", JsonString(v.label), ",\"dtype\":",
+                          JsonString(dt == DT_INVALID ? "fixed" : DataTypeString(dt)),
+                          ",\"graph\":", JsonString(graph_file), ",\"nondiff\":",
+                          JsonList(v.spec.nondiff), ",\"ignore_outputs\":",
+                          JsonList(v.spec.ignore_outputs), ",\"problem\":",
+                          JsonString(instance.problem), "}\n");
+          ++count;
+        }
+      }
+    }
+  }
+  if (!WriteStringToFile(env, dir + "/configs.jsonl", lines).ok()) {
+    std::cerr << "tf_ext_gradcheck: error: cannot write to '" << dir << "'\n";
+    return 2;
+  }
+  std::cout << "emitted " << count << " configurations (" << graphs << " graphs) of "
+            << ops.size() << " ops to " << dir << "\n";
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::string library, ops_flag, spec_path, registries;
-  std::string added_tf_gradients;
+  std::string added_tf_gradients, emit_configs;
   uint64_t seed = 1;
   double tol_float = 1e-3, tol_double = 1e-6;
   FlagParser parser("tf_ext_gradcheck", kDescription);
@@ -314,6 +443,12 @@ int Main(int argc, char** argv) {
   parser.Int("seed", &seed, "seed of the generated inputs");
   parser.Double("tol_float", &tol_float, "max error for PASS of float rows").ValueName("TOL");
   parser.Double("tol_double", &tol_double, "max error for PASS of double rows").ValueName("TOL");
+  parser.String("emit_configs", &emit_configs,
+                "instead of checking: write the attribute sweep of every configuration (each\n"
+                "allowed enum value, bools flipped, strides/dilations 2, negative axes, size-1\n"
+                "and empty dimensions, broadcasting; each float/complex dtype) to DIR:\n"
+                "configs.jsonl plus one GraphDef per row (scripts/audit_gradients.py)")
+      .ValueName("DIR");
   parser.String("registries", &registries,
                 "instead of checking: how many ops have a function gradient, a client\n"
                 "gradient, both or neither, before and after tf_ext unifies TensorFlow's two\n"
@@ -396,11 +531,33 @@ int Main(int argc, char** argv) {
     for (auto& [op, configs] : *parsed) specs[op] = std::move(configs);
   }
 
+  if (!emit_configs.empty()) {
+    if (ops_flag.empty()) {  // every registered op with a C++ (function) gradient
+      std::vector<OpDef> defs;
+      OpRegistry::Global()->GetRegisteredOps(&defs);
+      std::set<std::string> all;
+      std::string unused;
+      for (const OpDef& d : defs) {
+        if (LookupGradientKind(d.name(), &unused) == GradientKind::kFunction) all.insert(d.name());
+      }
+      ops.assign(all.begin(), all.end());
+    }
+    return EmitConfigs(emit_configs, ops, specs, seed);
+  }
   std::vector<Row> rows;
   for (const std::string& op : ops) {
     auto it = specs.find(op);
-    CheckOp(op, it == specs.end() ? std::vector<OpSpec>() : it->second, seed, tol_float,
-            tol_double, &rows);
+    std::vector<OpSpec> configs;
+    if (it != specs.end()) {
+      configs = it->second;
+    } else if (!ops_flag.empty()) {
+      // Named by --ops without a spec line: integer inputs chosen from their names.
+      const OpDef* def = nullptr;
+      if (OpRegistry::Global()->LookUpOpDef(op, &def).ok()) {
+        configs.push_back(WithDefaultIntInputs(*def, nullptr));
+      }
+    }
+    CheckOp(op, configs, seed, tol_float, tol_double, &rows);
   }
 
   const std::vector<std::string> header = {"op", "gradient", "dtype", "rows x cols",
