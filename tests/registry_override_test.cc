@@ -73,13 +73,12 @@ TEST(GradientOverrides, EveryDeclaredOverrideIsInstalledInBothRegistries) {
   }
   EXPECT_EQ(declared,
             (std::vector<std::string>{
-                "Acos",   "Acosh",      "Angle", "Asin",          "Asinh",    "Atan",
-                "Atan2",  "Atanh",      "BatchMatMul", "BatchMatMulV2", "Complex", "Conv2D",
-                "Cos",    "Cosh",       "Div",   "DivNoNan",      "Exp",      "Expm1",
-                "GatherV2", "Imag",     "Inv",   "Log",           "Log1p",    "MatMul",
-                "Max",    "MaxPoolGrad", "Mean", "Min",           "Pow",      "Real",
-                "RealDiv", "Reciprocal", "Rsqrt", "Sigmoid",      "Sin",      "Sinh",
-                "Slice",  "Sqrt",       "Square", "Sum",          "Tan",      "Tanh"}));
+                "Acos", "Acosh", "Angle", "Asin", "Asinh", "Atan", "Atan2", "Atanh",
+                "BatchMatMul", "BatchMatMulV2", "Complex", "Conv2D", "Cos", "Cosh", "Div",
+                "DivNoNan", "Exp", "Expm1", "GatherV2", "Imag", "Inv", "LRN", "Log", "Log1p",
+                "MatMul", "Max", "MaxPool", "MaxPoolGrad", "Mean", "Min", "Pow", "Prod", "Real",
+                "RealDiv", "Reciprocal", "Rsqrt", "Sigmoid", "Sin", "Sinh", "Slice",
+                "SoftmaxCrossEntropyWithLogits", "Split", "Sqrt", "Square", "Sum", "Tan", "Tanh"}));
   EXPECT_EQ(OverriddenTfGradientOps(), declared);
   for (const std::string& op : declared) {
     ops::GradFunc client = nullptr;
@@ -444,6 +443,48 @@ TEST(GradientOverrides, ReductionOfAnInputWithAnEmptyKeptDimension) {
     ASSERT_TRUE(grads.ok()) << grads.status();
     EXPECT_EQ((*grads)[0].shape(), TensorShape({0, 3}));
   }
+}
+
+// An explicitly padded MaxPool (TensorFlow's gradient dropped explicit_paddings and failed),
+// found by the attribute-sweep audit (scripts/audit_gradients.py).
+TEST(GradientOverrides, ExplicitlyPaddedMaxPool) {
+  Tensor input(DT_DOUBLE, TensorShape({1, 4, 5, 2}));  // distinct values: no ties in a window
+  for (int64_t i = 0; i < input.NumElements(); ++i) input.flat<double>()(i) = (i * 37 % 40) / 8.0;
+  ExpectMatchesNumeric({"MaxPool",
+                        {{"ksize", std::vector<int32>{1, 2, 2, 1}},
+                         {"strides", std::vector<int32>{1, 2, 2, 1}},
+                         {"padding", "EXPLICIT"},
+                         {"explicit_paddings", std::vector<int32>{0, 0, 1, 0, 0, 1, 0, 0}}},
+                        {input}});
+}
+
+// A Split into one slice (TensorFlow's concatenated with a one-input Concat) and into three,
+// and a complex Prod (TensorFlow's did not conjugate): found by the attribute-sweep audit.
+// LRN (float only) is checked against Python's in tests/python/test_registries.py.
+TEST(GradientOverrides, SplitProd) {
+  for (int num_split : {1, 3}) {
+    SCOPED_TRACE(num_split);
+    Tensor dim(DT_INT32, TensorShape({}));
+    dim.scalar<int32>()() = -1;
+    ExpectMatchesNumeric({"Split", {{"num_split", num_split}}, {dim, Random(DT_DOUBLE, {2, 3}, 2)},
+                          {0}});
+  }
+  ExpectMatchesNumeric({"Prod", {{"keep_dims", false}},
+                        {Random(DT_COMPLEX128, {2, 3}, 3), Axes(DT_INT32, {1})}, {1}});
+}
+
+// SoftmaxCrossEntropyWithLogits in float64 (TensorFlow's client gradient built a float32 node
+// and failed), both outputs and both inputs: d(labels) includes the backprop output's term.
+// Labels are distributions (rows summing to 1), where backprop is d(loss)/d(features).
+TEST(GradientOverrides, SoftmaxCrossEntropyWithLogitsDouble) {
+  Tensor labels = Random(DT_DOUBLE, {3, 4}, 2, 0.1, 1.0);
+  auto l = labels.matrix<double>();
+  for (int i = 0; i < 3; ++i) {
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) sum += l(i, j);
+    for (int j = 0; j < 4; ++j) l(i, j) /= sum;
+  }
+  ExpectMatchesNumeric({"SoftmaxCrossEntropyWithLogits", {}, {Random(DT_DOUBLE, {3, 4}, 1), labels}});
 }
 
 // MaxPoolGrad's gradient (a second derivative of max pooling) through SymbolicGradient: TensorFlow's

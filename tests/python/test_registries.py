@@ -201,3 +201,30 @@ def test_atan2_gradient_is_reduced_under_broadcasting():
     assert [g.shape for g in got] == [(2, 3), (3,)]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+# Overrides found by the attribute-sweep audit (scripts/audit_gradients.py): each against
+# Python's gradient through a SymbolicGradient node (numeric checks of MaxPool, Split, Prod and
+# SoftmaxCrossEntropyWithLogits: tests/registry_override_test.cc; Split, Prod and
+# SoftmaxCrossEntropyWithLogits against Python's: tests/python/test_audit_gradients.py).
+AUDIT_CASES = {
+    # TensorFlow's LRN gradient built LRNGrad with the default attrs.
+    "LRN": (lambda a: R.LRN(input=a[0], depth_radius=2, bias=2.0, alpha=0.5, beta=0.75),
+            [(1, 2, 2, 6)], np.float32),
+    # TensorFlow's MaxPool gradient dropped explicit_paddings.
+    "MaxPool": (lambda a: R.MaxPool(input=a[0], ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1],
+                                    padding="EXPLICIT",
+                                    explicit_paddings=[0, 0, 1, 0, 0, 1, 0, 0]),
+                [(1, 4, 5, 2)], np.float64),
+}
+
+
+@pytest.mark.parametrize("op", sorted(AUDIT_CASES))
+def test_audit_overrides_are_pythons_through_symbolic_gradient(op):
+    fn, shapes, dtype = AUDIT_CASES[op]
+    inputs = [_random(s, dtype, i + 1) for i, s in enumerate(shapes)]
+    got, want = _symbolic_gradient_and_pythons(fn, inputs, seed=5)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)

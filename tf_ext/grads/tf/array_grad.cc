@@ -327,6 +327,29 @@ absl::Status CompositeTensorToComponentsGrad(const AttrSlice& attrs, FunctionDef
   return absl::OkStatus();
 }
 
+// Split(split_dim, value) = num_split slices: d(value) = concat(d(output), split_dim), as
+// TensorFlow's; a single slice (num_split 1, which Concat's N >= 2 refuses) passes d(output)
+// through, as Python's concat of one tensor does.
+absl::Status SplitGrad(const AttrSlice& attrs, FunctionDef* g) {
+  int64_t num_split = 0;
+  TF_RETURN_IF_ERROR(GetNodeAttr(attrs, "num_split", &num_split));
+  if (num_split != 1) {
+    gradient::Creator tensorflows;
+    if (!FindReplacedTfGradient("Split", &tensorflows)) {
+      return absl::NotFoundError("Split: TensorFlow's gradient, which tf_ext's builds on, is missing");
+    }
+    return tensorflows(attrs, g);
+  }
+  // One slice: arguments split_dim, value, d(output) (a list of one; GradBuilder takes single
+  // tensors only, so the function is written out).
+  *g = FunctionDefHelper::Define(
+      {"split_dim: int32", "value: T", "d_output: T"}, {"d_split_dim: int32", "d_value: T"},
+      {"T: type"},
+      {{{"d_value"}, "Identity", {"d_output"}, {{"T", "$T"}}},  // d(value) = d(output)[0]
+       {{"d_split_dim"}, "ZerosLike", {"split_dim"}, {{"T", DT_INT32}}}});
+  return absl::OkStatus();
+}
+
 // GatherV2(params, indices, axis): TensorFlow's gradient (its C++ client gradient, converted;
 // Python's _GatherV2Grad: the axis moved up, an unsorted segment sum, moved back) with the axis
 // made non-negative first, axis mod rank(params), as the kernel takes it. Overrides TensorFlow's
@@ -413,6 +436,12 @@ TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantToComponents",
 TF_EXT_REGISTER_TF_GRADIENT("IdentityN", IdentityNGrad);
 
 // Gradients of TensorFlow's that are wrong: replaced in every registry (docs/registries.md).
+TF_EXT_DECLARE_OP("Split")
+    .Doc("Splits a tensor into num_split slices along an axis (TensorFlow's op).")
+    .Gradient(&SplitGrad, "d(value) = concat(d(output), split_dim); num_split 1: d(output)")
+    .Overrides("TensorFlow 2.21's function gradient concatenates the slices' gradients with "
+               "Concat, whose N must be at least 2: a Split into one slice had no gradient")
+    .Register();
 TF_EXT_DECLARE_OP("GatherV2")
     .Doc("Gathers slices along an axis (TensorFlow's op).")
     .Gradient(&GatherV2Grad, "d(params) = TensorFlow's gradient with axis mod rank(params)")

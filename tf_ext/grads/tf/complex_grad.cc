@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
@@ -30,6 +31,7 @@ namespace {
 // How an op's TensorFlow gradient is taken at the conjugate inputs.
 enum class Conjugate {
   kX,         // unary: its argument x
+  kInput,     // a reduction (Prod): its argument input, not the axes
   kXY,        // binary: x and y
   kNone,      // no input (BatchMatMul's adjoints already conjugate)
 };
@@ -59,6 +61,7 @@ constexpr ConjugatedOp kConjugatedOps[] = {
     {"Pow", Conjugate::kXY, false},        {"RealDiv", Conjugate::kXY, false},
     {"MatMul", Conjugate::kXY, true},
     {"BatchMatMul", Conjugate::kNone, true}, {"BatchMatMulV2", Conjugate::kNone, true},
+    {"Prod", Conjugate::kInput, false},  // found by the audit (scripts/audit_gradients.py)
 };
 constexpr int kNumConjugatedOps = sizeof(kConjugatedOps) / sizeof(kConjugatedOps[0]);
 
@@ -82,8 +85,24 @@ absl::Status ConjugatedTfGradient(const ConjugatedOp& c, const AttrSlice& attrs,
     TF_RETURN_IF_ERROR(tensorflows(AttrSlice(&as_float), g));
   }
   std::vector<std::string> conjugated;
-  if (c.conjugate != Conjugate::kNone) conjugated.push_back("x");
+  if (c.conjugate == Conjugate::kInput) conjugated.push_back("input");
+  if (c.conjugate == Conjugate::kX || c.conjugate == Conjugate::kXY) conjugated.push_back("x");
   if (c.conjugate == Conjugate::kXY) conjugated.push_back("y");
+  // A gradient converted from a client one (unify.h) names its arguments x_0, x_1, ...: the
+  // op's input at the same position.
+  const OpDef* op_def = nullptr;
+  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(c.op, &op_def));
+  for (std::string& arg : conjugated) {
+    bool named = false;
+    for (const auto& a : g->signature().input_arg()) named |= a.name() == arg;
+    for (int i = 0; !named && i < op_def->input_arg_size() && i < g->signature().input_arg_size();
+         ++i) {
+      if (op_def->input_arg(i).name() == arg) {
+        arg = g->signature().input_arg(i).name();
+        named = true;
+      }
+    }
+  }
   for (const std::string& arg : conjugated) {
     const std::string node = "conj_" + arg;
     TF_RETURN_IF_ERROR(grad::RedirectArgumentReads(g, arg, node + ":output:0"));
@@ -111,6 +130,8 @@ bool DeclareConjugatedOps(std::integer_sequence<int, kIndex...>) {
                        : c.conjugate == Conjugate::kX
                            ? "TensorFlow's gradient; for a complex T taken at conj(x): "
                              "d(x) = d(y) * conj(f'(x))"
+                       : c.conjugate == Conjugate::kInput
+                           ? "TensorFlow's gradient; for a complex T taken at conj(input)"
                            : "TensorFlow's gradient; for a complex T taken at conj(x), conj(y)";
     const char* defect =
         c.refuses_complex

@@ -43,6 +43,10 @@ absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g) {
 // (Hessian-vector products through tanh, sigmoid, ...). For complex types Python conjugates
 // some arguments (which ones differs per op); the bodies do the same.
 const std::vector<DataType> kRealFloatTypes = {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE};
+// Gradients whose nodes are Python's for complex types too (the attribute-sweep audit,
+// scripts/audit_gradients.py, compares them).
+const std::vector<DataType> kFloatAndComplexTypes = {DT_HALF,   DT_BFLOAT16,  DT_FLOAT,
+                                                     DT_DOUBLE, DT_COMPLEX64, DT_COMPLEX128};
 const std::vector<DataType> kBackwardOpTypes = {DT_HALF,   DT_BFLOAT16,  DT_FLOAT,
                                                 DT_DOUBLE, DT_COMPLEX64, DT_COMPLEX128};
 
@@ -616,7 +620,7 @@ absl::Status MinGrad(const AttrSlice& attrs, FunctionDef* g) {
 // with output and d(output) reshaped to the input's rank (the reduced axes kept as 1).
 absl::Status EuclideanNormGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("EuclideanNorm", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kFloatAndComplexTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   AddKeptShape(b);
   b.Add({{"output_kept"}, "Reshape", {"output", "kept"}, t});
@@ -742,7 +746,7 @@ TF_EXT_SPARSE_SEGMENT_GRAD(SparseSegmentSqrtNWithNumSegments, "SparseSegmentSqrt
 // SegmentMean(data, ids): d(data)[i] = d(output)[ids[i]] / count(ids[i]).
 absl::Status SegmentMeanGrad(const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b("SegmentMean", attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kFloatAndComplexTypes);
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const grad::NodeAttrs i32 = {{"T", DT_INT32}};
   const grad::NodeAttrs seg = b.PassAttrs({"T", "Tindices"});
@@ -802,7 +806,7 @@ absl::Status SegmentMinGrad(const AttrSlice& attrs, FunctionDef* g) {
 // segment with two zeros or more (and, unsorted, for negative ids).
 absl::Status SegmentProdGradOf(const std::string& op, const AttrSlice& attrs, FunctionDef* g) {
   grad::GradBuilder b(op, attrs);
-  b.RequireTypes("T", kRealFloatTypes);
+  b.RequireTypes("T", kFloatAndComplexTypes);
   const bool unsorted = op == "UnsortedSegmentProd";
   const grad::NodeAttrs t = b.PassAttrs({"T"});
   const grad::FDH::AttrValueWrapper tt = grad::Placeholder("T");

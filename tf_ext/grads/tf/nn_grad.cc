@@ -169,6 +169,26 @@ absl::Status Conv2DGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// MaxPool(input): d(input) = d(output) scattered to each window's argmax, MaxPoolGrad with
+// every attr of the pooling, explicit paddings included.
+absl::Status MaxPoolGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("MaxPool", attrs);
+  // d(input) = MaxPoolGrad(input, output, d(output))
+  b.Return("input", b.Add({{"dinput"}, "MaxPoolGrad", {"input", "output", GradName("output")},
+                           b.PassAttrs({"ksize", "strides", "padding", "explicit_paddings",
+                                        "data_format", "T"})}));
+  return b.Build(g);
+}
+
+// LRN(input) = output: d(input) = LRNGrad(d(output), input, output) with the LRN's
+// depth_radius, bias, alpha and beta (Python's _LRNGrad).
+absl::Status LrnGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("LRN", attrs);
+  b.Return("input", b.Add({{"dinput"}, "LRNGrad", {GradName("output"), "input", "output"},
+                           b.PassAttrs({"depth_radius", "bias", "alpha", "beta", "T"})}));
+  return b.Build(g);
+}
+
 // MaxPoolGrad(orig_input, orig_output, grad) scatters grad to each window's argmax: piecewise
 // constant in orig_input/orig_output, linear in grad, whose adjoint gathers at the argmax.
 absl::Status MaxPoolGradGrad(const AttrSlice& attrs, FunctionDef* g) {
@@ -763,12 +783,15 @@ absl::Status IsotonicRegressionGrad(const AttrSlice& attrs, FunctionDef* g) {
 // ---------------------------------------------------------------------------------------------
 // Losses.
 
-// SparseSoftmaxCrossEntropyWithLogits(features, labels) = (loss, backprop), with
-// backprop = softmax(features) - onehot(labels) = d loss / d features. Through loss:
+// (Sparse)SoftmaxCrossEntropyWithLogits(features, labels) = (loss, backprop), with
+// backprop = softmax(features) - labels (onehot(labels)) = d loss / d features. Through loss:
 // d(loss)[:, None] * backprop; through backprop (the softmax's Jacobian, symmetric):
-// (d(backprop) - sum(d(backprop) * softmax, -1)) * softmax. Labels are integers (zeros).
-absl::Status SparseSoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* g) {
-  grad::GradBuilder b("SparseSoftmaxCrossEntropyWithLogits", attrs);
+// (d(backprop) - sum(d(backprop) * softmax, -1)) * softmax. Dense labels: d(labels) =
+// d(loss)[:, None] * -log_softmax(features) - d(backprop), the derivative (Python's leaves out
+// the backprop output's term); sparse labels are integers (zeros).
+absl::Status SoftmaxCrossEntropyGradOf(const std::string& op, const AttrSlice& attrs,
+                                       FunctionDef* g) {
+  grad::GradBuilder b(op, attrs);
   const NodeAttrs t = b.PassAttrs({"T"});
   b.Add(grad::FDH::Const<int32>("last_axis", -1));
   b.Add({{"dloss_col"}, "ExpandDims", {GradName("loss"), "last_axis"},
@@ -782,8 +805,22 @@ absl::Status SparseSoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* 
   b.Add({{"through_backprop"}, "Mul", {"dbp_centered", "softmax"}, t});
   // d(features) = through loss + through backprop
   b.Return("features", b.Add({{"dfeatures"}, "AddV2", {"through_loss", "through_backprop"}, t}));
-  b.NotDifferentiable("labels");
+  if (op == "SparseSoftmaxCrossEntropyWithLogits") {
+    b.NotDifferentiable("labels");
+  } else {
+    b.Add({{"log_softmax"}, "LogSoftmax", {"features"}, t});
+    b.Add({{"neg_log_softmax"}, "Neg", {"log_softmax"}, t});
+    b.Add({{"labels_through_loss"}, "Mul", {"dloss_col", "neg_log_softmax"}, t});
+    // d(labels) = d(loss)[:, None] * -log_softmax(features) - d(backprop)
+    b.Return("labels", b.Add({{"dlabels"}, "Sub", {"labels_through_loss", GradName("backprop")}, t}));
+  }
   return b.Build(g);
+}
+absl::Status SparseSoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SoftmaxCrossEntropyGradOf("SparseSoftmaxCrossEntropyWithLogits", attrs, g);
+}
+absl::Status SoftmaxCrossEntropyGrad(const AttrSlice& attrs, FunctionDef* g) {
+  return SoftmaxCrossEntropyGradOf("SoftmaxCrossEntropyWithLogits", attrs, g);
 }
 
 // BatchNormWithGlobalNormalization(t, m, v, beta, gamma) = (t - m) * r * [gamma] + beta,
@@ -826,6 +863,30 @@ TF_EXT_DECLARE_OP("Conv2D")
     .Overrides("TensorFlow 2.21's Conv2D gradient (core/ops/nn_grad.cc) passes neither "
                "dilations nor explicit_paddings on: a dilated convolution got an undilated "
                "one's gradient (silently wrong), an explicitly padded one failed")
+    .Register();
+TF_EXT_DECLARE_OP("MaxPool")
+    .Doc("2-D max pooling (TensorFlow's op).")
+    .Gradient(&MaxPoolGrad,
+              "d(input) = MaxPoolGrad(input, output, d(output)), with every attr of the pooling")
+    .Overrides("TensorFlow 2.21's MaxPool gradient (core/ops/nn_grad.cc) does not pass "
+               "explicit_paddings on: an explicitly padded max pooling's gradient failed")
+    .Register();
+TF_EXT_DECLARE_OP("LRN")
+    .Doc("Local response normalisation (TensorFlow's op).")
+    .Gradient(&LrnGrad, "d(input) = LRNGrad(d(output), input, output), with the LRN's "
+                        "depth_radius, bias, alpha and beta")
+    .Overrides("TensorFlow 2.21's only gradient, a client one (cc/gradients/nn_grad.cc), "
+               "builds LRNGrad without the LRN's attrs: every LRN but one with the default "
+               "depth_radius, bias, alpha and beta got a wrong gradient (silently)")
+    .Register();
+TF_EXT_DECLARE_OP("SoftmaxCrossEntropyWithLogits")
+    .Doc("Softmax cross entropy with dense labels (TensorFlow's op).")
+    .Gradient(&SoftmaxCrossEntropyGrad,
+              "d(features) = d(loss)[:, None] * backprop + (d(backprop) - "
+              "sum(d(backprop) * softmax, -1)) * softmax; d(labels) = d(loss)[:, None] * "
+              "-log_softmax(features) - d(backprop)")
+    .Overrides("TensorFlow 2.21's only gradient, a client one (cc/gradients/nn_grad.cc), "
+               "builds a float32 node: it fails for float64 (and half)")
     .Register();
 TF_EXT_DECLARE_OP("MaxPoolGrad")
     .Doc("The backward op of MaxPool (TensorFlow's op).")
