@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train
+.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -43,6 +43,15 @@ registries: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --registries=full --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/parity_report.py --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
+
+# Attribute-sweep audit: every op with both a C++ and a Python gradient, on configurations
+# generated from its OpDef (tf_ext_gradcheck --emit_configs), C++'s gradient against Python's;
+# a table per op and a summary; fails on an unexplained mismatch (docs/registries.md). ~30 s.
+# `make test` runs a seeded subset (//tests:audit_gradients_py_test).
+audit: setup
+	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/audit_gradients.py --gradcheck=$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck \
+	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt
 
 # The example workspace that uses tf_ext from outside, then every C++ (gtest) and Python
 # (pytest) test, `pip install .` of this tree, then the CUDA build (nvcc must keep compiling

@@ -1,0 +1,308 @@
+"""Attribute-sweep audit (issue 35, `make audit`): every op with both a C++ gradient and a
+Python gradient function, on configurations generated from its OpDef, C++'s gradient against
+Python's on the same inputs and the same incoming gradient.
+
+  audit_gradients.py --gradcheck=bazel-bin/tf_ext/tf_ext_gradcheck \
+      --library=bazel-bin/tf_ext/_tf_ext_ops.so --spec=tf_ext/tools/tf_core_gradcheck_spec.txt \
+      [--subset=N --seed=S] [--ops=A,B] [--json=FILE]
+
+The configurations are not declared here: `tf_ext_gradcheck --emit_configs=DIR` builds them
+from the input specs (tf_core_gradcheck_spec.txt and the library's own GradCheck specs) and
+each op's OpDef (SweepVariants, tf_ext/tools/gradcheck_spec.h: every allowed value of string
+enum attrs, bools flipped, strides/dilations of 2, negative axes, size-1 and empty first
+dimensions, broadcasting; float32/float64/complex64/complex128 where allowed) and writes one
+GraphDef per row (Const inputs feeding node "op"). Each row is replayed in a TF1 graph: the
+forward op, then Python's gradient (`tf.gradients`) and C++'s (a `SymbolicGradient` node,
+TensorFlow's function registry with tf_ext's library loaded) of the same seeded random
+incoming gradient, run by one Session.
+
+Classes: match (max|cpp - py| <= tol * max|py|; tol 1e-9 for float64/complex128, 1e-4 for
+float32/complex64), MISMATCH, CPP-FAILS (Python's runs), PY-FAILS (C++'s runs), both fail,
+invalid (the forward op fails: a variant the op does not accept; skipped, counted). Exit
+status 1 on a MISMATCH or CPP-FAILS row that EXPLAINED does not name.
+"""
+
+import argparse
+import fnmatch
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the per-row kernel errors are classified
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
+
+# (op, variant glob, dtype glob) -> why the C++ gradient is right where it differs from
+# Python's, or why the row cannot be compared. Listed in docs/registries.md ("Attribute-sweep
+# audit"); each reason names the test that shows it.
+_LINALG = "tests/python/test_tf_linalg_grads.py"
+_NOT_DERIVATIVE = ("Python's complex gradient is not the derivative; C++'s is, against central "
+                   f"differences: {_LINALG}::test_complex_derivative_where_python_is_not")
+EXPLAINED = {
+    ("MatrixDeterminant", "*", "complex*"): _NOT_DERIVATIVE,
+    ("LogMatrixDeterminant", "*", "complex*"): _NOT_DERIVATIVE,
+    ("TridiagonalSolve", "*", "complex*"): _NOT_DERIVATIVE,
+    ("MatrixSquareRoot", "*", "complex*"): _NOT_DERIVATIVE,
+    ("MatrixSolveLs", "*", "complex*"): _NOT_DERIVATIVE,
+    ("Svd", "*", "complex*"): (
+        "the singular values are real: C++ drops the imaginary part of their incoming gradient "
+        "(the derivative), Python's does not; with a real incoming gradient on s they agree: "
+        f"{_LINALG}::test_svd_imaginary_singular_value_gradient_is_ignored, test_svd"),
+    ("MulNoNan", "*", "complex*"): (
+        "Python's gradient does not conjugate (mul_no_nan(d(z), y), where Mul's has conj(y)); "
+        "C++'s does, the derivative: tests/python/test_audit_gradients.py"
+        "::test_mul_no_nan_complex_python_does_not_conjugate (central differences)"),
+    ("SoftmaxCrossEntropyWithLogits", "*", "*"): (
+        "Python's d(labels) leaves out the backprop output's term -d(backprop); C++'s has it "
+        "(they agree when only the loss is differentiated): tests/python/"
+        "test_audit_gradients.py::test_softmax_cross_entropy_python_drops_the_backprop_term_of_"
+        "labels (central differences)"),
+    ("MaxPool3D", "data_format=NCDHW", "*"): (
+        "C++'s gradient passes data_format (MaxPool3DGrad with NCDHW), but a SymbolicGradient "
+        "node is run by the function runtime, which does not apply oneDNN's rewrite, and "
+        "TensorFlow's default CPU MaxPool3DGrad kernel takes NDHWC only; inlined, as every "
+        "tf_ext front end runs gradients, oneDNN's kernel runs it (as the dilated Conv2D in "
+        "\"Overrides\")"),
+    ("BlockLSTMV2", "*", "*"): (
+        "Python's gradient calls BlockLSTMGrad, whose gate layout is BlockLSTM's, so it is not "
+        "the derivative; C++ calls BlockLSTMGradV2: tests/python/test_tf_misc_parity_grads.py"
+        "::test_block_lstm_v2_is_the_derivative (central differences)"),
+}
+
+# Rows whose C++ gradient is known to be wrong (or to fail) and not yet fixed: open defects,
+# listed in docs/registries.md. The audit reports them as KNOWN and does not fail on them.
+KNOWN = {
+}
+
+# Rows not replayed because a TensorFlow kernel aborts the process on them (a CHECK failure,
+# not an error status): (op, variant glob, dtype glob) -> what aborts. Counted as "invalid".
+ABORTS = {
+    ("MaxPool3D", "dim0=0", "*"): "TensorFlow 2.21's oneDNN MaxPool3DGrad kernel (the gradient "
+                                   "of both) aborts on an empty batch: 'Check failed: dtype() == "
+                                   "expected_dtype'",
+}
+
+TOLERANCE = {tf.float64: 1e-9, tf.complex128: 1e-9, tf.float32: 1e-4, tf.complex64: 1e-4}
+
+
+# No Grappler: its constant folding and remapper would replace the forward op (fed by
+# constants) by Const or Add nodes, whose second output (FusedBatchNorm's) cannot be fetched.
+_SESSION_CONFIG = tf.compat.v1.ConfigProto()
+_SESSION_CONFIG.graph_options.rewrite_options.disable_meta_optimizer = True
+
+
+def lookup(table, row):
+    for (op, variant, dtype), why in table.items():
+        if (row["op"] == op and fnmatch.fnmatchcase(row["variant"], variant)
+                and fnmatch.fnmatchcase(row["dtype"], dtype)):
+            return why
+    return None
+
+
+def python_gradient_ops():
+    """Ops whose entry in Python's gradient registry is a function (not tf.no_gradient)."""
+    return {op for op, entry in tf_ops._gradient_registry._registry.items()
+            if entry.get("type") is not None}
+
+
+def emit(args, directory):
+    cmd = [args.gradcheck, f"--library={args.library}", f"--spec={args.spec}",
+           f"--emit_configs={directory}", f"--seed={args.seed}"]
+    if args.ops:
+        cmd.append(f"--ops={args.ops}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(directory, "configs.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _random(shape, dtype, rng):
+    x = rng.uniform(-1, 1, shape)
+    if dtype.is_complex:
+        x = x + 1j * rng.uniform(-1, 1, shape)
+    return x.astype(dtype.as_numpy_dtype)
+
+
+def _error(got, want):
+    """max|got - want| / max|want| (NaNs at the same places equal; inf on a shape change)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    same_nan = np.isnan(got) & np.isnan(want)
+    diff = np.where(same_nan, 0, np.abs(got - want))
+    if np.isnan(diff).any():
+        return float("inf")
+    scale = np.max(np.where(np.isnan(want), 0, np.abs(want)))
+    worst = float(np.max(diff))
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf"))
+
+
+def replay(row, directory, seed):
+    """(class, detail) of one row."""
+    graph_def = tf.compat.v1.GraphDef()
+    with open(os.path.join(directory, row["graph"]), "rb") as f:
+        graph_def.ParseFromString(f.read())
+    with tf.Graph().as_default() as g:
+        try:
+            tf.import_graph_def(graph_def, name="")
+        except Exception as e:  # noqa: BLE001 - a variant the op's OpDef/shape fn refuses
+            return "invalid", _first_line(e)
+        op = g.get_operation_by_name("op")
+        with tf.compat.v1.Session(config=_SESSION_CONFIG) as sess:
+            try:
+                outputs = sess.run(list(op.outputs))
+            except Exception as e:  # noqa: BLE001
+                return "invalid", _first_line(e)
+            rng = np.random.default_rng(seed)
+            dys = []
+            for t, name, value in zip(op.outputs, _output_names(op), outputs):
+                value = np.asarray(value)
+                if (t.dtype.is_floating or t.dtype.is_complex) and \
+                        name not in row["ignore_outputs"]:
+                    dys.append(tf.constant(_random(value.shape, t.dtype, rng)))
+                else:
+                    dys.append(tf.constant(np.zeros(value.shape, t.dtype.as_numpy_dtype)))
+            xs = list(op.inputs)
+            py_error = cpp_error = None
+            try:
+                py = tf.gradients([t for t in op.outputs], xs, grad_ys=dys)
+                py_values = sess.run([tf.zeros_like(x) if p is None else tf.convert_to_tensor(p)
+                                      for p, x in zip(py, xs)])  # IndexedSlices densified
+            except Exception as e:  # noqa: BLE001
+                py_error = _first_line(e)
+            try:
+                f = tf.compat.v1.NameAttrList(name=op.type)
+                for k, v in op.node_def.attr.items():
+                    f.attr[k].CopyFrom(v)
+                cpp = tf.raw_ops.SymbolicGradient(input=xs + dys, Tout=[x.dtype for x in xs], f=f)
+                cpp_values = sess.run(cpp)
+            except Exception as e:  # noqa: BLE001
+                cpp_error = _first_line(e)
+    if py_error and cpp_error:
+        return "both fail", f"py: {py_error} | cpp: {cpp_error}"
+    if cpp_error:
+        return "CPP-FAILS", cpp_error
+    if py_error:
+        return "PY-FAILS", py_error
+    nondiff = set(row["nondiff"])
+    worst, where = 0.0, ""
+    names = [a.name for a in op.op_def.input_arg]
+    for arg_index, (x, got, want) in enumerate(zip(xs, cpp_values, py_values)):
+        name = names[arg_index] if len(names) == len(xs) else str(arg_index)
+        if not (x.dtype.is_floating or x.dtype.is_complex) or name in nondiff:
+            continue
+        err = _error(got, want)
+        if err / TOLERANCE.get(x.dtype, 1e-4) > worst:
+            worst = err / TOLERANCE.get(x.dtype, 1e-4)
+            where = f"d({name}) {x.dtype.name}{list(x.shape)}: error {err:.2e}"
+    return ("MISMATCH", where) if worst > 1 else ("match", "")
+
+
+def _output_names(op):
+    """The OpDef output arg name of each of op's outputs."""
+    names = []
+    for arg in op.op_def.output_arg:
+        n = 1
+        if arg.number_attr:
+            n = op.get_attr(arg.number_attr)
+        elif arg.type_list_attr:
+            n = len(op.get_attr(arg.type_list_attr))
+        names += [arg.name] * n
+    return names
+
+
+def _first_line(e):
+    """The informative line of an error (not TensorFlow's "Graph execution error:" header)."""
+    lines = [ln.strip() for ln in str(getattr(e, "message", e)).splitlines()]
+    for i, ln in enumerate(lines[:-1]):  # after a traceback: "Node: 'X'", then the message
+        if ln.startswith("Node: '"):
+            lines = lines[i + 1:]
+            break
+    lines = [ln for ln in lines if ln and not ln.startswith(("Graph execution error",
+                                                             "Detected at node"))]
+    return (lines[0] if lines else type(e).__name__)[:200]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gradcheck", required=True, help="tf_ext_gradcheck binary")
+    parser.add_argument("--library", required=True, help="the op library (_tf_ext_ops.so)")
+    parser.add_argument("--spec", required=True, help="tf_core_gradcheck_spec.txt")
+    parser.add_argument("--ops", default="", help="only these ops (A,B)")
+    parser.add_argument("--subset", type=int, default=0, help="a seeded sample of N rows")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default="", help="write every row here")
+    parser.add_argument("--quiet", action="store_true", help="the summary and defects only")
+    parser.add_argument("--trace", action="store_true",
+                        help="print each row before replaying it (to find one that crashes)")
+    args = parser.parse_args(argv)
+    start = time.time()
+    # Unifies the C++ registries and installs the overrides. By its real path, as tf_ext's
+    # loader does: one library under two paths would be two libraries.
+    args.library = os.path.realpath(args.library)
+    tf.load_op_library(args.library)
+    python_ops = python_gradient_ops()
+    with tempfile.TemporaryDirectory() as directory:
+        rows = emit(args, directory)
+        skipped_ops = {r["op"] for r in rows if "skip" in r or r["op"] not in python_ops}
+        rows = [r for r in rows if "skip" not in r and r["op"] in python_ops]
+        if args.subset:
+            rows = sorted(random.Random(args.seed).sample(rows, min(args.subset, len(rows))),
+                          key=lambda r: r["graph"] or "")
+        for i, row in enumerate(rows):
+            if args.trace:
+                print(f"replaying {row['op']} config {row['config']} [{row['variant']}] "
+                      f"{row['dtype']}", flush=True)
+            if row["problem"] or lookup(ABORTS, row):
+                row["class"], row["detail"] = "invalid", row["problem"] or lookup(ABORTS, row)
+            else:
+                row["class"], row["detail"] = replay(row, directory, args.seed + i)
+            known = lookup(EXPLAINED, row) or lookup(KNOWN, row)
+            if row["class"] in ("MISMATCH", "CPP-FAILS") and known is not None:
+                row["class"] += " (explained)" if lookup(EXPLAINED, row) else " (KNOWN)"
+                row["why"] = known
+    return report(rows, skipped_ops, args, time.time() - start)
+
+
+def report(rows, skipped_ops, args, seconds):
+    by_op = {}
+    for r in rows:
+        by_op.setdefault(r["op"], []).append(r)
+    classes = ["match", "MISMATCH", "CPP-FAILS", "PY-FAILS", "both fail", "invalid"]
+    if not args.quiet:
+        print("| op | rows | " + " | ".join(classes) + " |")
+        print("|---|---|" + "---|" * len(classes))
+        for op, rs in sorted(by_op.items()):
+            counts = [sum(r["class"].split(" (")[0] == c for r in rs) for c in classes]
+            print(f"| {op} | {len(rs)} | " + " | ".join(str(c) for c in counts) + " |")
+    total = {c: sum(r["class"].split(" (")[0] == c for r in rows) for c in classes}
+    defects = [r for r in rows if r["class"] in ("MISMATCH", "CPP-FAILS")]
+    known = [r for r in rows if "(" in r["class"]]
+    for r in known + defects:
+        print(f"{r['class']}: {r['op']} config {r['config']} [{r['variant']}] {r['dtype']}: "
+              f"{r['detail']}" + (f" -- {r['why']}" if "why" in r else ""))
+    if not args.quiet:
+        for r in rows:
+            if r["class"] == "PY-FAILS":
+                print(f"PY-FAILS: {r['op']} config {r['config']} [{r['variant']}] {r['dtype']}: "
+                      f"{r['detail']}")
+    print(f"audit: {len(by_op)} ops, {len(rows)} configurations"
+          + (f" (seeded subset {args.subset}, seed {args.seed})" if args.subset else "")
+          + ": " + ", ".join(f"{total[c]} {c}" for c in classes)
+          + f"; {len(known)} explained or known; {len(defects)} unexplained; "
+          f"{len(skipped_ops)} ops without both gradients skipped; {seconds:.0f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if defects else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
