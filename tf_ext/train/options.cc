@@ -15,10 +15,20 @@
 namespace tensorflow::tf_ext::train {
 namespace {
 
-std::string Text(const std::string& v) { return v; }
-std::string Text(double v) { return absl::StrFormat("%g", v); }
-std::string Text(int64_t v) { return absl::StrCat(v); }
-std::string Text(bool v) { return v ? "true" : ""; }
+// A field's value as the docs and --help show a default (a template: the table need not use
+// every field type, e.g. no integer option yet).
+template <typename T>
+std::string Text(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "";
+  } else if constexpr (std::is_same_v<T, double>) {
+    return absl::StrFormat("%g", v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else {
+    return absl::StrCat(v);
+  }
+}
 
 // An option stored in the field `field(options)` returns (a generic lambda: `[](auto& o) ->
 // auto& { return o.optimizer.rho; }`); its default is that field's initial value unless
