@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
-#include "tensorflow/core/framework/op.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
@@ -28,17 +27,13 @@
 namespace tensorflow::tf_ext {
 namespace {
 
-// How an op's TensorFlow gradient is taken at the conjugate inputs.
-enum class Conjugate {
-  kX,         // unary: its argument x
-  kInput,     // a reduction (Prod): its argument input, not the axes
-  kXY,        // binary: x and y
-  kNone,      // no input (BatchMatMul's adjoints already conjugate)
-};
-
 struct ConjugatedOp {
   const char* op;
-  Conjugate conjugate;
+  // TensorFlow's gradient is taken at the conjugates of the op's first `conjugated_inputs`
+  // inputs (the gradient function's arguments at the same positions, whatever their names:
+  // x, y in TensorFlow's function gradients, x_0, x_1 in converted client ones, unify.h); 0 for
+  // BatchMatMul, whose adjoints already conjugate.
+  int conjugated_inputs;
   // TensorFlow's gradient refuses a complex T outright ("MatMul gradient for complex is not
   // supported yet") although its nodes are type-generic: built for float, instantiated for T.
   bool refuses_complex;
@@ -47,21 +42,14 @@ struct ConjugatedOp {
 // Python's gradient of each conjugates exactly these inputs (math_grad.py). Python's gradients
 // of Xlogy, Xdivy and Xlog1py do not conjugate; TensorFlow's C++ ones agree with them and stay.
 constexpr ConjugatedOp kConjugatedOps[] = {
-    {"Acos", Conjugate::kX, false},        {"Asin", Conjugate::kX, false},
-    {"Atan", Conjugate::kX, false},        {"Atanh", Conjugate::kX, false},
-    {"Cos", Conjugate::kX, false},         {"Cosh", Conjugate::kX, false},
-    {"Exp", Conjugate::kX, false},         {"Expm1", Conjugate::kX, false},
-    {"Inv", Conjugate::kX, false},         {"Log", Conjugate::kX, false},
-    {"Log1p", Conjugate::kX, false},       {"Reciprocal", Conjugate::kX, false},
-    {"Rsqrt", Conjugate::kX, false},       {"Sigmoid", Conjugate::kX, false},
-    {"Sin", Conjugate::kX, false},         {"Sinh", Conjugate::kX, false},
-    {"Sqrt", Conjugate::kX, false},        {"Square", Conjugate::kX, false},
-    {"Tan", Conjugate::kX, false},         {"Tanh", Conjugate::kX, false},
-    {"Div", Conjugate::kXY, false},        {"DivNoNan", Conjugate::kXY, false},
-    {"Pow", Conjugate::kXY, false},        {"RealDiv", Conjugate::kXY, false},
-    {"MatMul", Conjugate::kXY, true},
-    {"BatchMatMul", Conjugate::kNone, true}, {"BatchMatMulV2", Conjugate::kNone, true},
-    {"Prod", Conjugate::kInput, false},  // found by the audit (scripts/audit_gradients.py)
+    {"Acos", 1, false},    {"Asin", 1, false},       {"Atan", 1, false},  {"Atanh", 1, false},
+    {"Cos", 1, false},     {"Cosh", 1, false},       {"Exp", 1, false},   {"Expm1", 1, false},
+    {"Inv", 1, false},     {"Log", 1, false},        {"Log1p", 1, false}, {"Reciprocal", 1, false},
+    {"Rsqrt", 1, false},   {"Sigmoid", 1, false},    {"Sin", 1, false},   {"Sinh", 1, false},
+    {"Sqrt", 1, false},    {"Square", 1, false},     {"Tan", 1, false},   {"Tanh", 1, false},
+    {"Div", 2, false},     {"DivNoNan", 2, false},   {"Pow", 2, false},   {"RealDiv", 2, false},
+    {"MatMul", 2, true},   {"BatchMatMul", 0, true}, {"BatchMatMulV2", 0, true},
+    {"Prod", 1, false},  // its input, not the axes; found by the audit (scripts/audit_gradients.py)
 };
 constexpr int kNumConjugatedOps = sizeof(kConjugatedOps) / sizeof(kConjugatedOps[0]);
 
@@ -84,24 +72,13 @@ absl::Status ConjugatedTfGradient(const ConjugatedOp& c, const AttrSlice& attrs,
     as_float["T"].set_type(DT_FLOAT);
     TF_RETURN_IF_ERROR(tensorflows(AttrSlice(&as_float), g));
   }
-  std::vector<std::string> conjugated;
-  if (c.conjugate == Conjugate::kInput) conjugated.push_back("input");
-  if (c.conjugate == Conjugate::kX || c.conjugate == Conjugate::kXY) conjugated.push_back("x");
-  if (c.conjugate == Conjugate::kXY) conjugated.push_back("y");
-  // A gradient converted from a client one (unify.h) names its arguments x_0, x_1, ...: the
-  // op's input at the same position.
-  const OpDef* op_def = nullptr;
-  TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(c.op, &op_def));
-  for (std::string& arg : conjugated) {
-    bool named = false;
-    for (const auto& a : g->signature().input_arg()) named |= a.name() == arg;
-    for (int i = 0; !named && i < op_def->input_arg_size() && i < g->signature().input_arg_size();
-         ++i) {
-      if (op_def->input_arg(i).name() == arg) {
-        arg = g->signature().input_arg(i).name();
-        named = true;
-      }
+  std::vector<std::string> conjugated;  // the gradient function's arguments
+  for (int i = 0; i < c.conjugated_inputs; ++i) {
+    if (i >= g->signature().input_arg_size()) {
+      return absl::InternalError(absl::StrCat(c.op, ": TensorFlow's gradient has ",
+                                              g->signature().input_arg_size(), " arguments"));
     }
+    conjugated.push_back(g->signature().input_arg(i).name());
   }
   for (const std::string& arg : conjugated) {
     const std::string node = "conj_" + arg;
@@ -125,14 +102,13 @@ bool DeclareConjugatedOps(std::integer_sequence<int, kIndex...>) {
   constexpr GradientFn kGradients[] = {&ConjugatedGrad<kIndex>...};
   for (int i = 0; i < kNumConjugatedOps; ++i) {
     const ConjugatedOp& c = kConjugatedOps[i];
-    const char* rule = c.conjugate == Conjugate::kNone
-                           ? "TensorFlow's gradient, also for a complex T"
-                       : c.conjugate == Conjugate::kX
-                           ? "TensorFlow's gradient; for a complex T taken at conj(x): "
-                             "d(x) = d(y) * conj(f'(x))"
-                       : c.conjugate == Conjugate::kInput
-                           ? "TensorFlow's gradient; for a complex T taken at conj(input)"
-                           : "TensorFlow's gradient; for a complex T taken at conj(x), conj(y)";
+    const char* rule =
+        c.conjugated_inputs == 0
+            ? "TensorFlow's gradient, also for a complex T"
+        : c.conjugated_inputs == 1
+            ? "TensorFlow's gradient; for a complex T taken at the conjugate of its first input "
+              "(element-wise: d(x) = d(y) * conj(f'(x)))"
+            : "TensorFlow's gradient; for a complex T taken at conj(x), conj(y)";
     const char* defect =
         c.refuses_complex
             ? "TensorFlow 2.21's function gradient refuses a complex T ('MatMul gradient for "
