@@ -9,33 +9,19 @@
  * float64; DIMS like 2x3x4; INPUT: X's raw little-endian values. Writes y and d(sum y)/dx, raw,
  * to OUT_Y and OUT_DX. The op library named by $TF_EXT_LIBRARY is loaded first (its overrides of
  * TensorFlow's gradients then serve TF_AddGradients too). On an error prints "error <code>:
- * <message>" and exits 3. */
+ * <message>" and exits 3 (an unreadable file: 1, from tests/c_test_util.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 #include "tf_ext/graph/c_api/c_gradient_session.h"
 #include "tf_ext/graph/c_api/c_gradients.h"
 
 static int Fail(TF_Status* s) {
   fprintf(stderr, "error %d: %s\n", (int)TF_GetCode(s), TF_Message(s));
   return 3;
-}
-
-static void* ReadFile(const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void* data = malloc(*len > 0 ? *len : 1);
-  if (fread(data, 1, *len, f) != *len) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  return data;
 }
 
 static int Write(const char* path, TF_Tensor* t) {
@@ -59,8 +45,8 @@ static TF_Tensor* ReadInput(const char* dtype, char* dims_text, const char* path
     count *= dims[rank++];
   }
   size_t len = 0;
-  void* data = ReadFile(path, &len);
-  if (data == NULL || len != (size_t)count * size) {
+  void* data = ReadFileBytes(path, &len);
+  if (len != (size_t)count * size) {
     free(data);
     return NULL;
   }
@@ -137,11 +123,10 @@ int main(int argc, char** argv) {
     if (TF_GetCode(s) != TF_OK) return Fail(s);
   }
   size_t len = 0;
-  void* graph_def = ReadFile(argv[2], &len);
+  void* graph_def = ReadFileBytes(argv[2], &len);
   TF_Tensor* input = ReadInput(argv[5], argv[6], argv[7]);
-  if (graph_def == NULL || input == NULL) {
-    fprintf(stderr, "error: cannot read %s or %s (as %s %s)\n", argv[2], argv[7], argv[5],
-            argv[6]);
+  if (input == NULL) {
+    fprintf(stderr, "error: %s does not hold %s values of shape %s\n", argv[7], argv[5], argv[6]);
     return 2;
   }
   TF_Tensor* outs[2] = {NULL, NULL};
