@@ -273,6 +273,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     t->input_keys_.push_back(key);
     t->input_specs_[key] = absl::StrCat(PythonDtypeName(info.dtype()), " ",
                                         PartialTensorShape(info.tensor_shape()).DebugString());
+    t->input_types_[key] = {info.dtype(), PartialTensorShape(info.tensor_shape())};
     t->input_tensors_[key] = absl::StrCat(renamed(ref->node), ":", ref->index);
   }
   auto out_node = nodes.find(renamed(output_ref->node));
@@ -607,6 +608,29 @@ absl::StatusOr<std::vector<std::string>> Trainer::ResolveInputs(
     }
   }
   return keys;
+}
+
+absl::StatusOr<std::pair<DataType, PartialTensorShape>> Trainer::InputSpec(
+    const std::string& key) const {
+  auto it = input_types_.find(key);
+  if (it == input_types_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "input '", key, "' is not one of the signature's inputs; signature '",
+                                                   signature_key_, "' takes ", InputsText()));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<double>> Trainer::MetricValues() { return std::vector<double>(); }
+
+absl::Status Trainer::ResetMetrics() { return absl::OkStatus(); }
+
+absl::Status Trainer::RestoreModelVariables(const std::string& prefix) {
+  const SaverDef& saver = bundle_.meta_graph_def.saver_def();
+  if (saver.filename_tensor_name().empty() || saver.restore_op_name().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(kWhat, export_dir_, " has no saver"));
+  }
+  return bundle_.session->Run({{saver.filename_tensor_name(), StringTensor(prefix)}}, {},
+                              {saver.restore_op_name()}, nullptr);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Trainer::TrainableValues() {

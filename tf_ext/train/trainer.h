@@ -31,6 +31,8 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/cc/saved_model/loader.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.pb.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/train/losses.h"
 #include "tf_ext/train/optimizers.h"
@@ -88,6 +90,8 @@ class Trainer {
   // and renamed into place, so a failed export leaves nothing.
   absl::Status Export(const std::string& dir);
   const std::vector<std::string>& input_keys() const { return input_keys_; }
+  // A signature input's dtype and shape (the shape's first dimension is the batch's).
+  absl::StatusOr<std::pair<DataType, PartialTensorShape>> InputSpec(const std::string& key) const;
   // The signature's inputs as "name: dtype [shape]", comma-separated (for messages).
   std::string InputsText() const;
   // The signature input each feed name goes to: the input of that name; with one input, any
@@ -104,6 +108,18 @@ class Trainer {
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
 
+  // The metrics (TrainerOptions::metrics, Keras's names), computed in the step graph: Step and
+  // Evaluate update each metric's state (its running value over the batches since the last
+  // ResetMetrics, as Keras's stateful metrics), MetricValues reads them in metric_names' order.
+  const std::vector<std::string>& metric_names() const { return metric_names_; }
+  absl::StatusOr<std::vector<double>> MetricValues();
+  absl::Status ResetMetrics();
+
+  // The SavedModel's variables alone (no optimizer state), written at `prefix` by its own saver
+  // and read back by its restore function: what restoring the best epoch's weights sets.
+  absl::Status SaveModelVariables(const std::string& prefix);
+  absl::Status RestoreModelVariables(const std::string& prefix);
+
  private:
   Trainer() = default;
   absl::StatusOr<double> Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
@@ -116,10 +132,10 @@ class Trainer {
   std::vector<std::string> sync_ops_;
   // The optimizer's state: names, reads, and placeholder -> assign pairs to restore it.
   std::vector<std::string> state_names_, state_reads_, state_feeds_, state_assigns_;
-  // Writes the SavedModel's variables with its own save function at `prefix`.
-  absl::Status SaveModelVariables(const std::string& prefix);
   std::vector<std::string> input_keys_;
   std::map<std::string, std::string> input_specs_;  // key -> "dtype [shape]"
+  std::map<std::string, std::pair<DataType, PartialTensorShape>> input_types_;
+  std::vector<std::string> metric_names_;
   std::string signature_key_;
   bool training_mode_ = false;
   std::vector<std::string> warnings_;
