@@ -39,6 +39,33 @@
 
 namespace tensorflow::tf_ext {
 
+// What train::Fit (fit.h) reads, trains on and writes: tf_ext_train's flags, the C API's keys.
+struct FitOptions {
+  std::string data, validation;  // an .npz, or TFRecord files (a list or glob)
+  std::string inputs;            // KEY[:INPUT],...
+  std::string targets, sample_weights;  // the data's keys; empty: none
+  std::string features;          // NAME:DTYPE:SHAPE,... (TFRecord features' dtypes and shapes)
+  std::string compression;       // TFRecord: "", GZIP, ZLIB
+  int64_t batch_size = 32;
+  int64_t epochs = 1;
+  bool shuffle = false;          // .npz: a seeded permutation each epoch
+  int64_t shuffle_buffer = 0;    // TFRecord: a seeded shuffle buffer of this many examples
+  int64_t seed = 0;
+  bool drop_remainder = false;
+  std::string history;           // per-step CSV; its .epochs.csv beside it
+  std::string tensorboard;       // a log directory, laid out as Keras's TensorBoard callback's
+  std::string update_freq = "epoch";  // epoch, batch or N steps
+  std::string checkpoint;        // DIR/NAME: DIR/NAME-<epoch> after each epoch
+  int64_t keep_checkpoints = 1;
+  std::string resume;            // a checkpoint prefix, or auto: the latest in --checkpoint's DIR
+  std::string early_stopping;    // MONITOR:PATIENCE[:MIN_DELTA]
+  bool restore_best_weights = false;
+  std::string save_best;         // MONITOR: DIR/NAME-best holds the best epoch's checkpoint
+  std::string save_weights;      // an .npz of the variables after training
+  std::string export_dir;        // the trained SavedModel
+  std::string step_stats;        // the first step's RunMetadata
+};
+
 // The fields tf_ext_train's flags and the C API's keys set are declared in train/options.h's
 // table (their initial values here are the defaults).
 struct TrainerOptions {
@@ -49,7 +76,10 @@ struct TrainerOptions {
   train::LossSpec loss;
   train::OptimizerSpec optimizer;
   bool sample_weights = false;  // each step feeds per-example weights
+  // Keras's metric names, comma-separated (accuracy, mae, auc, ...): computed in the step graph.
+  std::string metrics;
   std::string tag = "serve";
+  FitOptions fit;
 };
 
 class Trainer {
