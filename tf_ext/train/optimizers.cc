@@ -1,5 +1,6 @@
 #include "tf_ext/train/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,18 @@ GraphTensor ReadAfter(GraphOps* ops, GraphTensor handle, DataType dtype, Node* r
 }
 
 }  // namespace
+
+double LearningRateAt(const OptimizerSpec& spec, int64_t iterations) {
+  const double lr0 = spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name);
+  const double step = static_cast<double>(iterations);
+  const double decay_steps = static_cast<double>(spec.decay_steps);
+  if (decay_steps <= 0) return lr0;  // refused by ValidateOptimizer for a schedule
+  if (spec.schedule == "exponential") return lr0 * std::pow(spec.decay_rate, step / decay_steps);
+  if (spec.schedule == "cosine") {
+    return lr0 * 0.5 * (1 + std::cos(M_PI * std::min(step, decay_steps) / decay_steps));
+  }
+  return lr0;
+}
 
 absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
   const std::string& n = spec.name;

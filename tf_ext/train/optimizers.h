@@ -40,6 +40,13 @@ struct OptimizerSpec {
 // InvalidArgument naming the value for an unknown optimizer or schedule, or values Keras refuses.
 absl::Status ValidateOptimizer(const OptimizerSpec& spec);
 
+// The learning rate Keras's `optimizer.learning_rate` reads after `iterations` steps: the
+// initial rate (Keras's default for the optimizer when unset), or the schedule's value at
+// `iterations`, the formula the step graph evaluates at that iteration count (in double; Keras
+// and the step graph compute in the variables' dtype). The TensorBoard logger's
+// epoch_learning_rate.
+double LearningRateAt(const OptimizerSpec& spec, int64_t iterations);
+
 struct TrainableVariable {
   std::string name;     // for messages and slot names
   GraphTensor handle;   // a VarHandleOp of the variable
