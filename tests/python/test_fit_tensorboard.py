@@ -154,15 +154,16 @@ needs_tool = pytest.mark.skipif(not tool_has_tensorboard(),
                                 reason="tf_ext_train has no --tensorboard yet (fit.h)")
 
 
-def run_tool(tmp_path, update_freq, *extra):
+def run_tool(tmp_path, update_freq, validation=True):
     import tf_ext
     export = str(tmp_path / "model")
     tf_ext.export_for_training(model(), export)
     x, y, xv, yv = data()
     np.savez(tmp_path / "train.npz", x=x, y=y)
     np.savez(tmp_path / "val.npz", x=xv, y=yv)
+    extra = [f"--validation={tmp_path / 'val.npz'}"] if validation else []
     args = [TOOL, f"--saved_model={export}", f"--data={tmp_path / 'train.npz'}",
-            f"--validation={tmp_path / 'val.npz'}", "--inputs=x", "--targets=y",
+            "--inputs=x", "--targets=y",
             "--loss=binary_crossentropy", "--metrics=accuracy", "--optimizer=sgd",
             f"--learning_rate={LR}", f"--lr_schedule=exponential:{DECAY_RATE}:{DECAY_STEPS}",
             f"--batch_size={BATCH}", f"--epochs={EPOCHS}", f"--library={LIBRARY}",
@@ -171,16 +172,18 @@ def run_tool(tmp_path, update_freq, *extra):
 
 
 @needs_tool
-@pytest.mark.parametrize("update_freq", ["epoch", "batch", "3"])
-def test_tf_ext_train_matches_keras(tmp_path, update_freq):
+@pytest.mark.parametrize("update_freq,validation",
+                         [("epoch", True), ("batch", True), ("3", True), ("batch", False)])
+def test_tf_ext_train_matches_keras(tmp_path, update_freq, validation):
     """The same model, data, optimizer and schedule through tf_ext_train --tensorboard and
-    model.fit with Keras's callback: per directory the same tags, the same steps, values within
-    1e-5 relative."""
-    r = run_tool(tmp_path, update_freq)
+    model.fit with Keras's callback: the same directories (no validation directory without
+    validation data), per directory the same tags, the same steps, values within 1e-5
+    relative."""
+    r = run_tool(tmp_path, update_freq, validation)
     assert r.returncode == 0, r.stdout + r.stderr
-    keras_fit(tmp_path / "keras", update_freq)
+    keras_fit(tmp_path / "keras", update_freq, validation=validation)
     ours, theirs = read_run(tmp_path / "ours"), read_run(tmp_path / "keras")
-    assert sorted(ours) == sorted(theirs) == ["train", "validation"]
+    assert sorted(ours) == sorted(theirs) == ["train", "validation"][:1 + validation]
     for sub in theirs:
         assert sorted(ours[sub]) == sorted(theirs[sub]), sub
         for tag, points in theirs[sub].items():
