@@ -110,6 +110,13 @@ Trainer::~Trainer() {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& export_dir,
                                                          const TrainerOptions& options) {
   TF_RETURN_IF_ERROR(train::ValidateOptimizer(options.optimizer));
+  auto metric_specs = train::ParseMetrics(options.metrics);
+  if (!metric_specs.ok()) return metric_specs.status();
+  if (!metric_specs->empty() && !train::LossHasTargets(options.loss)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "metric '", metric_specs->front().key,
+        "' compares the output with targets, and the 'output' loss has none"));
+  }
   std::unique_ptr<Trainer> t(new Trainer());
   t->export_dir_ = export_dir;
   TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
@@ -302,6 +309,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   GraphTensor loss = train::AddLoss(&ops, options.loss, output, targets, weights);
   TF_RETURN_IF_ERROR(ops.status());
   t->loss_tensor_ = absl::StrCat(loss.node->name(), ":", loss.index);
+  if (!metric_specs->empty()) {
+    TF_RETURN_IF_ERROR(train::AddMetrics(&ops, *metric_specs, output,
+                                         PartialTensorShape(out_info->second.tensor_shape()),
+                                         targets, weights, &t->metrics_));
+    for (const train::MetricSpec& m : *metric_specs) t->metric_names_.push_back(m.key);
+  }
 
   // What each variable's gradient is taken from. A read whose every use is a GatherV2 of rows
   // (axis 0, batch_dims 0: Keras 3's Embedding) or a shape (Shape, Size, Rank: no gradient), and
@@ -515,6 +528,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   g.ToGraphDef(&step_graph);
   TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
   TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
+  TF_RETURN_IF_ERROR(t->ResetMetrics());
   return t;
 }
 
@@ -561,9 +575,11 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
     TF_RETURN_IF_ERROR(check(weights, "sample weights"));
     feeds.push_back({weights_tensor_, weights});
   }
+  if (!metrics_.specs.empty()) TF_RETURN_IF_ERROR(AddMetricUpdate(targets));
   std::vector<Tensor> out;
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
+  if (!metric_update_.empty()) targets_run.push_back(metric_update_);
   if (trace != nullptr) {
     RunOptions run_options;
     run_options.set_trace_level(RunOptions::FULL_TRACE);
@@ -620,9 +636,41 @@ absl::StatusOr<std::pair<DataType, PartialTensorShape>> Trainer::InputSpec(
   return it->second;
 }
 
-absl::StatusOr<std::vector<double>> Trainer::MetricValues() { return std::vector<double>(); }
+absl::Status Trainer::AddMetricUpdate(const Tensor& targets) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < targets.dims(); ++i) dims.push_back(targets.dim_size(i));
+  dims[0] = -1;  // any batch size
+  const PartialTensorShape shape(dims);
+  if (!metric_update_.empty()) {
+    if (shape.IsIdenticalTo(metric_targets_shape_)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "the metrics were built for targets of shape ", metric_targets_shape_.DebugString(),
+        " (the first batch's); these have shape ", targets.shape().DebugString()));
+  }
+  std::string update;
+  auto graph = train::MetricUpdateGraph(metrics_, shape, &update);
+  if (!graph.ok()) return graph.status();
+  TF_RETURN_IF_ERROR(bundle_.session->Extend(*graph));
+  metric_update_ = update;
+  metric_targets_shape_ = shape;
+  return absl::OkStatus();
+}
 
-absl::Status Trainer::ResetMetrics() { return absl::OkStatus(); }
+absl::StatusOr<std::vector<double>> Trainer::MetricValues() {
+  std::vector<double> values;
+  if (metrics_.results.empty()) return values;
+  std::vector<std::string> fetches;
+  for (const std::string& r : metrics_.results) fetches.push_back(r + ":0");
+  std::vector<Tensor> out;
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, fetches, {}, &out));
+  for (const Tensor& v : out) values.push_back(v.scalar<float>()());
+  return values;
+}
+
+absl::Status Trainer::ResetMetrics() {
+  if (metrics_.reset.empty()) return absl::OkStatus();
+  return bundle_.session->Run({}, {}, {metrics_.reset}, nullptr);
+}
 
 absl::Status Trainer::RestoreModelVariables(const std::string& prefix) {
   const SaverDef& saver = bundle_.meta_graph_def.saver_def();

@@ -1,4 +1,4 @@
-// Training a SavedModel with no Python (issue 24): tf_ext::Trainer.
+// Training a SavedModel with no Python: tf_ext::Trainer.
 //
 // Create() loads the SavedModel with the library's loader (tf_ext/graph/runtime/saved_model.h: TensorFlow's
 // LoadSavedModel, whose Session holds the restored variables), takes a signature's function
@@ -9,8 +9,9 @@
 // trainable variables from the SavedModel's object graph, and adds one step graph to the
 // loader's Session: the forward (function calls inlined; the variables read once per step), the
 // loss (losses.h), the gradients of the loss with respect to the values read (a SymbolicGradient
-// cannot return a float gradient for a resource; summed over every read of a variable), and the
-// optimizer's updates of the variables themselves (optimizers.h). Step() is one Session::Run.
+// cannot return a float gradient for a resource; summed over every read of a variable), the
+// optimizer's updates of the variables themselves (optimizers.h) and, when metrics are asked
+// for, their state and updates (metrics.h). Step() is one Session::Run.
 //
 // A loop whose body reads trainable variables (a Keras LSTM), or a conditional whose branches
 // read them (tf.cond), takes their values, read before the node (tf_ext/graph/passes/loop_variables.h). A variable only gathered by rows (a read whose uses are
@@ -35,6 +36,7 @@
 #include "tensorflow/core/framework/types.pb.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/train/losses.h"
+#include "tf_ext/train/metrics.h"
 #include "tf_ext/train/optimizers.h"
 
 namespace tensorflow::tf_ext {
@@ -138,9 +140,13 @@ class Trainer {
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
 
-  // The metrics (TrainerOptions::metrics, Keras's names), computed in the step graph: Step and
-  // Evaluate update each metric's state (its running value over the batches since the last
-  // ResetMetrics, as Keras's stateful metrics), MetricValues reads them in metric_names' order.
+  // The metrics (TrainerOptions::metrics, Keras's names: metrics.h), computed in the step graph:
+  // Step (from the batch's predictions before the update, as Keras's train_step) and Evaluate
+  // update each metric's state (its running value over the batches since the last ResetMetrics,
+  // as Keras's stateful metrics), MetricValues reads them in metric_names' order (Keras's keys).
+  // The update is built on the first batch, for its targets' shape ("accuracy" is resolved by
+  // it, as Keras does); a later batch whose targets have another shape is refused. With no
+  // metrics the step graph has no metric node.
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   absl::StatusOr<std::vector<double>> MetricValues();
   absl::Status ResetMetrics();
@@ -166,6 +172,12 @@ class Trainer {
   std::map<std::string, std::string> input_specs_;  // key -> "dtype [shape]"
   std::map<std::string, std::pair<DataType, PartialTensorShape>> input_types_;
   std::vector<std::string> metric_names_;
+  // The metrics' state, results and reset (metrics.h); their update, once the first batch's
+  // targets give its shape.
+  train::MetricNodes metrics_;
+  std::string metric_update_;
+  PartialTensorShape metric_targets_shape_;
+  absl::Status AddMetricUpdate(const Tensor& targets);
   std::string signature_key_;
   bool training_mode_ = false;
   std::vector<std::string> warnings_;
