@@ -199,11 +199,13 @@ def test_bad_input_gets_one_clear_error(tmp_path):
     cases = [
         (["--targets=nope"], "has no array 'nope'"),
         (["--targets=bad"], "array 'bad' has 7 examples; the first has 8"),
-        (["--targets=t", "--batch_size=9"], "--batch_size=9 is larger than the data (8 examples)"),
+        (["--targets=t", "--batch_size=9"], "batch_size=9 is larger than the data (8 examples)"),
         (["--targets=nan"], "the loss is nan; stopping"),
         (["--targets=t", "--optimizer=lion"], "lion"),
         (["--targets=t", "--lr_schedule=cosine"], "bad --lr_schedule: 'cosine': expected"),
         (["--targets=t", "--loss=hinge"], "unknown loss 'hinge'"),
+        (["--targets=t", "--batch_size=0"], "batch_size=0 is not positive"),
+        (["--targets=t", "--epochs=0"], "epochs=0 is not positive"),
     ]
     for extra, message in cases:
         if not any(e.startswith("--batch_size") for e in extra):
@@ -875,12 +877,16 @@ def test_validation_loss_matches_model_fit_and_shuffle_is_seeded(tmp_path):
                  f"--history={tmp_path / 'h.csv'}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("val_loss") == EPOCHS
-    with open(tmp_path / "h.csv.validation.csv") as f:
-        ours = [float(row["val_loss"]) for row in csv.DictReader(f)]
+    with open(tmp_path / "h.epochs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["epoch", "loss", "val_loss"]
+    assert [int(row["epoch"]) for row in rows] == list(range(EPOCHS))
+    ours = [float(row["val_loss"]) for row in rows]
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=False)
     fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
                     validation_data=(xv, tv))
     np.testing.assert_allclose(ours, fit.history["val_loss"], rtol=1e-4)
+    np.testing.assert_allclose([float(row["loss"]) for row in rows], fit.history["loss"], rtol=1e-4)
     # --shuffle: the same seed, the same training; another seed, another
     def weights(*extra):
         out = tmp_path / f"w{len(os.listdir(tmp_path))}.npz"
@@ -1166,7 +1172,7 @@ def test_several_inputs_by_name_or_key_to_input(tmp_path):
     _, ours = read_history(tmp_path / "h.csv")
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     takes = "; signature 'serving_default' takes a: float32 [?,5], b: float32 [?,3]"
-    hint = " (--inputs=KEY:INPUT feeds the array KEY to the input INPUT)"
+    hint = " (inputs=KEY:INPUT feeds the data's KEY to the input INPUT)"
     for inputs, message in [
         ("a,q", "input 'q' is not one of the signature's inputs"),
         ("a", "input 'b' (float32 [?,3]) is missing"),

@@ -97,11 +97,6 @@ TrainerOption Parsed(std::string name, std::string value_name, std::string help,
   return o;
 }
 
-TrainerOption NotAFlag(TrainerOption o) {
-  o.flag = false;
-  return o;
-}
-
 // The field an option stores into, for Field: works on TrainerOptions and const TrainerOptions.
 #define TF_EXT_OPTION_FIELD(path) [](auto& o) -> auto& { return o.path; }
 
@@ -148,9 +143,95 @@ std::vector<TrainerOption> MakeTable() {
              "CosineDecay)",
              "constant",
              [](absl::string_view v, TrainerOptions* out) { return ParseSchedule(v, &out->optimizer); }),
-      // tf_ext_train's --sample_weights names the array instead, and sets this.
-      NotAFlag(Field("sample_weights", "BOOL", "each step feeds per-example weights",
-                     TF_EXT_OPTION_FIELD(sample_weights))),
+      Field("metrics", "NAME,...",
+            "Keras's metrics, computed in the step graph: accuracy, sparse_categorical_accuracy, "
+            "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, mae, mse, auc, "
+            "precision, recall",
+            TF_EXT_OPTION_FIELD(metrics)),
+      // The data and the loop (train::Fit, fit.h).
+      Field("data", "PATH",
+            "training data: an .npz file, or TFRecord files of tf.train.Example (a comma-separated "
+            "list or glob of files ending in .tfrecord or .tfrecords)",
+            TF_EXT_OPTION_FIELD(fit.data)),
+      Field("validation", "PATH",
+            "validation data, as --data: after each epoch its loss and metrics (val_loss, "
+            "val_<metric>)",
+            TF_EXT_OPTION_FIELD(fit.validation)),
+      Field("inputs", "KEY[:INPUT],...",
+            "the data's arrays or features fed to the signature's inputs: KEY feeds the input "
+            "named KEY, or the only input whatever its name; KEY:INPUT feeds INPUT",
+            TF_EXT_OPTION_FIELD(fit.inputs)),
+      Field("targets", "KEY", "the data's targets (required by every loss but output)",
+            TF_EXT_OPTION_FIELD(fit.targets)),
+      Parsed("sample_weights", "KEY", "the data's per-example weights (each step feeds them)", "",
+             [](absl::string_view v, TrainerOptions* out) -> absl::Status {
+               out->fit.sample_weights = std::string(v);
+               out->sample_weights = !v.empty();
+               return absl::OkStatus();
+             }),
+      Field("features", "NAME:DTYPE:SHAPE,...",
+            "TFRecord features' dtypes and per-example shapes (SHAPE as 6 or 8x8x3, empty for a "
+            "scalar: y:int64:); required for targets and weights, and for an input stored with "
+            "another dtype or shape than the signature's",
+            TF_EXT_OPTION_FIELD(fit.features)),
+      Field("compression", "TYPE", "the TFRecord files' compression", TF_EXT_OPTION_FIELD(fit.compression),
+            {"", "GZIP", "ZLIB"}, "none"),
+      Field("batch_size", "N", "examples per step", TF_EXT_OPTION_FIELD(fit.batch_size)),
+      Field("epochs", "N", "passes over the data (a resumed run stops at the same epoch)",
+            TF_EXT_OPTION_FIELD(fit.epochs)),
+      Field("shuffle", "BOOL",
+            ".npz: a new order of the examples each epoch (seeded; not Keras's order)",
+            TF_EXT_OPTION_FIELD(fit.shuffle)),
+      Field("shuffle_buffer", "N",
+            "TFRecord: shuffle through a buffer of N examples, seeded, reshuffled each epoch "
+            "(0: records in file order)",
+            TF_EXT_OPTION_FIELD(fit.shuffle_buffer)),
+      Field("seed", "N", "the shuffle's seed", TF_EXT_OPTION_FIELD(fit.seed)),
+      Field("drop_remainder", "BOOL", "drop each epoch's last batch when it is partial",
+            TF_EXT_OPTION_FIELD(fit.drop_remainder)),
+      Field("history", "FILE.csv",
+            "one row per step: step,epoch,loss (that batch's) and each metric's running value; "
+            "FILE.epochs.csv beside it: one row per epoch, as model.fit's history",
+            TF_EXT_OPTION_FIELD(fit.history)),
+      Field("tensorboard", "DIR",
+            "TensorBoard event files in DIR/train and DIR/validation, as Keras's TensorBoard "
+            "callback writes them",
+            TF_EXT_OPTION_FIELD(fit.tensorboard)),
+      Field("update_freq", "WHEN", "TensorBoard: epoch, batch, or every N steps",
+            TF_EXT_OPTION_FIELD(fit.update_freq)),
+      Field("checkpoint", "DIR/NAME",
+            "after every epoch, an object-based checkpoint DIR/NAME-<epoch> (the model under "
+            "'root', the optimizer's state) and DIR/checkpoint, which tf.train.latest_checkpoint "
+            "reads",
+            TF_EXT_OPTION_FIELD(fit.checkpoint)),
+      Field("keep_checkpoints", "N", "the checkpoints kept (the latest N)",
+            TF_EXT_OPTION_FIELD(fit.keep_checkpoints)),
+      Field("resume", "PREFIX|auto",
+            "start from this checkpoint (model and optimizer state) at its epoch; auto: the "
+            "latest in --checkpoint's DIR, or from scratch when there is none",
+            TF_EXT_OPTION_FIELD(fit.resume)),
+      Field("early_stopping", "MONITOR:PATIENCE[:MIN_DELTA]",
+            "stop when MONITOR (loss, val_loss, a metric) has not improved by MIN_DELTA for "
+            "PATIENCE epochs, as Keras's EarlyStopping",
+            TF_EXT_OPTION_FIELD(fit.early_stopping)),
+      Field("restore_best_weights", "BOOL",
+            "with --early_stopping: end with the best epoch's weights, as Keras's",
+            TF_EXT_OPTION_FIELD(fit.restore_best_weights)),
+      Field("save_best", "MONITOR",
+            "keep the best epoch's checkpoint by MONITOR as DIR/NAME-best (with --checkpoint)",
+            TF_EXT_OPTION_FIELD(fit.save_best)),
+      Field("save_weights", "FILE.npz",
+            "the model's variables after training (non-trainable ones too), by the object "
+            "graph's names",
+            TF_EXT_OPTION_FIELD(fit.save_weights)),
+      Field("export", "DIR",
+            "write the trained SavedModel here (same signatures, the trained variables); "
+            "refused before training if DIR is not empty",
+            TF_EXT_OPTION_FIELD(fit.export_dir)),
+      Field("step_stats", "FILE",
+            "the first training step's tensorflow.RunMetadata (binary; its step_stats give every "
+            "node's time and output shapes)",
+            TF_EXT_OPTION_FIELD(fit.step_stats)),
   };
   return t;
 }

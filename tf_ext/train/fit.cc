@@ -1,0 +1,276 @@
+#include "tf_ext/train/fit.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/protobuf/config.pb.h"
+#include "tf_ext/graph/io/npy_io.h"
+#include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/train/data.h"
+
+namespace tensorflow::tf_ext::train {
+namespace {
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// The epochs' CSV beside the per-step one: DIR/h.csv -> DIR/h.epochs.csv.
+std::string EpochsCsvPath(const std::string& history) {
+  if (absl::EndsWith(history, ".csv")) {
+    return absl::StrCat(history.substr(0, history.size() - 4), ".epochs.csv");
+  }
+  return absl::StrCat(history, ".epochs.csv");
+}
+
+std::string Number(double v) { return absl::StrFormat("%.9g", v); }
+
+// A weighted running mean, as Keras's Mean metric with the batch size as weight.
+struct RunningMean {
+  double sum = 0;
+  int64_t count = 0;
+  void Add(double v, int64_t n) {
+    sum += v * n;
+    count += n;
+  }
+  double value() const { return count > 0 ? sum / count : 0; }
+};
+
+// Appends (when resuming a run whose file exists) or creates a CSV with `header`.
+absl::Status OpenCsv(const std::string& path, const std::string& header, bool append,
+                     std::ofstream* out) {
+  const bool exists = append && Env::Default()->FileExists(path).ok();
+  out->open(path, exists ? std::ios::app : std::ios::trunc);
+  if (!*out) return Invalid(absl::StrCat("cannot write '", path, "'"));
+  if (!exists) *out << header << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const double* FindLog(const Logs& logs, const std::string& name) {
+  for (const auto& [k, v] : logs) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
+                              const FitCallbacks& callbacks) {
+  const FitOptions& f = options.fit;
+  if (f.data.empty()) return Invalid("option 'data' (the training data) is required");
+  if (f.inputs.empty()) return Invalid("option 'inputs' (the data's keys fed to the signature's inputs) is required");
+  if (f.batch_size < 1) return Invalid(absl::StrCat("batch_size=", f.batch_size, " is not positive"));
+  if (f.epochs < 1) return Invalid(absl::StrCat("epochs=", f.epochs, " is not positive"));
+  if (f.shuffle_buffer < 0) {
+    return Invalid(absl::StrCat("shuffle_buffer=", f.shuffle_buffer, " is negative"));
+  }
+  const bool has_targets = LossHasTargets(options.loss);
+  if (has_targets && f.targets.empty()) return Invalid("option 'targets' is required by this loss");
+  if (!f.export_dir.empty()) TF_RETURN_IF_ERROR(CheckExportTarget(f.export_dir));
+
+  // inputs=KEY[:INPUT]: the data's KEY fed as INPUT (default: KEY).
+  DataSpec spec;
+  for (absl::string_view item : absl::StrSplit(f.inputs, ',')) {
+    std::vector<std::string> parts = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    if (parts[0].empty() || (parts.size() == 2 && parts[1].empty())) {
+      return Invalid(absl::StrCat("option 'inputs': '", item, "' is not KEY or KEY:INPUT"));
+    }
+    spec.input_keys.push_back(parts[0]);
+    spec.input_names.push_back(parts.back());
+  }
+  auto resolved = trainer->ResolveInputs(spec.input_names);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat(resolved.status().message(),
+                                     " (inputs=KEY:INPUT feeds the data's KEY to the input INPUT)"));
+  }
+  for (const std::string& key : *resolved) {
+    auto input = trainer->InputSpec(key);
+    if (!input.ok()) return input.status();
+    spec.input_specs.push_back(*input);
+  }
+  spec.targets_key = has_targets ? f.targets : "";
+  spec.weights_key = f.sample_weights;
+  // Class ids are fed as int64, which the sparse loss takes.
+  if (options.loss.kind == LossKind::kSparseCategoricalCrossentropy) spec.targets_dtype = DT_INT64;
+  if (!f.features.empty()) {
+    auto features = ParseFeatures(f.features);
+    if (!features.ok()) {
+      return absl::Status(features.status().code(),
+                          absl::StrCat("option 'features': ", features.status().message()));
+    }
+    spec.features = *features;
+  }
+  spec.compression = f.compression;
+  spec.batch_size = f.batch_size;
+  spec.drop_remainder = f.drop_remainder;
+  spec.shuffle = f.shuffle;
+  spec.shuffle_buffer = f.shuffle_buffer;
+  spec.seed = f.seed;
+  auto data = OpenData(f.data, spec);
+  if (!data.ok()) return data.status();
+  if ((*data)->examples() >= 0 && f.batch_size > (*data)->examples()) {
+    return Invalid(absl::StrCat("batch_size=", f.batch_size, " is larger than the data (",
+                                (*data)->examples(), " examples)"));
+  }
+  std::unique_ptr<BatchSource> validation;
+  if (!f.validation.empty()) {
+    DataSpec v = spec;
+    v.shuffle = false;
+    v.shuffle_buffer = 0;
+    v.drop_remainder = false;
+    auto opened = OpenData(f.validation, v);
+    if (!opened.ok()) return opened.status();
+    validation = std::move(*opened);
+  }
+
+  const std::vector<std::string>& metrics = trainer->metric_names();
+  FitResult result;
+  if (!f.resume.empty()) {
+    TF_RETURN_IF_ERROR(trainer->RestoreCheckpoint(f.resume));
+  }
+
+  // --history: one row per step; its .epochs.csv one row per epoch.
+  std::ofstream steps_csv, epochs_csv;
+  if (!f.history.empty()) {
+    const bool append = result.initial_epoch > 0;
+    std::string header = "step,epoch,loss";
+    for (const std::string& m : metrics) absl::StrAppend(&header, ",", m);
+    TF_RETURN_IF_ERROR(OpenCsv(f.history, header, append, &steps_csv));
+    std::string epochs_header = "epoch,loss";
+    for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",", m);
+    if (validation) {
+      absl::StrAppend(&epochs_header, ",val_loss");
+      for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",val_", m);
+    }
+    TF_RETURN_IF_ERROR(OpenCsv(EpochsCsvPath(f.history), epochs_header, append, &epochs_csv));
+  }
+
+  auto iterations = trainer->Iterations();
+  if (!iterations.ok()) return iterations.status();
+  int64_t step = *iterations;  // numbered as the optimizer counts them
+  for (int64_t epoch = result.initial_epoch; epoch < f.epochs; ++epoch) {
+    TF_RETURN_IF_ERROR(trainer->ResetMetrics());
+    TF_RETURN_IF_ERROR((*data)->StartEpoch(epoch));
+    RunningMean loss;
+    std::vector<double> values;  // the metrics' running values
+    Logs running;
+    for (;;) {
+      Batch batch;
+      auto more = (*data)->Next(&batch);
+      if (!more.ok()) {
+        return absl::Status(more.status().code(), absl::StrCat((*data)->description(), ": ", more.status().message()));
+      }
+      if (!*more) break;
+      const auto started = std::chrono::steady_clock::now();
+      RunMetadata trace;
+      const bool traced = result.steps == 0 && !f.step_stats.empty();
+      auto value = trainer->Step(batch.inputs, batch.targets, batch.weights, traced ? &trace : nullptr);
+      result.step_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+      if (!value.ok()) {
+        return absl::Status(value.status().code(), absl::StrCat("step ", step, ": ", value.status().message()));
+      }
+      if (traced) {
+        if (absl::Status s = WriteBinaryProto(Env::Default(), f.step_stats, trace); !s.ok()) {
+          return Invalid(absl::StrCat("option 'step_stats': '", f.step_stats, "': ", s.message()));
+        }
+      }
+      if (!std::isfinite(*value)) {
+        return Invalid(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *value, "; stopping"));
+      }
+      loss.Add(*value, batch.size);
+      if (!metrics.empty()) {
+        auto read = trainer->MetricValues();
+        if (!read.ok()) return read.status();
+        values = *read;
+      }
+      if (steps_csv.is_open()) {
+        steps_csv << step << "," << epoch << "," << Number(*value);
+        for (double v : values) steps_csv << "," << Number(v);
+        steps_csv << "\n";
+      }
+      ++step;
+      ++result.steps;
+      if (callbacks.on_batch_end) {
+        running = {{"loss", loss.value()}};
+        for (size_t i = 0; i < values.size(); ++i) running.push_back({metrics[i], values[i]});
+        callbacks.on_batch_end(epoch, loss.count, (*data)->examples(), running);
+      }
+    }
+    if (loss.count == 0) {
+      return Invalid(absl::StrCat((*data)->description(), " gave no batch in epoch ", epoch,
+                                  f.drop_remainder ? " (fewer examples than one batch, and drop_remainder)" : ""));
+    }
+    EpochLogs epoch_logs;
+    epoch_logs.epoch = epoch;
+    epoch_logs.logs.push_back({"loss", loss.value()});
+    for (size_t i = 0; i < values.size(); ++i) epoch_logs.logs.push_back({metrics[i], values[i]});
+    if (validation) {
+      TF_RETURN_IF_ERROR(trainer->ResetMetrics());
+      TF_RETURN_IF_ERROR(validation->StartEpoch(0));
+      RunningMean val_loss;
+      for (;;) {
+        Batch batch;
+        auto more = validation->Next(&batch);
+        if (!more.ok()) {
+          return absl::Status(more.status().code(), absl::StrCat("validation: ", validation->description(), ": ",
+                                                                 more.status().message()));
+        }
+        if (!*more) break;
+        auto value = trainer->Evaluate(batch.inputs, batch.targets, batch.weights);
+        if (!value.ok()) {
+          return absl::Status(value.status().code(), absl::StrCat("validation: ", value.status().message()));
+        }
+        val_loss.Add(*value, batch.size);
+      }
+      if (val_loss.count == 0) return Invalid(absl::StrCat("validation: ", validation->description(), " has no examples"));
+      epoch_logs.logs.push_back({"val_loss", val_loss.value()});
+      if (!metrics.empty()) {
+        auto read = trainer->MetricValues();
+        if (!read.ok()) return read.status();
+        for (size_t i = 0; i < read->size(); ++i) epoch_logs.logs.push_back({"val_" + metrics[i], (*read)[i]});
+      }
+    }
+    std::vector<std::string> parts;
+    for (const auto& [name, v] : epoch_logs.logs) parts.push_back(absl::StrFormat("%s %.6g", name, v));
+    const std::string line = absl::StrFormat("epoch %d/%d: %s", epoch + 1, f.epochs, absl::StrJoin(parts, ", "));
+    if (epochs_csv.is_open()) {
+      epochs_csv << epoch;
+      for (const auto& [name, v] : epoch_logs.logs) epochs_csv << "," << Number(v);
+      epochs_csv << "\n";
+      epochs_csv.flush();
+      steps_csv.flush();
+    }
+    result.history.push_back(epoch_logs);
+    if (callbacks.on_epoch_end) callbacks.on_epoch_end(epoch_logs, line);
+    if (!f.checkpoint.empty()) {
+      if (absl::Status s = trainer->SaveCheckpoint(f.checkpoint); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("option 'checkpoint': '", f.checkpoint, "': ", s.message()));
+      }
+    }
+  }
+  if (!f.export_dir.empty()) {
+    if (absl::Status s = trainer->Export(f.export_dir); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("option 'export': '", f.export_dir, "': ", s.message()));
+    }
+    if (callbacks.on_message) callbacks.on_message(absl::StrCat("exported the trained SavedModel to ", f.export_dir));
+  }
+  if (!f.save_weights.empty()) {
+    auto values = trainer->VariableValues();
+    if (!values.ok()) return values.status();
+    if (absl::Status s = WriteNpz(f.save_weights, *values); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("option 'save_weights': ", s.message()));
+    }
+  }
+  return result;
+}
+
+}  // namespace tensorflow::tf_ext::train
