@@ -958,8 +958,8 @@ def test_batchnorm_cnn_in_training_mode_matches_model_fit(tmp_path):
 def test_checkpoint_restores_in_python_and_resumes(tmp_path):
     """--checkpoint writes an object-based checkpoint: Python's
     tf.train.Checkpoint(root=tf.saved_model.load(dir)).restore(prefix) restores the trained model
-    (assert_existing_objects_matched passes). --resume continues with the optimizer's state: 3 + 2
-    epochs give the losses and weights of 5 uninterrupted ones, and the optimizer's iteration
+    (assert_existing_objects_matched passes). --resume continues with the optimizer's state at the
+    checkpoint's epoch: 3 epochs, then resumed to 5, give the losses and weights of 5 uninterrupted ones, and the optimizer's iteration
     count (Trainer::Iterations) goes on from the checkpoint's."""
     import tensorflow as tf
     model = mlp(2, seed=31)
@@ -984,20 +984,21 @@ def test_checkpoint_restores_in_python_and_resumes(tmp_path):
     steps = N // BATCH
     full, full_w = train("full", 5, 5 * steps)
     first, first_w = train("first", 3, 3 * steps, f"--checkpoint={tmp_path / 'ckpt' / 'step'}")
-    rest, rest_w = train("rest", 2, 5 * steps, f"--resume={tmp_path / 'ckpt' / 'step'}")
+    # DIR/NAME-<epochs done>; resumed at its epoch: --epochs=5 trains the 4th and 5th
+    rest, rest_w = train("rest", 5, 5 * steps, f"--resume={tmp_path / 'ckpt' / 'step-3'}")
     np.testing.assert_allclose(first + rest, full, rtol=1e-5)
     for k in full_w:
         np.testing.assert_allclose(rest_w[k], full_w[k], rtol=1e-5, atol=1e-7, err_msg=k)
     # Python restores the 3-epoch model from the checkpoint
     loaded = tf.saved_model.load(export)
-    status = tf.train.Checkpoint(root=loaded).restore(str(tmp_path / "ckpt" / "step"))
+    status = tf.train.Checkpoint(root=loaded).restore(str(tmp_path / "ckpt" / "step-3"))
     status.assert_existing_objects_matched()
     got = list(loaded.signatures["serving_default"](x=tf.constant(x)).values())[0].numpy()
     model.set_weights([first_w[v.path] for v in model.weights])
     np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     # a checkpoint of another optimizer's state is refused, naming what is missing
     r = run_tool(tmp_path, *[f for f in flags if not f.startswith("--optimizer")], "--optimizer=sgd",
-                 "--momentum=0.9", "--epochs=1", f"--resume={tmp_path / 'ckpt' / 'step'}")
+                 "--momentum=0.9", "--epochs=4", f"--resume={tmp_path / 'ckpt' / 'step-3'}")
     assert r.returncode != 0 and "has no optimizer state" in r.stderr, r.stderr
 
 

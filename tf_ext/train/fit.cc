@@ -14,7 +14,10 @@
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/graph/io/npy_io.h"
 #include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/train/callbacks.h"
 #include "tf_ext/train/data.h"
+#include "tf_ext/train/optimizers.h"
+#include "tf_ext/train/summary.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -132,10 +135,24 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   }
 
   const std::vector<std::string>& metrics = trainer->metric_names();
-  FitResult result;
-  if (!f.resume.empty()) {
-    TF_RETURN_IF_ERROR(trainer->RestoreCheckpoint(f.resume));
+  std::vector<std::string> log_names = {"loss"};
+  for (const std::string& m : metrics) log_names.push_back(m);
+  if (validation) {
+    log_names.push_back("val_loss");
+    for (const std::string& m : metrics) log_names.push_back("val_" + m);
   }
+  auto epoch_callbacks = EpochCallbacks::Create(f, trainer, log_names, callbacks.on_message);
+  if (!epoch_callbacks.ok()) return epoch_callbacks.status();
+  std::unique_ptr<TensorBoardLogger> tensorboard;
+  if (!f.tensorboard.empty()) {
+    auto logger = TensorBoardLogger::Create(f.tensorboard, f.update_freq);
+    if (!logger.ok()) return logger.status();
+    tensorboard = std::move(*logger);
+  }
+  FitResult result;
+  auto initial_epoch = (*epoch_callbacks)->OnTrainBegin();
+  if (!initial_epoch.ok()) return initial_epoch.status();
+  result.initial_epoch = *initial_epoch;
 
   // --history: one row per step; its .epochs.csv one row per epoch.
   std::ofstream steps_csv, epochs_csv;
@@ -199,10 +216,12 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
       }
       ++step;
       ++result.steps;
-      if (callbacks.on_batch_end) {
+      if (callbacks.on_batch_end || tensorboard) {
+        // Keras's batch logs: the running loss and metrics.
         running = {{"loss", loss.value()}};
         for (size_t i = 0; i < values.size(); ++i) running.push_back({metrics[i], values[i]});
-        callbacks.on_batch_end(epoch, loss.count, (*data)->examples(), running);
+        if (callbacks.on_batch_end) callbacks.on_batch_end(epoch, loss.count, (*data)->examples(), running);
+        if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->OnTrainBatchEnd(step - 1, running));
       }
     }
     if (loss.count == 0) {
@@ -251,12 +270,21 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
     }
     result.history.push_back(epoch_logs);
     if (callbacks.on_epoch_end) callbacks.on_epoch_end(epoch_logs, line);
-    if (!f.checkpoint.empty()) {
-      if (absl::Status s = trainer->SaveCheckpoint(f.checkpoint); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("option 'checkpoint': '", f.checkpoint, "': ", s.message()));
-      }
+    if (tensorboard) {
+      auto done = trainer->Iterations();
+      if (!done.ok()) return done.status();
+      TF_RETURN_IF_ERROR(tensorboard->OnEpochEnd(epoch, epoch_logs.logs,
+                                                 LearningRateAt(options.optimizer, *done), *done));
+    }
+    auto stop = (*epoch_callbacks)->OnEpochEnd(epoch, epoch_logs.logs);
+    if (!stop.ok()) return stop.status();
+    if (*stop) {
+      result.stopped_early = true;
+      break;
     }
   }
+  TF_RETURN_IF_ERROR((*epoch_callbacks)->OnTrainEnd());
+  if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->Close());
   if (!f.export_dir.empty()) {
     if (absl::Status s = trainer->Export(f.export_dir); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("option 'export': '", f.export_dir, "': ", s.message()));
