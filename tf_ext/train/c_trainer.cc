@@ -8,15 +8,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tensorflow/c/tf_status_helper.h"
 #include "tensorflow/c/tf_tensor_helper.h"
+#include "tf_ext/train/fit.h"
 #include "tf_ext/train/options.h"
 #include "tf_ext/train/trainer.h"
 
 struct TfExtTrainer {
   std::unique_ptr<tensorflow::tf_ext::Trainer> trainer;
   std::string warnings;  // joined, for TfExtTrainerWarnings
+  tensorflow::tf_ext::TrainerOptions options;  // as created: what TfExtTrainerFit runs
+  std::string last_logs;  // TfExtTrainerLastLogs
 };
 
 namespace {
@@ -62,7 +66,7 @@ TfExtTrainer* TfExtNewTrainer(const char* export_dir, const char* const* option_
   }
   SetStatus(status, absl::OkStatus());
   std::string warnings = absl::StrJoin((*trainer)->warnings(), "\n");
-  return new TfExtTrainer{std::move(*trainer), std::move(warnings)};
+  return new TfExtTrainer{std::move(*trainer), std::move(warnings), options, ""};
 }
 
 double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
@@ -107,6 +111,30 @@ double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
   }
   SetStatus(status, absl::OkStatus());
   return *loss;
+}
+
+int64_t TfExtTrainerFit(TfExtTrainer* trainer, TF_Status* status) {
+  if (trainer == nullptr) {
+    SetStatus(status, absl::InvalidArgumentError("trainer: trainer is required"));
+    return -1;
+  }
+  auto result = tensorflow::tf_ext::train::Fit(trainer->trainer.get(), trainer->options);
+  if (!result.ok()) {
+    SetStatus(status, result.status());
+    return -1;
+  }
+  trainer->last_logs.clear();
+  if (!result->history.empty()) {
+    for (const auto& [name, value] : result->history.back().logs) {
+      absl::StrAppend(&trainer->last_logs, name, "=", absl::StrFormat("%.9g", value), "\n");
+    }
+  }
+  SetStatus(status, absl::OkStatus());
+  return static_cast<int64_t>(result->history.size());
+}
+
+const char* TfExtTrainerLastLogs(const TfExtTrainer* trainer) {
+  return trainer == nullptr ? "" : trainer->last_logs.c_str();
 }
 
 void TfExtTrainerExport(TfExtTrainer* trainer, const char* dir, TF_Status* status) {

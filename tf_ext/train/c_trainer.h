@@ -7,6 +7,8 @@
 #ifndef TF_EXT_TRAIN_C_TRAINER_H_
 #define TF_EXT_TRAIN_C_TRAINER_H_
 
+#include <stdint.h>
+
 #include "tensorflow/c/c_api.h"
 #include "tf_ext/version.h" /* TF_EXT_VERSION_STRING: the release of this C API */
 
@@ -36,6 +38,16 @@ const char* TfExtTrainerWarnings(const TfExtTrainer* trainer);
 double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
                         TF_Tensor* const* inputs, int num_inputs, TF_Tensor* targets,
                         TF_Tensor* weights, TF_Status* status);
+
+/* Trains as model.fit does, exactly as tf_ext_train does (tf_ext/train/fit.h), with the options
+ * given to TfExtNewTrainer: data, inputs, targets, batch_size, epochs, metrics, validation,
+ * history, tensorboard, checkpoint, resume, early_stopping, save_best, export, ... (the keys of
+ * docs/training.md's table). Returns the epochs this call ran (fewer when stopped early; 0 when
+ * resumed at or past the last), -1 on error. */
+int64_t TfExtTrainerFit(TfExtTrainer* trainer, TF_Status* status);
+/* After TfExtTrainerFit: its last epoch's logs, one "name=value" line each (loss, the metrics,
+ * val_loss, val_<metric>), "" before. Owned by the trainer. */
+const char* TfExtTrainerLastLogs(const TfExtTrainer* trainer);
 
 /* Writes the trained SavedModel (Trainer::Export): `dir` must not exist or be empty. */
 void TfExtTrainerExport(TfExtTrainer* trainer, const char* dir, TF_Status* status);

@@ -1,0 +1,69 @@
+/* A C program training a SavedModel through TfExtTrainerFit (tf_ext/train/c_trainer.h): model.fit's
+ * loop with the options given as KEY=VALUE arguments (the keys of tf_ext_train's flags), as
+ * tf_ext_train runs it. Prints the epochs run and the last epoch's logs; then hostile calls.
+ * Run by //tests:fit_c_api_py_test.
+ *
+ *   train_fit_c_test SAVED_MODEL KEY=VALUE... */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensorflow/c/c_api.h"
+#include "tf_ext/train/c_trainer.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s SAVED_MODEL [KEY=VALUE...]\n", argv[0]);
+    return 2;
+  }
+  TF_Status* s = TF_NewStatus();
+  const char* library = getenv("TF_EXT_LIBRARY");
+  if (library != NULL) {
+    TF_LoadLibrary(library, s);
+    if (TF_GetCode(s) != TF_OK) {
+      fprintf(stderr, "FAIL load: %s\n", TF_Message(s));
+      return 1;
+    }
+  }
+  enum { kMaxOptions = 64 };
+  const char* keys[kMaxOptions];
+  const char* values[kMaxOptions];
+  int num_options = 0;
+  for (int i = 2; i < argc && num_options < kMaxOptions; ++i, ++num_options) {
+    char* eq = strchr(argv[i], '=');
+    if (eq == NULL) {
+      fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
+      return 2;
+    }
+    *eq = '\0';
+    keys[num_options] = argv[i];
+    values[num_options] = eq + 1;
+  }
+  TfExtTrainer* trainer = TfExtNewTrainer(argv[1], keys, values, num_options, s);
+  if (TF_GetCode(s) != TF_OK) {
+    fprintf(stderr, "FAIL create: %s\n", TF_Message(s));
+    return 1;
+  }
+  if (TfExtTrainerLastLogs(trainer)[0] != '\0') {
+    fprintf(stderr, "FAIL logs before fit\n");
+    return 1;
+  }
+  const int64_t epochs = TfExtTrainerFit(trainer, s);
+  if (TF_GetCode(s) != TF_OK || epochs < 0) {
+    fprintf(stderr, "FAIL fit: %s\n", TF_Message(s));
+    return 1;
+  }
+  printf("epochs %lld\n%s", (long long)epochs, TfExtTrainerLastLogs(trainer));
+  int failures = 0;
+  if (TfExtTrainerFit(NULL, s) != -1 || TF_GetCode(s) != TF_INVALID_ARGUMENT) ++failures;
+  if (TfExtTrainerLastLogs(NULL)[0] != '\0') ++failures;
+  TfExtDeleteTrainer(trainer);
+  TF_DeleteStatus(s);
+  if (failures) {
+    fprintf(stderr, "FAIL %d hostile calls\n", failures);
+    return 1;
+  }
+  printf("hostile calls ok\n");
+  return 0;
+}
