@@ -3,8 +3,9 @@
 tf.train.latest_checkpoint reads, keeping the last --keep_checkpoints, each restorable by
 tf.train.Checkpoint(root=tf.saved_model.load(export)); 4 epochs straight equal 2 epochs then
 --resume=auto to 4 (model and optimizer state); --early_stopping (with min_delta, and with
---restore_best_weights) stops at Keras's EarlyStopping's epoch with its weights; --save_best keeps
-the epoch Keras's ModelCheckpoint(save_best_only=True) keeps; flag errors before training; and a
+--restore_best_weights, and on val_accuracy, which rises and repeats values) stops at Keras's
+EarlyStopping's epoch with its weights; --save_best keeps the epoch Keras's
+ModelCheckpoint(save_best_only=True) keeps; flag errors before training; and a
 run SIGKILLed at start-up, mid-epoch, while a checkpoint or NAME-best is being written leaves only
 readable checkpoints, and --resume=auto then ends with the weights of a run never killed."""
 import os
@@ -187,6 +188,53 @@ def test_early_stopping_and_save_best_as_keras(flags, keras_args, tmp_path):
     model.load_weights(best_path)
     np.testing.assert_allclose(restored_outputs(d["export"], str(ckpt / "c-best"), d["x"]),
                                model.predict(d["x"], verbose=0), rtol=1e-4, atol=1e-5)
+
+
+def test_a_rising_metric_with_ties_as_keras(tmp_path):
+    """val_accuracy (mode 'auto': it rises) over 48 examples repeats values: an equal value is no
+    improvement, for EarlyStopping (patience 2: stops after epoch 10, restores epoch 8) and for
+    ModelCheckpoint(save_best_only=True) alike (the first epoch of the highest value)."""
+    import keras
+    keras.utils.set_random_seed(0)
+    x = keras.Input(shape=(5,), name="x")
+    h = keras.layers.Dense(16, activation="tanh")(x)
+    model = keras.Model(x, keras.layers.Dense(3)(h))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(60)
+
+    def classes(n):
+        xs = rng.normal(size=(n, 5)).astype(np.float32)
+        return xs, ((xs[:, 0] > 0).astype(np.int32) + (xs[:, 1] > 1).astype(np.int32))
+    (xt, yt), (xv, yv) = classes(48), classes(48)
+    np.savez(tmp_path / "d.npz", x=xt, y=yt)
+    np.savez(tmp_path / "v.npz", x=xv, y=yv)
+    ckpt = tmp_path / "ckpt"
+    r = run_tool(f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+                 f"--validation={tmp_path / 'v.npz'}", "--inputs=x", "--targets=y",
+                 "--loss=sparse_categorical_crossentropy:from_logits", "--metrics=accuracy",
+                 f"--batch_size={BATCH}", "--optimizer=adam", "--learning_rate=0.02", "--epochs=20",
+                 f"--checkpoint={ckpt / 'c'}", "--save_best=val_accuracy",
+                 "--early_stopping=val_accuracy:2", "--restore_best_weights",
+                 f"--save_weights={tmp_path / 'w.npz'}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    model.compile(optimizer=keras.optimizers.Adam(0.02),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], jit_compile=False)
+    fit = model.fit(xt, yt, batch_size=BATCH, epochs=20, shuffle=False, verbose=0,
+                    validation_data=(xv, yv),
+                    callbacks=[keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=2,
+                                                             restore_best_weights=True)])
+    val = fit.history["val_accuracy"]
+    epochs, best_epoch = len(val), int(np.argmax(val)) + 1
+    assert len(set(val)) < len(val) and best_epoch < epochs  # ties, and a best before the end
+    import tensorflow as tf
+    assert tf.train.latest_checkpoint(str(ckpt)) == str(ckpt / f"c-{epochs}")
+    trained = dict(np.load(tmp_path / "w.npz"))
+    for v in model.weights:
+        np.testing.assert_allclose(trained[v.path], v.numpy(), rtol=1e-4, atol=1e-5, err_msg=v.path)
+    with open(ckpt / "c-best.state") as f:
+        assert f"epoch: {best_epoch}\n" in f.read()
 
 
 def test_monitor_and_flag_errors_before_training(tmp_path):
