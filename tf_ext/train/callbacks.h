@@ -30,8 +30,8 @@
 //   same epoch) is first dropped from the state file and its index deleted, so a reader never sees
 //   an old index beside new data.
 // - NAME-best is replaced by a swap: NAME-best-tmp (its .state, then the checkpoint) is written
-//   completely; then NAME-best.index is deleted (from here no NAME-best exists), NAME-best-tmp's
-//   data and .state are renamed to NAME-best's, and NAME-best-tmp.index is renamed last. The next
+//   completely; then NAME-best.index is deleted (from here no NAME-best exists), then its data;
+//   NAME-best-tmp's data and .state are renamed to NAME-best's, NAME-best-tmp.index last. The next
 //   run finishes an interrupted swap (NAME-best-tmp.index present, NAME-best.index absent: the
 //   renames go on) or abandons an unstarted one (NAME-best.index present: NAME-best-tmp is
 //   deleted), then deletes data files with no index (a write or deletion cut short).
