@@ -1,5 +1,7 @@
 """`make demo`'s training part: a small Keras classifier exported with model.export, trained by
-tf_ext_train (C++, no Python in that process) with its loss printed per epoch, then the trained
+tf_ext_train (C++, no Python in that process) on TFRecord files of tf.train.Example (two
+training shards, one validation file) read by TensorFlow's tf.data kernels, with its loss and
+accuracy printed per epoch, TensorBoard curves and a checkpoint per epoch; then the trained
 SavedModel loaded back in Python, answering better than the untrained one.
 
     demo_train.py --tf_ext_train=BIN --library=SO --work=DIR
@@ -30,7 +32,18 @@ def main(argv=None) -> int:
     centres = np.array([[2, 0], [-1, 1.7], [-1, -1.7]], np.float32)
     labels = rng.integers(0, 3, size=512).astype(np.int32)
     points = (centres[labels] + rng.normal(scale=0.8, size=(512, 2))).astype(np.float32)
-    np.savez(os.path.join(work, "data.npz"), x=points, label=labels)
+    # TFRecords as a Python pipeline would write them: 384 training examples in two shards,
+    # 128 for validation.
+    def write(path, rows):
+        with tf.io.TFRecordWriter(path) as w:
+            for i in rows:
+                w.write(tf.train.Example(features=tf.train.Features(feature={
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=points[i])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[labels[i]])),
+                })).SerializeToString())
+    write(os.path.join(work, "train-00000-of-00002.tfrecord"), range(0, 192))
+    write(os.path.join(work, "train-00001-of-00002.tfrecord"), range(192, 384))
+    write(os.path.join(work, "validation.tfrecord"), range(384, 512))
     keras.utils.set_random_seed(0)
     x = keras.Input(shape=(2,), name="x")
     h = keras.layers.Dense(16, activation="relu")(x)
@@ -40,16 +53,23 @@ def main(argv=None) -> int:
     print("tf_ext_train: training the exported model in C++ (no Python in that process)", flush=True)
     cmd = [args.tf_ext_train, "--library=" + args.library,
            "--saved_model=" + os.path.join(work, "untrained"),
-           "--data=" + os.path.join(work, "data.npz"), "--inputs=x", "--targets=label",
-           "--loss=sparse_categorical_crossentropy", "--optimizer=adam", "--learning_rate=0.01",
-           "--batch_size=32", "--epochs=8", "--export=" + os.path.join(work, "trained")]
+           "--data=" + os.path.join(work, "train-*.tfrecord"),
+           "--validation=" + os.path.join(work, "validation.tfrecord"),
+           "--inputs=x", "--targets=label", "--features=label:int64:",
+           "--shuffle_buffer=384", "--seed=0",
+           "--loss=sparse_categorical_crossentropy", "--metrics=accuracy", "--optimizer=adam",
+           "--learning_rate=0.01", "--batch_size=32", "--epochs=8",
+           "--tensorboard=" + os.path.join(work, "logs"),
+           "--checkpoint=" + os.path.join(work, "checkpoints", "demo"),
+           "--export=" + os.path.join(work, "trained")]
     print(" ".join(cmd), flush=True)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     print(r.stdout, end="")
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
         return 1
-    losses = [float(line.split("loss ")[1]) for line in r.stdout.splitlines() if line.startswith("epoch")]
+    losses = [float(line.split("loss ")[1].split(",")[0]) for line in r.stdout.splitlines()
+              if line.startswith("epoch")]
     if not losses or losses[-1] >= losses[0]:
         print("demo: the loss did not fall", file=sys.stderr)
         return 1
@@ -64,6 +84,8 @@ def main(argv=None) -> int:
     if after <= before:
         print("demo: the trained model is no better", file=sys.stderr)
         return 1
+    print(f"TensorBoard curves: tensorboard --logdir {os.path.join(work, 'logs')}; latest checkpoint: "
+          f"{tf.train.latest_checkpoint(os.path.join(work, 'checkpoints'))}")
     return 0
 
 

@@ -899,13 +899,18 @@ def test_validation_loss_matches_model_fit_and_shuffle_is_seeded(tmp_path):
 
 
 def test_make_demo_training_part(tmp_path):
-    """scripts/demo_train.py, which `make demo` runs: exit status 0 only when the loss fell and the
-    trained SavedModel, loaded by Python, is more accurate than the untrained one."""
+    """scripts/demo_train.py, which `make demo` runs (on TFRecord files): exit status 0 only when
+    the loss fell and the trained SavedModel, loaded by Python, is more accurate than the
+    untrained one."""
     script = os.path.join(WORKSPACE, "scripts", "demo_train.py")
     r = subprocess.run([sys.executable, script, f"--tf_ext_train={TOOL}", f"--library={LIBRARY}",
                         f"--work={tmp_path}"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "trained by tf_ext_train" in r.stdout and r.stdout.count("epoch ") == 8
+    # from TFRecords, with metrics, validation, TensorBoard and a checkpoint per epoch
+    assert "train-*.tfrecord" in r.stdout and r.stdout.count("val_accuracy") == 8
+    assert "latest checkpoint: " in r.stdout and r.stdout.rstrip().endswith("demo-8")
+    assert sorted(os.listdir(tmp_path / "train_demo" / "logs")) == ["train", "validation"]
 
 
 def test_batchnorm_cnn_in_training_mode_matches_model_fit(tmp_path):
