@@ -265,6 +265,12 @@ class TFRecordSource : public BatchSource {
     return true;
   }
 
+  ~TFRecordSource() override {
+    // The iterator, its dataset and the shuffle's seed resource released while the Session's
+    // resource containers still exist.
+    if (session_ != nullptr) session_->Run({}, {}, {"delete_iterator"}, nullptr).IgnoreError();
+  }
+
   int64_t examples() const override { return -1; }
 
   std::string description() const override {
@@ -476,6 +482,7 @@ class TFRecordSource : public BatchSource {
                                             {{"shared_name", B::Attr("tf_ext_tfrecord_iterator")},
                                              {"container", B::Attr("")}}));
     g.Add("make_iterator", "MakeIterator", {prefetched, iterator});
+    g.Add("delete_iterator", "DestroyResourceOp", {iterator}, {{"ignore_lookup_error", B::Attr(true)}});
     const std::string next = g.Add("next", "IteratorGetNext", {iterator}, structure(types, batched));
     for (size_t i = 0; i < feeds_.size(); ++i) {
       const Feed& feed = feeds_[i];
