@@ -143,17 +143,6 @@ def test_keras_drops_epoch_summaries_under_update_freq_n(tmp_path):
     assert "validation" not in run
 
 
-def tool_has_tensorboard():
-    if not os.path.exists(TOOL):
-        return False
-    r = subprocess.run([TOOL, "--help"], capture_output=True, text=True, timeout=60)
-    return "--tensorboard" in r.stdout + r.stderr
-
-
-needs_tool = pytest.mark.skipif(not tool_has_tensorboard(),
-                                reason="tf_ext_train has no --tensorboard yet (fit.h)")
-
-
 def run_tool(tmp_path, update_freq, validation=True):
     import tf_ext
     export = str(tmp_path / "model")
@@ -171,7 +160,6 @@ def run_tool(tmp_path, update_freq, validation=True):
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
 
 
-@needs_tool
 @pytest.mark.parametrize("update_freq,validation",
                          [("epoch", True), ("batch", True), ("3", True), ("batch", False)])
 def test_tf_ext_train_matches_keras(tmp_path, update_freq, validation):
@@ -192,7 +180,6 @@ def test_tf_ext_train_matches_keras(tmp_path, update_freq, validation):
                                        rtol=1e-5, atol=1e-7, err_msg=f"{sub}/{tag}")
 
 
-@needs_tool
 @pytest.mark.parametrize("bad", ["sometimes", "0", "-2"])
 def test_bad_update_freq(tmp_path, bad):
     r = run_tool(tmp_path, bad)
