@@ -5,6 +5,16 @@ Runs are interleaved (C++, Python, C++, Python); each side's figure is the media
 step time (the first step, which builds the graph, left out), the ratio C++/Python.
 
     bench_train.py --tf_ext_train=BIN --library=SO --work=DIR [--out=DIR] [--models=mlp,cnn,resnet18]
+                   [--sources=npz,tfrecord,memory] [--memory_mb=64] [--tfrecord_files=4]
+
+TFRecord rows (--sources=tfrecord): the same examples written as tf.train.Example records in
+--tfrecord_files files; tf_ext_train reading them (tf_ext/train/tfrecord_data.cc) against
+model.fit on the equivalent tf.data pipeline (TFRecordDataset(files) -> batch -> parse_example
+with AUTOTUNE parallel calls -> prefetch(AUTOTUNE)) and against tf_ext_train from the .npz in
+memory. Each figure is the wall time of epochs 2..3 over their steps, read when each epoch's
+line is printed (tf_ext_train) or its on_epoch_end runs (model.fit): reading and parsing
+included, as model.fit's step function pulls its batch itself. The memory row (--sources=memory)
+is tf_ext_train's peak resident size (VmHWM) on --memory_mb MB of records against 8 MB.
 """
 import argparse
 import json
@@ -92,6 +102,114 @@ def run_python(model, x, y, batch):
     return float(np.median(times[1:]))
 
 
+def write_tfrecords(directory, x, y, files):
+    """x[i] (float, flattened) and y[i] (int64) as Example i, spread over `files` files in order."""
+    import tensorflow as tf
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for k, rows in enumerate(np.array_split(np.arange(len(x)), files)):
+        path = os.path.join(directory, "part-%02d.tfrecord" % k)
+        with tf.io.TFRecordWriter(path) as w:
+            for i in rows:
+                w.write(tf.train.Example(features=tf.train.Features(feature={
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[i].ravel())),
+                    "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y[i])])),
+                })).SerializeToString())
+        paths.append(path)
+    return paths
+
+
+def epoch_step_ms(times, steps):
+    """ms per step over the epochs after the first, from the times each epoch ended."""
+    return (times[-1] - times[0]) * 1e3 / (steps * (len(times) - 1))
+
+
+def run_cpp_epochs(tool, library, export, data, batch, steps, epochs, extra=()):
+    """tf_ext_train's wall time per step over epochs 2.., its epoch lines timed as printed."""
+    cmd = ["stdbuf", "-oL", tool, "--library=" + library, "--saved_model=" + export,
+           "--signature=train", "--data=" + data, "--inputs=x", "--targets=y",
+           "--loss=sparse_categorical_crossentropy:from_logits", "--optimizer=adam",
+           "--batch_size=%d" % batch, "--epochs=%d" % epochs] + list(extra)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    times = []
+    for line in p.stdout:
+        if re.match(r"epoch \d+/\d+: loss", line):
+            times.append(time.perf_counter())
+    err = p.stderr.read()
+    if p.wait() != 0 or len(times) != epochs:
+        raise RuntimeError("tf_ext_train failed: " + err[-2000:])
+    return epoch_step_ms(times, steps)
+
+
+def keras_tfrecord_dataset(files, shape, batch, examples):
+    import tensorflow as tf
+    spec = {"x": tf.io.FixedLenFeature(shape, tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        f = tf.io.parse_example(serialized, spec)
+        return f["x"], f["y"]
+
+    records = tf.data.TFRecordDataset(files).apply(tf.data.experimental.assert_cardinality(examples))
+    return (records.batch(batch).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def run_python_epochs(model, dataset, steps, epochs):
+    import keras
+    times = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter())
+
+    model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Timer()])
+    return epoch_step_ms(times, steps)
+
+
+def peak_mb(cmd):
+    """The peak resident size (VmHWM) of `cmd`, run as the only child of a fresh python, in MiB."""
+    code = ("import json, resource, subprocess, sys; "
+            "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "print(json.dumps([r.returncode, r.stderr[-2000:], "
+            "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0]))")
+    r = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True)
+    rc, err, peak = json.loads(r.stdout)
+    if rc != 0:
+        raise RuntimeError("tf_ext_train failed: " + err)
+    return peak
+
+
+def memory_row(args, work):
+    """tf_ext_train's peak VmHWM on --memory_mb MB of 1024-float records against 8 MB."""
+    import keras
+    keras.utils.set_random_seed(0)
+    x = keras.Input(shape=(1024,), name="x")
+    model = keras.Model(x, keras.layers.Dense(10)(keras.layers.Dense(64, activation="relu")(x)))
+    export = os.path.join(work, "memory_model")
+    model.export(export, verbose=False)
+    record = 1024 * 4 + 40
+    peaks = {}
+    for mb in (8, args.memory_mb):
+        n = int(mb * 2**20 / record)
+        rng = np.random.default_rng(0)
+        block = rng.normal(size=(256, 1024)).astype(np.float32)
+        xs = block[np.arange(n) % 256]
+        ys = rng.integers(0, 10, size=(n,))
+        directory = os.path.join(work, "memory_%d" % mb)
+        write_tfrecords(directory, xs, ys, args.tfrecord_files)
+        del xs
+        peaks[mb] = peak_mb([args.tf_ext_train, "--library=" + args.library, "--saved_model=" + export,
+                             "--data=" + directory + "/*.tfrecord", "--inputs=x", "--targets=y",
+                             "--features=y:int64:", "--loss=sparse_categorical_crossentropy:from_logits",
+                             "--batch_size=32", "--epochs=1"])
+        shutil.rmtree(directory)
+    row = {"model": "memory", "small_mb": 8, "big_mb": args.memory_mb, "peak_small_mib": peaks[8],
+           "peak_big_mib": peaks[args.memory_mb], "difference_mib": peaks[args.memory_mb] - peaks[8]}
+    print("memory   TFRecords %d MB vs 8 MB: peak VmHWM %.1f vs %.1f MiB, difference %.1f MiB"
+          % (args.memory_mb, row["peak_big_mib"], row["peak_small_mib"], row["difference_mib"]), flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tf_ext_train", required=True)
@@ -101,6 +219,11 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="mlp,cnn,resnet18")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sources", default="npz,tfrecord,memory",
+                   help="npz: model.fit on arrays vs tf_ext_train from .npz; tfrecord: the TFRecord "
+                        "rows; memory: the peak-memory row")
+    p.add_argument("--memory_mb", type=int, default=64, help="the memory row's large dataset, MB")
+    p.add_argument("--tfrecord_files", type=int, default=4)
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     os.environ.setdefault("TF_EXT_LIBRARY", args.library)
@@ -125,15 +248,40 @@ def main(argv=None) -> int:
         model.compile(optimizer=keras.optimizers.Adam(),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       jit_compile=False)
-        cpp, py = [], []
-        for _ in range(args.rounds):
-            cpp.append(run_cpp(args.tf_ext_train, args.library, export, data, batch, args.steps))
-            py.append(run_python(model, x, y, batch))
-        row = {"model": name, "batch": batch, "cpp_ms": min(cpp), "python_ms": min(py)}
-        row["ratio"] = row["cpp_ms"] / row["python_ms"]
-        rows.append(row)
-        print("%-9s batch %3d: tf_ext_train %8.2f ms/step, model.fit %8.2f ms/step, C++/Python %.2fx"
-              % (name, batch, row["cpp_ms"], row["python_ms"], row["ratio"]), flush=True)
+        sources = args.sources.split(",")
+        if "npz" in sources:
+            cpp, py = [], []
+            for _ in range(args.rounds):
+                cpp.append(run_cpp(args.tf_ext_train, args.library, export, data, batch, args.steps))
+                py.append(run_python(model, x, y, batch))
+            row = {"model": name, "batch": batch, "cpp_ms": min(cpp), "python_ms": min(py)}
+            row["ratio"] = row["cpp_ms"] / row["python_ms"]
+            rows.append(row)
+            print("%-9s batch %3d: tf_ext_train %8.2f ms/step, model.fit %8.2f ms/step, C++/Python %.2fx"
+                  % (name, batch, row["cpp_ms"], row["python_ms"], row["ratio"]), flush=True)
+        if "tfrecord" in sources:
+            files = write_tfrecords(os.path.join(work, "tfrecords"), x, y, args.tfrecord_files)
+            glob = os.path.join(work, "tfrecords", "*.tfrecord")
+            epochs = 3
+            tfr, fit, mem = [], [], []
+            for _ in range(args.rounds):
+                tfr.append(run_cpp_epochs(args.tf_ext_train, args.library, export, glob, batch,
+                                          args.steps, epochs, ["--features=y:int64:"]))
+                fit.append(run_python_epochs(model, keras_tfrecord_dataset(files, list(shape), batch, n),
+                                             args.steps, epochs))
+                mem.append(run_cpp_epochs(args.tf_ext_train, args.library, export, data, batch,
+                                          args.steps, epochs))
+            row = {"model": name, "source": "tfrecord", "batch": batch, "tfrecord_ms": min(tfr),
+                   "fit_tf_data_ms": min(fit), "npz_ms": min(mem)}
+            row["vs_fit"] = row["tfrecord_ms"] / row["fit_tf_data_ms"]
+            row["vs_npz"] = row["tfrecord_ms"] / row["npz_ms"]
+            rows.append(row)
+            print("%-9s batch %3d: TFRecords tf_ext_train %8.2f ms/step, model.fit(tf.data) %8.2f, "
+                  "tf_ext_train .npz %8.2f; %.2fx model.fit, %.2fx .npz"
+                  % (name, batch, row["tfrecord_ms"], row["fit_tf_data_ms"], row["npz_ms"],
+                     row["vs_fit"], row["vs_npz"]), flush=True)
+    if "memory" in args.sources.split(","):
+        rows.append(memory_row(args, args.work))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "bench_train.json"), "w") as f:

@@ -41,6 +41,7 @@
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/lib/io/record_reader.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/cpu_info.h"
 #include "tensorflow/core/protobuf/config.pb.h"
@@ -222,7 +223,7 @@ class TFRecordSource : public BatchSource {
     ConfigProto& config = options.config;
     // Its own thread pools (not the process's first Session's), sized by this machine: the
     // parse calls and the readers run on them beside the trainer's Session.
-    const int threads = std::clamp(port::MaxParallelism(), 2, 8);
+    const int threads = std::clamp(port::MaxParallelism() / 2, 1, 8);
     config.set_use_per_session_threads(true);
     config.set_inter_op_parallelism_threads(threads);
     config.set_intra_op_parallelism_threads(1);
@@ -512,8 +513,31 @@ class TFRecordSource : public BatchSource {
   // Records each open file's reader buffers ahead of the output.
   int64_t buffered_records() const { return std::max<int64_t>(spec_.batch_size, 16); }
 
+  // The pipeline's error without the node TensorFlow appends; a corrupt record's names its file
+  // (TFRecordDataset's gives the offset alone).
   absl::Status Decorate(const absl::Status& s) const {
-    return absl::Status(s.code(), absl::StrCat("reading ", description(), ": ", s.message()));
+    std::string message(s.message());
+    message = message.substr(0, message.find("\n\t [["));
+    if (absl::IsDataLoss(s)) {
+      const std::string file = FirstCorruptFile();
+      if (!file.empty()) absl::StrAppend(&message, " in ", file);
+    }
+    return absl::Status(s.code(), message);
+  }
+
+  // The first file whose records do not read back (only to name it in an error).
+  std::string FirstCorruptFile() const {
+    for (const std::string& file : files_) {
+      std::unique_ptr<RandomAccessFile> f;
+      if (!Env::Default()->NewRandomAccessFile(file, &f).ok()) return file;
+      io::SequentialRecordReader reader(f.get(), io::RecordReaderOptions::CreateRecordReaderOptions(spec_.compression));
+      tstring record;
+      absl::Status s;
+      while ((s = reader.ReadRecord(&record)).ok()) {
+      }
+      if (!absl::IsOutOfRange(s)) return file;
+    }
+    return "";
   }
 
   std::vector<std::string> files_;
