@@ -1,5 +1,5 @@
 """Step time of tf_ext_train (C++, no Python in that process) against Keras 3's model.fit on the
-same model, batches and optimizer (issue 24 item 9): an MLP, a small CNN with BatchNormalization
+same model, batches and optimizer: an MLP, a small CNN with BatchNormalization
 and a ResNet-18-sized CNN at 64x64, each trained in training mode (tf_ext.export_for_training).
 Runs are interleaved (C++, Python, C++, Python); each side's figure is the median steady-state
 step time (the first step, which builds the graph, left out), the ratio C++/Python.
