@@ -31,6 +31,7 @@
 #include "tf_ext/graph/runtime/export.h"
 #include "tf_ext/graph/io/npy_io.h"
 #include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/hash.h"
 #include "tensorflow/c/c_api.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
@@ -173,6 +174,16 @@ int Main(int argc, char** argv) {
   auto iterations = (*trainer)->Iterations();
   if (!iterations.ok()) return Fail(std::string(iterations.status().message()));
   std::printf("optimizer iterations: %lld\n", static_cast<long long>(*iterations));
+  if ((*trainer)->distributed() != nullptr) {
+    // Every worker ends with the same variables: a fingerprint of their bytes to compare.
+    auto values = (*trainer)->VariableValues();
+    if (!values.ok()) return Fail(std::string(values.status().message()));
+    uint64_t fingerprint = 0;
+    for (const auto& [name, value] : *values) {
+      fingerprint = Hash64Combine(fingerprint, Hash64(value.tensor_data().data(), value.tensor_data().size()));
+    }
+    std::printf("variables fingerprint: %016llx\n", static_cast<unsigned long long>(fingerprint));
+  }
   return 0;
 }
 

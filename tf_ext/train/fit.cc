@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tensorflow/core/framework/tensor_util.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/graph/io/npy_io.h"
@@ -55,6 +56,26 @@ absl::Status OpenCsv(const std::string& path, const std::string& header, bool ap
   return absl::OkStatus();
 }
 
+// This worker's rows of a global batch: rows [rank * n, (rank + 1) * n) of each tensor, n its
+// share; the batch must split evenly over the workers (each step then takes exactly the
+// examples one process would).
+absl::Status TakeSlice(const Cluster& cluster, Batch* batch) {
+  const int64_t workers = cluster.size();
+  if (batch->size % workers != 0) {
+    return Invalid(absl::StrCat("a batch of ", batch->size, " examples does not split over ", workers,
+                                " workers (the data's last batch: use drop_remainder, or data whose "
+                                "size the workers divide)"));
+  }
+  const int64_t n = batch->size / workers, begin = cluster.rank * n;
+  auto slice = [&](Tensor* t) {
+    if (t->dims() > 0 && t->dim_size(0) == batch->size) *t = tensor::DeepCopy(t->Slice(begin, begin + n));
+  };
+  for (auto& [name, t] : batch->inputs) slice(&t);
+  slice(&batch->targets);
+  slice(&batch->weights);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const double* FindLog(const Logs& logs, const std::string& name) {
@@ -66,7 +87,22 @@ const double* FindLog(const Logs& logs, const std::string& name) {
 
 absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
                               const FitCallbacks& callbacks) {
-  const FitOptions& f = options.fit;
+  FitOptions f = options.fit;
+  const Distributed* distributed = trainer->distributed();
+  if (distributed != nullptr) {
+    const int64_t workers = distributed->cluster().size();
+    if (f.batch_size % workers != 0) {
+      return Invalid(absl::StrCat("batch_size=", f.batch_size, " (the global batch) does not split over ",
+                                  workers, " workers: use a multiple of ", workers));
+    }
+    if (!distributed->cluster().is_chief()) {
+      // Only the chief writes; the others resume from the chief's state (broadcast below).
+      for (std::string* written : {&f.history, &f.tensorboard, &f.checkpoint, &f.resume, &f.save_best,
+                                   &f.save_weights, &f.export_dir, &f.step_stats}) {
+        written->clear();
+      }
+    }
+  }
   if (f.data.empty()) return Invalid("option 'data' (the training data) is required");
   if (f.inputs.empty()) return Invalid("option 'inputs' (the data's keys fed to the signature's inputs) is required");
   if (f.batch_size < 1) return Invalid(absl::StrCat("batch_size=", f.batch_size, " is not positive"));
@@ -153,6 +189,12 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   auto initial_epoch = (*epoch_callbacks)->OnTrainBegin();
   if (!initial_epoch.ok()) return initial_epoch.status();
   result.initial_epoch = *initial_epoch;
+  if (distributed != nullptr) {
+    // A resumed chief's variables, optimizer state and epoch, on every worker.
+    auto chief_epoch = trainer->BroadcastFromChief(result.initial_epoch);
+    if (!chief_epoch.ok()) return chief_epoch.status();
+    result.initial_epoch = *chief_epoch;
+  }
 
   // --history: one row per step; its .epochs.csv one row per epoch.
   std::ofstream steps_csv, epochs_csv;
@@ -186,6 +228,11 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
         return absl::Status(more.status().code(), absl::StrCat((*data)->description(), ": ", more.status().message()));
       }
       if (!*more) break;
+      if (distributed != nullptr) {
+        if (absl::Status s = TakeSlice(distributed->cluster(), &batch); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
+        }
+      }
       const auto started = std::chrono::steady_clock::now();
       RunMetadata trace;
       const bool traced = result.steps == 0 && !f.step_stats.empty();

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <set>
 #include <string>
 #include <utility>
@@ -17,6 +19,7 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/hash.h"
 #include "tensorflow/core/platform/path.h"
 #include "tf_ext/graph/passes/loop_variables.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
@@ -119,7 +122,35 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   }
   std::unique_ptr<Trainer> t(new Trainer());
   t->export_dir_ = export_dir;
-  TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
+  auto cluster = train::ResolveCluster(options.distributed, std::getenv("TF_CONFIG"));
+  if (!cluster.ok()) return cluster.status();
+  if (cluster->has_value()) {
+    if (!metric_specs->empty()) {
+      return absl::UnimplementedError(absl::StrCat(
+          kWhat, "option 'metrics' is not supported yet with a cluster (each worker would "
+          "report its own slice's)"));
+    }
+    if (options.fit.batch_size % (*cluster)->size() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kWhat, "batch_size=", options.fit.batch_size, " (the global batch) does not split over ",
+          (*cluster)->size(), " workers: use a multiple of ", (*cluster)->size()));
+    }
+    auto d = train::Distributed::Start(**cluster, options.distributed);
+    if (!d.ok()) return d.status();
+    t->distributed_ = std::move(*d);
+    TF_RETURN_IF_ERROR(LoadSavedModel(t->distributed_->session_options(), RunOptions(), export_dir,
+                                      {options.tag}, &t->bundle_));
+    // Every worker trains the same model on the same global batch in the same cluster.
+    std::string model, tasks;
+    TF_RETURN_IF_ERROR(ReadFileToString(Env::Default(), io::JoinPath(export_dir, "saved_model.pb"), &model));
+    for (const train::ClusterTask& task : (*cluster)->tasks) absl::StrAppend(&tasks, task.job, task.address, ";");
+    TF_RETURN_IF_ERROR(t->distributed_->CheckAgree(
+        t->bundle_.session.get(), {"model fingerprint", "batch_size", "cluster fingerprint"},
+        {static_cast<int64_t>(Hash64(model)), options.fit.batch_size,
+         static_cast<int64_t>(Hash64(tasks))}));
+  } else {
+    TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
+  }
   const MetaGraphDef& meta = t->bundle_.meta_graph_def;
   // The signature: the one asked for, else a training-mode "train" one when there is one.
   std::string signature_key = options.signature_key;
@@ -494,13 +525,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     GraphTensor value = ops.Read(var.handle, var.dtype);
     if (value.node != nullptr) t->trainable_reads_.push_back(value.node->name() + ":0");
   }
+  // With a cluster, the optimizer takes the workers' mean gradients; the loss is averaged in
+  // the same all-reduce.
+  GraphTensor step_loss = loss;
+  if (t->distributed_ != nullptr) {
+    std::vector<GraphTensor> averaged = {loss};
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].sparse()) {
+        return absl::UnimplementedError(absl::StrCat(
+            kWhat, "variable '", variables[i].name, "' has a sparse gradient (gathered rows), "
+            "which is not supported yet with a cluster"));
+      }
+      averaged.push_back(grads[i].values);
+    }
+    TF_RETURN_IF_ERROR(t->distributed_->AllReduceMean(&g, &averaged));
+    step_loss = averaged[0];
+    for (size_t i = 0; i < grads.size(); ++i) grads[i].values = averaged[i + 1];
+  }
+  t->step_loss_tensor_ = absl::StrCat(step_loss.node->name(), ":", step_loss.index);
   train::OptimizerGraph opt;
   TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
   for (Node* n : forward_updates) g.AddControlEdge(n, opt.step);
   // The optimizer's state, read for checkpoints and assigned from feeds to restore them.
+  std::vector<std::pair<GraphTensor, DataType>> synced;  // what the chief broadcasts
   for (size_t i = 0; i < opt.state.size(); ++i) {
     const auto& [name, handle] = opt.state[i];
     const DataType dtype = opt.state_types[i];
+    synced.push_back({handle, dtype});
     GraphTensor value = ops.Read(handle, dtype);
     AttrValue d;
     d.set_type(dtype);
@@ -519,17 +570,39 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     TF_RETURN_IF_ERROR(GetNodeAttr(handle->second->attrs(), "dtype", &dtype));
     GraphTensor value = ops.Read({handle->second, 0}, dtype);
     TF_RETURN_IF_ERROR(ops.status());
+    synced.push_back({{handle->second, 0}, dtype});
     t->variable_names_.push_back(v.name);
     t->variable_reads_.push_back(value.node->name() + ":0");
   }
   t->step_op_ = opt.step->name();
+  if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->distributed_->AddBroadcast(&g, synced, &t->broadcast_));
 
   GraphDef step_graph;
   g.ToGraphDef(&step_graph);
   TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
   TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
   TF_RETURN_IF_ERROR(t->ResetMetrics());
+  if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->BroadcastFromChief(0).status());
   return t;
+}
+
+absl::StatusOr<int64_t> Trainer::BroadcastFromChief(int64_t value) {
+  if (distributed_ == nullptr) return value;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  if (distributed_->cluster().is_chief()) {
+    Tensor v(DT_INT64, TensorShape({1}));
+    v.flat<int64_t>()(0) = value;
+    feeds.push_back({broadcast_.value, v});
+  }
+  std::vector<Tensor> out;
+  RunMetadata unused;
+  absl::Status s = bundle_.session->Run(distributed_->Run(train::Distributed::RunKind::kBroadcast), feeds,
+                                        {broadcast_.received}, {broadcast_.target}, &out, &unused);
+  if (!s.ok()) {
+    return distributed_->Explain(absl::Status(
+        s.code(), absl::StrCat(kWhat, "broadcasting the chief's variables: ", s.message())));
+  }
+  return out[0].flat<int64_t>()(0);
 }
 
 absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
@@ -580,13 +653,18 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
   if (!metric_update_.empty()) targets_run.push_back(metric_update_);
-  if (trace != nullptr) {
-    RunOptions run_options;
-    run_options.set_trace_level(RunOptions::FULL_TRACE);
-    TF_RETURN_IF_ERROR(
-        bundle_.session->Run(run_options, feeds, {loss_tensor_}, targets_run, &out, trace));
+  // A training step with a cluster runs collectives: its step ids are kept in step.
+  const bool collective = train && distributed_ != nullptr;
+  const std::string& loss_name = train ? step_loss_tensor_ : loss_tensor_;
+  if (trace != nullptr || collective) {
+    RunOptions run_options = collective ? distributed_->Run(train::Distributed::RunKind::kStep) : RunOptions();
+    if (trace != nullptr) run_options.set_trace_level(RunOptions::FULL_TRACE);
+    RunMetadata unused;
+    absl::Status s = bundle_.session->Run(run_options, feeds, {loss_name}, targets_run, &out,
+                                          trace != nullptr ? trace : &unused);
+    if (!s.ok()) return collective ? distributed_->Explain(s) : s;
   } else {
-    TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_tensor_}, targets_run, &out));
+    TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_name}, targets_run, &out));
   }
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();

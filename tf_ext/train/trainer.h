@@ -35,6 +35,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.pb.h"
 #include "tensorflow/core/protobuf/config.pb.h"
+#include "tf_ext/train/distributed.h"
 #include "tf_ext/train/losses.h"
 #include "tf_ext/train/metrics.h"
 #include "tf_ext/train/optimizers.h"
@@ -82,6 +83,8 @@ struct TrainerOptions {
   std::string metrics;
   std::string tag = "serve";
   FitOptions fit;
+  // Data-parallel training over worker processes (distributed.h): a cluster, or TF_CONFIG's.
+  train::DistributedOptions distributed;
 };
 
 class Trainer {
@@ -156,6 +159,14 @@ class Trainer {
   absl::Status SaveModelVariables(const std::string& prefix);
   absl::Status RestoreModelVariables(const std::string& prefix);
 
+  // With a cluster (TrainerOptions::distributed or TF_CONFIG): this worker's part, else null.
+  // Create checks that every worker loaded the same model with the same batch size and cluster,
+  // and sets every variable to the chief's; Step's gradients and loss are the workers' means.
+  const train::Distributed* distributed() const { return distributed_.get(); }
+  // Sets every variable and the optimizer's state to the chief's, and returns the chief's
+  // `value` (a resumed run's epoch); without a cluster, returns `value`.
+  absl::StatusOr<int64_t> BroadcastFromChief(int64_t value);
+
  private:
   Trainer() = default;
   absl::StatusOr<double> Run(const std::vector<std::pair<std::string, Tensor>>& inputs,
@@ -187,6 +198,9 @@ class Trainer {
   std::vector<std::string> variable_names_, variable_reads_;
   bool has_targets_ = true;
   bool sample_weights_ = false;
+  std::unique_ptr<train::Distributed> distributed_;
+  train::Distributed::Broadcast broadcast_;
+  std::string step_loss_tensor_;  // Step's loss: the workers' mean with a cluster
 };
 
 }  // namespace tensorflow::tf_ext

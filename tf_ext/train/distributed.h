@@ -1,0 +1,125 @@
+// Data-parallel training over processes on TensorFlow's own distributed runtime, as Python's
+// MultiWorkerMirroredStrategy does it: every process runs TensorFlow's gRPC server for its task
+// (tensorflow::NewServer), loads the SavedModel into a session on that server (target grpc://,
+// the group leader and a device filter for its own task set as the strategy sets them), and
+// its step graph averages the gradients over the workers with CollectiveReduceV2 (packed by
+// dtype: one all-reduce per dtype; the step's loss rides in the same pack, so the logged loss is the
+// global batch's mean). Variables and the optimizer's state are broadcast from the chief
+// (CollectiveBcastSendV2/RecvV2) before the first step, and a start-up check gathers every
+// task's fingerprint (model, global batch size, cluster) so that a mismatched worker fails there.
+//
+// The cluster comes from the options (cluster=host:port,... and task_index) or from TF_CONFIG
+// (cluster.worker, optional cluster.chief, task.type, task.index); with no chief job, worker 0
+// is the chief. collective_timeout bounds every wait on a peer (start-up, broadcast, each
+// step's all-reduce); a failed collective names the tasks that no longer answer.
+//
+// Limits: dense gradients only (an Embedding's sparse gradient is refused), metrics are refused
+// (they would be one worker's), BatchNormalization's moving statistics stay per worker, and
+// TensorFlow's gRPC server listens on every interface of the named port: its runtime is
+// unauthenticated and belongs on a private network. A process serves one cluster (TensorFlow's
+// server cannot be stopped). Tested by tests/python/test_fit_distributed.py.
+#ifndef TF_EXT_TRAIN_DISTRIBUTED_H_
+#define TF_EXT_TRAIN_DISTRIBUTED_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tensorflow/core/graph/node_builder.h"
+#include "tensorflow/core/protobuf/config.pb.h"
+#include "tensorflow/core/public/session.h"
+#include "tensorflow/core/public/session_options.h"
+#include "tf_ext/graph/engine/path_check.h"
+
+namespace tensorflow::tf_ext::train {
+
+// The options train/options.cc's table declares (TrainerOptions::distributed).
+struct DistributedOptions {
+  std::string cluster;        // host:port,...: the workers, task 0 the chief; empty: TF_CONFIG
+  int64_t task_index = -1;    // this process's task in `cluster`
+  double collective_timeout = 60;  // seconds any wait on a peer may take
+  std::string communication_hint = "auto";  // CollectiveReduceV2's: auto, ring, nccl
+  std::string shard_by = "batch";  // each global batch split over the workers
+};
+
+struct ClusterTask {
+  std::string job;  // "chief" or "worker"
+  int64_t index = 0;
+  std::string address;  // host:port
+};
+
+struct Cluster {
+  std::vector<ClusterTask> tasks;  // by rank: the chief first, then the workers
+  int rank = 0;                    // this process's
+  int size() const { return static_cast<int>(tasks.size()); }
+  bool is_chief() const { return rank == 0; }
+  // "/job:worker/replica:0/task:1"
+  std::string Device(int rank) const;
+  // "worker 1 (127.0.0.1:2223)"
+  std::string TaskName(int rank) const;
+};
+
+// The cluster `options` name, else the one TF_CONFIG's JSON (`tf_config`; null or empty: none)
+// names; nullopt when neither does (one process). InvalidArgument naming the bad value.
+absl::StatusOr<std::optional<Cluster>> ResolveCluster(const DistributedOptions& options,
+                                                      const char* tf_config);
+
+// One process's part in a data-parallel job.
+class Distributed {
+ public:
+  // Starts this task's gRPC server (once per process) and checks the options.
+  static absl::StatusOr<std::unique_ptr<Distributed>> Start(const Cluster& cluster,
+                                                            const DistributedOptions& options);
+
+  const Cluster& cluster() const { return cluster_; }
+  // For LoadSavedModel: the server's target, the group leader, this task's devices alone.
+  const SessionOptions& session_options() const { return session_options_; }
+  // What a Session::Run that runs collectives passes: the collective graph key that keeps the
+  // workers' step ids in step (one per kind of run).
+  enum class RunKind { kAgree = 1, kBroadcast = 2, kStep = 3 };
+  RunOptions Run(RunKind kind) const;
+
+  // Replaces each tensor by its mean over the workers: flattened, concatenated by dtype into
+  // one pack each, CollectiveReduceV2 (Add, Div), split and reshaped back. The
+  // instance keys are numbered in the order collectives are added, the same on every worker.
+  absl::Status AllReduceMean(Graph* g, std::vector<GraphTensor>* tensors);
+
+  // The chief's values of `variables` (handle, dtype) assigned on every other worker, and an
+  // int64 scalar fed at `value` on the chief and fetched at `received` everywhere.
+  struct Broadcast {
+    std::string target;    // run it
+    std::string value;     // feed (chief only)
+    std::string received;  // fetch
+  };
+  absl::Status AddBroadcast(Graph* g, const std::vector<std::pair<GraphTensor, DataType>>& variables,
+                            Broadcast* out);
+
+  // Gathers `values` from every task (in `session`) and fails, naming the tasks and the values
+  // that differ, unless every task has the same ones. `names` name each value for messages.
+  absl::Status CheckAgree(Session* session, const std::vector<std::string>& names,
+                          const std::vector<int64_t>& values);
+
+  // `s` (a failed collective) with the tasks that no longer accept connections named.
+  absl::Status Explain(const absl::Status& s) const;
+
+ private:
+  Distributed() = default;
+  Node* Collective(Graph* g, const std::string& op, const std::string& name,
+                   const std::vector<NodeBuilder::NodeOut>& inputs, DataType dtype,
+                   absl::Status* status);
+  Cluster cluster_;
+  DistributedOptions options_;
+  SessionOptions session_options_;
+  int next_instance_key_ = 1;
+  int agree_calls_ = 0;
+};
+
+}  // namespace tensorflow::tf_ext::train
+
+#endif  // TF_EXT_TRAIN_DISTRIBUTED_H_
