@@ -1,5 +1,5 @@
 /* What the C tests in tests/ share: a fail-fast status check, an expected error code,
- * a file read whole, and Placeholder / Const nodes. Header-only, C11; each test program
+ * the op library loaded, KEY=VALUE arguments split, a file read whole, and Placeholder / Const nodes. Header-only, C11; each test program
  * includes it once. (tests/wheel_c_program.c keeps its own few lines: it is the documented
  * example a user copies, compiled outside Bazel.) */
 #ifndef TESTS_C_TEST_UTIL_H_
@@ -40,6 +40,31 @@ static inline void ExpectCode(const char* what, TF_Status* s, TF_Code code, cons
   } else {
     printf("ok %s\n", what);
   }
+}
+
+/* Loads the op library TF_EXT_LIBRARY names, when it is set; exits when it cannot. */
+static inline void LoadLibraryFromEnv(TF_Status* s) {
+  const char* library = getenv("TF_EXT_LIBRARY");
+  if (library == NULL) return;
+  TF_LoadLibrary(library, s);
+  CHECK_OK(s, "load TF_EXT_LIBRARY");
+}
+
+/* Splits argv[first..argc) "KEY=VALUE" arguments in place into keys[n..] and values[n..] (at
+ * most `max` in all) and returns the new count; exits on one without '='. */
+static inline int SplitOptions(char** argv, int first, int argc, const char** keys,
+                               const char** values, int n, int max) {
+  for (int i = first; i < argc && n < max; ++i, ++n) {
+    char* eq = strchr(argv[i], '=');
+    if (eq == NULL) {
+      fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
+      exit(2);
+    }
+    *eq = '\0';
+    keys[n] = argv[i];
+    values[n] = eq + 1;
+  }
+  return n;
 }
 
 /* The whole file, malloc'ed (the caller frees it); exits when it cannot be read. */

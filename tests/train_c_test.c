@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 #include "tf_ext/train/c_trainer.h"
 
 static float* ReadFloats(const char* path, size_t n) {
@@ -40,30 +41,13 @@ int main(int argc, char** argv) {
   const int64_t n = atoll(argv[4]), in = atoll(argv[5]), out = atoll(argv[6]), b = atoll(argv[7]);
   const int epochs = atoi(argv[8]);
   TF_Status* s = TF_NewStatus();
-  const char* library = getenv("TF_EXT_LIBRARY");
-  if (library != NULL) {
-    TF_LoadLibrary(library, s);
-    if (TF_GetCode(s) != TF_OK) {
-      fprintf(stderr, "FAIL load: %s\n", TF_Message(s));
-      return 1;
-    }
-  }
+  LoadLibraryFromEnv(s);
   float* x = ReadFloats(argv[2], n * in);
   float* t = ReadFloats(argv[3], n * out);
   enum { kMaxOptions = 16 };
   const char* keys[kMaxOptions] = {"loss", "optimizer", "learning_rate"};
   const char* values[kMaxOptions] = {"mse", "adam", "0.01"};
-  int num_options = 3;
-  for (int i = 10; i < argc && num_options < kMaxOptions; ++i, ++num_options) {
-    char* eq = strchr(argv[i], '=');
-    if (eq == NULL) {
-      fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
-      return 2;
-    }
-    *eq = '\0';
-    keys[num_options] = argv[i];
-    values[num_options] = eq + 1;
-  }
+  const int num_options = SplitOptions(argv, 10, argc, keys, values, 3, kMaxOptions);
   TfExtTrainer* trainer = TfExtNewTrainer(argv[1], keys, values, num_options, s);
   if (TF_GetCode(s) != TF_OK) {
     fprintf(stderr, "FAIL create: %s\n", TF_Message(s));
@@ -94,7 +78,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   /* Hostile calls: each must fail with a status, not crash. */
-  int failures = 0;
   TF_Tensor* xs[1] = {Rows(x, 0, b, in)};
   TF_Tensor* fewer = Rows(t, 0, b - 1, out);
   const double nan_loss = TfExtTrainerStep(trainer, names, xs, 1, fewer, NULL, s);

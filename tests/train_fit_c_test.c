@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tensorflow/c/c_api.h"
+#include "tests/c_test_util.h"
 #include "tf_ext/train/c_trainer.h"
 
 int main(int argc, char** argv) {
@@ -18,28 +19,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   TF_Status* s = TF_NewStatus();
-  const char* library = getenv("TF_EXT_LIBRARY");
-  if (library != NULL) {
-    TF_LoadLibrary(library, s);
-    if (TF_GetCode(s) != TF_OK) {
-      fprintf(stderr, "FAIL load: %s\n", TF_Message(s));
-      return 1;
-    }
-  }
+  LoadLibraryFromEnv(s);
   enum { kMaxOptions = 64 };
   const char* keys[kMaxOptions];
   const char* values[kMaxOptions];
-  int num_options = 0;
-  for (int i = 2; i < argc && num_options < kMaxOptions; ++i, ++num_options) {
-    char* eq = strchr(argv[i], '=');
-    if (eq == NULL) {
-      fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
-      return 2;
-    }
-    *eq = '\0';
-    keys[num_options] = argv[i];
-    values[num_options] = eq + 1;
-  }
+  const int num_options = SplitOptions(argv, 2, argc, keys, values, 0, kMaxOptions);
   TfExtTrainer* trainer = TfExtNewTrainer(argv[1], keys, values, num_options, s);
   if (TF_GetCode(s) != TF_OK) {
     fprintf(stderr, "FAIL create: %s\n", TF_Message(s));
@@ -55,7 +39,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   printf("epochs %lld\n%s", (long long)epochs, TfExtTrainerLastLogs(trainer));
-  int failures = 0;
   if (TfExtTrainerFit(NULL, s) != -1 || TF_GetCode(s) != TF_INVALID_ARGUMENT) ++failures;
   if (TfExtTrainerLastLogs(NULL)[0] != '\0') ++failures;
   TfExtDeleteTrainer(trainer);
