@@ -232,6 +232,18 @@ std::vector<TrainerOption> MakeTable() {
             "the first training step's tensorflow.RunMetadata (binary; its step_stats give every "
             "node's time and output shapes)",
             TF_EXT_OPTION_FIELD(fit.step_stats)),
+      Field("cluster", "HOST:PORT,...",
+            "data-parallel workers, task 0 the chief (default: TF_CONFIG's cluster, else one process)",
+            TF_EXT_OPTION_FIELD(distributed.cluster)),
+      Field("task_index", "N", "this process's task in --cluster", TF_EXT_OPTION_FIELD(distributed.task_index), {},
+            ""),
+      Field("collective_timeout", "SECONDS",
+            "the longest wait on a peer (start-up, the chief's broadcast, each step's all-reduce)",
+            TF_EXT_OPTION_FIELD(distributed.collective_timeout)),
+      Field("communication_hint", "HINT", "the all-reduce's implementation, as CollectiveReduceV2's",
+            TF_EXT_OPTION_FIELD(distributed.communication_hint), {"auto", "ring", "nccl"}),
+      Field("shard_by", "HOW", "what each worker takes: batch, its slice of every global batch (files: not yet)",
+            TF_EXT_OPTION_FIELD(distributed.shard_by), {"batch", "files"}),
   };
   return t;
 }

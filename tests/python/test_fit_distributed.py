@@ -1,0 +1,320 @@
+"""tf_ext_train over several worker processes on loopback (tf_ext/train/distributed.h): 2 and 3
+workers (TF_CONFIG, and --cluster/--task_index) give the per-step losses and final weights of one
+process with the same global --batch_size (1e-5 relative), every worker ends with bitwise the same
+variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint
+end as a run never stopped; a worker killed with SIGKILL makes the others exit non-zero
+within --collective_timeout + 10 s naming the lost task; a port in use, a peer that never comes
+and a worker with another batch size fail with clear errors; bad cluster values are refused
+before anything starts; 2 workers' per-epoch losses equal Python's MultiWorkerMirroredStrategy's
+(1e-4) on the same cluster shape. Each case runs its own processes (TensorFlow's server cannot be
+stopped)."""
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+RUNFILES = os.environ.get("TEST_SRCDIR", "")
+WORKSPACE = os.path.join(RUNFILES, "tf_ext") if RUNFILES else os.getcwd()
+TOOL = os.path.join(WORKSPACE, "tf_ext", "tf_ext_train")
+LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
+N, BATCH, EPOCHS = 48, 12, 2
+TIMEOUT = 10  # --collective_timeout in every case
+
+
+def free_ports(count):
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def setup(tmp_path, seed=3):
+    import keras
+    keras.utils.set_random_seed(seed)
+    x = keras.Input(shape=(5,), name="x")
+    h = keras.layers.Dense(16, activation="tanh")(x)
+    model = keras.Model(x, keras.layers.Dense(2)(h))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(seed)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(N, 5)).astype(np.float32),
+             t=rng.normal(size=(N, 2)).astype(np.float32))
+    return [f"--library={LIBRARY}", f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+            "--inputs=x", "--targets=t", "--loss=mse", "--optimizer=adam", "--learning_rate=0.05",
+            f"--epochs={EPOCHS}", "--shuffle", "--seed=7", f"--collective_timeout={TIMEOUT}"]
+
+
+def tf_config(ports, index, chief=False):
+    addresses = [f"127.0.0.1:{p}" for p in ports]
+    if chief:
+        cluster = {"chief": addresses[:1], "worker": addresses[1:]}
+        task = {"type": "chief", "index": 0} if index == 0 else {"type": "worker", "index": index - 1}
+    else:
+        cluster, task = {"worker": addresses}, {"type": "worker", "index": index}
+    return json.dumps({"cluster": cluster, "task": task})
+
+
+def start(flags, config=None):
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    if config is not None:
+        env["TF_CONFIG"] = config
+    return subprocess.Popen([TOOL] + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def finish(procs, timeout=150):
+    out = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def step_losses(path):
+    with open(path) as f:
+        return np.array([float(r["loss"]) for r in csv.DictReader(f)])
+
+
+def fingerprint(stdout):
+    return re.search(r"variables fingerprint: ([0-9a-f]+)", stdout).group(1)
+
+
+@pytest.mark.parametrize("workers,how", [(2, "tf_config"), (3, "cluster"), (3, "chief")])
+def test_workers_equal_one_process(tmp_path, workers, how):
+    flags = setup(tmp_path)
+    one = subprocess.run([TOOL] + flags + [f"--batch_size={BATCH}", f"--history={tmp_path / 'one.csv'}",
+                          f"--save_weights={tmp_path / 'one.npz'}"],
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    ports = free_ports(workers)
+    procs = []
+    for i in range(workers):
+        own = [f"--batch_size={BATCH}", f"--history={tmp_path / f'h{i}.csv'}",
+               f"--save_weights={tmp_path / f'w{i}.npz'}", f"--checkpoint={tmp_path / f'ck{i}' / 'ckpt'}"]
+        if how == "cluster":
+            cluster = ",".join(f"127.0.0.1:{p}" for p in ports)
+            procs.append(start(flags + own + [f"--cluster={cluster}", f"--task_index={i}",
+                                              "--communication_hint=ring"]))
+        else:
+            procs.append(start(flags + own, tf_config(ports, i, chief=how == "chief")))
+    results = finish(procs)
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+    # The chief's per-step losses (each the global batch's) and weights are one process's.
+    expected = step_losses(tmp_path / "one.csv")
+    assert len(expected) == EPOCHS * N // BATCH
+    np.testing.assert_allclose(step_losses(tmp_path / "h0.csv"), expected, rtol=1e-5, atol=1e-7)
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "w0.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # Every worker ends with the chief's variables, bit for bit; only the chief wrote files.
+    assert len({fingerprint(stdout) for _, stdout, _ in results}) == 1
+    for i in range(1, workers):
+        for name in (f"h{i}.csv", f"w{i}.npz", f"ck{i}"):
+            assert not (tmp_path / name).exists(), name
+    assert (tmp_path / "ck0").is_dir()
+    # The epoch lines every worker prints are the global batch's.
+    lines = [[l for l in stdout.splitlines() if l.startswith("epoch ")] for _, stdout, _ in results]
+    assert all(l == lines[0] for l in lines) and len(lines[0]) == EPOCHS
+
+
+def test_resume_from_the_chiefs_checkpoint(tmp_path):
+    flags = setup(tmp_path)
+    straight = subprocess.run([TOOL] + flags + [f"--batch_size={BATCH}", f"--save_weights={tmp_path / 'one.npz'}"],
+                              capture_output=True, text=True, timeout=120)
+    assert straight.returncode == 0, straight.stderr
+    ports = free_ports(2)
+    checkpoint = f"--checkpoint={tmp_path / 'ck' / 'ckpt'}"
+    first = [f if not f.startswith("--epochs") else "--epochs=1" for f in flags]
+    results = finish([start(first + [f"--batch_size={BATCH}", checkpoint], tf_config(ports, i)) for i in range(2)])
+    assert all(code == 0 for code, _, _ in results), results
+    ports = free_ports(2)
+    results = finish([start(flags + [f"--batch_size={BATCH}", checkpoint, "--resume=auto",
+                                     f"--save_weights={tmp_path / 'w.npz'}"], tf_config(ports, i))
+                      for i in range(2)])
+    assert all(code == 0 for code, _, _ in results), results
+    for _, stdout, _ in results:
+        assert "optimizer iterations: %d" % (EPOCHS * N // BATCH) in stdout
+        assert len([l for l in stdout.splitlines() if l.startswith("epoch ")]) == 1
+    assert len({fingerprint(stdout) for _, stdout, _ in results}) == 1
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "w.npz")
+    for k in a.files:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_killed_worker_stops_the_others(tmp_path):
+    flags = setup(tmp_path)
+    flags = [f if not f.startswith("--epochs") else "--epochs=100000" for f in flags]
+    ports = free_ports(3)
+    procs = [start(flags + [f"--batch_size={BATCH}"], tf_config(ports, i)) for i in range(3)]
+    # Training is under way once the chief prints an epoch.
+    line = ""
+    deadline = time.time() + 120
+    while not line.startswith("epoch ") and time.time() < deadline:
+        line = procs[0].stdout.readline()
+        assert line or procs[0].poll() is None, procs[0].stderr.read()
+    assert line.startswith("epoch ")
+    procs[2].send_signal(signal.SIGKILL)
+    killed = time.time()
+    for p in procs[:2]:
+        try:
+            _, stderr = p.communicate(timeout=TIMEOUT + 10)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a worker did not stop within collective_timeout + 10 s of its peer's death")
+        assert p.returncode != 0
+        assert "lost task worker 2 (127.0.0.1:%d)" % ports[2] in stderr, stderr
+    assert time.time() - killed < TIMEOUT + 10
+
+
+def test_peer_that_never_comes(tmp_path):
+    flags = setup(tmp_path)
+    ports = free_ports(2)
+    begun = time.time()
+    flags = [f if not f.startswith("--collective_timeout") else "--collective_timeout=3" for f in flags]
+    code, _, stderr = finish([start(flags + [f"--batch_size={BATCH}"], tf_config(ports, 0))])[0]
+    assert code != 0
+    assert "did not all join within 3 s" in stderr, stderr
+    assert "lost task worker 1 (127.0.0.1:%d)" % ports[1] in stderr, stderr
+    assert time.time() - begun < 3 + 30  # start-up (loading TensorFlow) + the timeout
+
+
+def test_port_in_use(tmp_path):
+    flags = setup(tmp_path)
+    ports = free_ports(2)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", ports[0]))
+    taken.listen()
+    try:
+        code, _, stderr = finish([start(flags + [f"--batch_size={BATCH}"], tf_config(ports, 0))])[0]
+    finally:
+        taken.close()
+    assert code != 0
+    assert "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:%d) (is port %d in use?)" % (
+        ports[0], ports[0]) in stderr, stderr
+
+
+def test_mismatched_batch_size(tmp_path):
+    flags = setup(tmp_path)
+    ports = free_ports(2)
+    results = finish([start(flags + [f"--batch_size={b}"], tf_config(ports, i))
+                      for i, b in enumerate([BATCH, BATCH // 2])])
+    for code, stdout, stderr in results:
+        assert code != 0
+        assert "the workers were not started alike" in stderr, stderr
+        assert "has batch_size 6 where this task" in stderr or "has batch_size 12 where this task" in stderr, stderr
+        assert not re.search(r"^epoch ", stdout, re.M)
+
+
+@pytest.mark.parametrize("config,flags,message", [
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}}', [],
+     "TF_CONFIG's task.index 3 is not a task of job 'worker' (1 tasks)"),
+    ('{"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}', [],
+     "TF_CONFIG's cluster has a 'ps' job; only 'worker' and 'chief' are supported"),
+    ('{"cluster": {"worker": ["127.0.0.1"]}, "task": {"type": "worker", "index": 0}}', [],
+     "TF_CONFIG's cluster.worker: '127.0.0.1' is not host:port"),
+    ('{"cluster": ', [], "TF_CONFIG is not valid JSON"),
+    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=2"],
+     "option 'task_index': 2 is not a task of the cluster (2 workers: 0 to 1)"),
+    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--batch_size=5"],
+     "batch_size=5 (the global batch) does not split over 2 workers: use a multiple of 2"),
+    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--shard_by=files"],
+     "option 'shard_by': 'files' is not supported yet"),
+    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--metrics=mae"],
+     "option 'metrics' is not supported yet with a cluster"),
+])
+def test_bad_cluster_values(tmp_path, config, flags, message):
+    common = setup(tmp_path)
+    code, stdout, stderr = finish([start(common + flags, config)], timeout=60)[0]
+    assert code != 0
+    assert message in stderr, stderr
+
+
+MWMS_WORKER = r'''
+import os, sys
+import numpy as np
+import tensorflow as tf
+import keras
+index, batch, epochs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+workers = strategy.num_replicas_in_sync
+data, weights = np.load(sys.argv[4]), np.load(sys.argv[5])
+x, t = data["x"], data["t"]
+with strategy.scope():
+    inp = keras.Input(shape=(5,), name="x")
+    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.Dense(16, activation="tanh")(inp)))
+    model.set_weights([weights[k] for k in sorted(weights.files, key=lambda k: int(k.split("_")[1]))])
+    optimizer = keras.optimizers.Adam(0.05)
+
+@tf.function
+def step(x, t):
+    def replica(x, t):
+        with tf.GradientTape() as tape:
+            y = model(x, training=True)
+            loss = tf.reduce_sum(tf.reduce_mean(tf.square(y - t), axis=-1)) / batch
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(replica, args=(x, t)), axis=None)
+
+share = batch // workers
+for epoch in range(epochs):
+    losses = []
+    for b in range(0, len(x), batch):
+        rows = slice(b + index * share, b + (index + 1) * share)
+        losses.append(float(step(tf.constant(x[rows]), tf.constant(t[rows]))))
+    print("epoch_loss %d %.9g" % (epoch, np.mean(losses)), flush=True)
+'''
+
+
+def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path):
+    """Per-epoch losses of tf_ext_train on 2 workers against Python's MultiWorkerMirroredStrategy
+    (a strategy.run + GradientTape loop, each worker its slice of each global batch, no
+    shuffle) on the same cluster shape on loopback."""
+    flags = [f for f in setup(tmp_path) if f not in ("--shuffle", "--seed=7")]
+    import keras
+    model = keras.layers.TFSMLayer(str(tmp_path / "model"), call_endpoint="serve")
+    np.savez(tmp_path / "weights.npz", **{f"w_{i}": v.numpy() for i, v in enumerate(model.weights)})
+    ports = free_ports(2)
+    results = finish([start(flags + [f"--batch_size={BATCH}", f"--history={tmp_path / f'h{i}.csv'}"],
+                            tf_config(ports, i)) for i in range(2)])
+    assert all(code == 0 for code, _, _ in results), results
+    with open(tmp_path / "h0.epochs.csv") as f:
+        ours = [float(r["loss"]) for r in csv.DictReader(f)]
+    script = tmp_path / "mwms_worker.py"
+    script.write_text(MWMS_WORKER)
+    ports = free_ports(2)
+    procs = [start_python([sys.executable, str(script), str(i), str(BATCH), str(EPOCHS), str(tmp_path / "d.npz"),
+                                        str(tmp_path / "weights.npz")], tf_config(ports, i)) for i in range(2)]
+    theirs = finish(procs, timeout=150)
+    for code, _, stderr in theirs:
+        assert code == 0, stderr[-3000:]
+    losses = [float(l.split()[2]) for l in theirs[0][1].splitlines() if l.startswith("epoch_loss")]
+    assert len(ours) == len(losses) == EPOCHS
+    np.testing.assert_allclose(ours, losses, rtol=0, atol=1e-4)
+
+
+def start_python(argv, config):
+    env = dict(os.environ)
+    env["TF_CONFIG"] = config
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
