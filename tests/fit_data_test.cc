@@ -151,10 +151,13 @@ TEST(TFRecordFilesTest, PathsGlobsAndSorting) {
   auto files = ExpandTFRecordFiles(dir + "/*.tfrecord");
   ASSERT_TRUE(files.ok()) << files.status();
   EXPECT_EQ(*files, (std::vector<std::string>{dir + "/a.tfrecord", dir + "/b.tfrecord", dir + "/c.tfrecord"}));
-  // Listed files keep the list's order; each glob is sorted.
+  // Listed files and globs' matches together, sorted by name, each file once.
   auto listed = ExpandTFRecordFiles(absl::StrCat(dir, "/z.tfrecords,", dir, "/[bc].tfrecord"));
   ASSERT_TRUE(listed.ok()) << listed.status();
-  EXPECT_EQ(*listed, (std::vector<std::string>{dir + "/z.tfrecords", dir + "/b.tfrecord", dir + "/c.tfrecord"}));
+  EXPECT_EQ(*listed, (std::vector<std::string>{dir + "/b.tfrecord", dir + "/c.tfrecord", dir + "/z.tfrecords"}));
+  auto twice = ExpandTFRecordFiles(absl::StrCat(dir, "/c.tfrecord,", dir, "/[bc].tfrecord"));
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(*twice, (std::vector<std::string>{dir + "/b.tfrecord", dir + "/c.tfrecord"}));
 
   auto nothing = ExpandTFRecordFiles(absl::StrCat(dir, "/a.tfrecord,", dir, "/nope*.tfrecord"));
   ASSERT_FALSE(nothing.ok());

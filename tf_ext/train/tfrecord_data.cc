@@ -607,9 +607,11 @@ absl::StatusOr<std::vector<std::string>> ExpandTFRecordFiles(const std::string& 
     if (matches.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("'", item, "' matches no file"));
     }
-    std::sort(matches.begin(), matches.end());
     files.insert(files.end(), matches.begin(), matches.end());
   }
+  // Every file once, by name: the order records arrive in without a shuffle buffer.
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
   return files;
 }
 
