@@ -3,7 +3,8 @@ workers (TF_CONFIG, and --cluster/--task_index) give the per-step losses and fin
 process with the same global --batch_size (1e-5 relative), every worker ends with bitwise the same
 variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint
 end as a run never stopped; a worker killed with SIGKILL makes the others exit non-zero
-within --collective_timeout + 10 s naming the lost task; a port in use, a peer that never comes
+within --collective_timeout + 10 s naming the lost task, and the job restarted with
+--resume=auto goes on from the chief's last checkpoint; a port in use, a peer that never comes
 and a worker with another batch size fail with clear errors; bad cluster values are refused
 before anything starts; 2 workers' per-epoch losses equal Python's MultiWorkerMirroredStrategy's
 (1e-4) on the same cluster shape. Each case runs its own processes (TensorFlow's server cannot be
@@ -160,18 +161,21 @@ def test_resume_from_the_chiefs_checkpoint(tmp_path):
         np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
-def test_killed_worker_stops_the_others(tmp_path):
-    flags = setup(tmp_path)
+@pytest.mark.parametrize("when", ["start-up", "training"])
+def test_killed_worker_stops_the_others_and_the_job_resumes(tmp_path, when):
+    flags = setup(tmp_path) + [f"--batch_size={BATCH}", f"--checkpoint={tmp_path / 'ck' / 'ckpt'}"]
     flags = [f if not f.startswith("--epochs") else "--epochs=100000" for f in flags]
     ports = free_ports(3)
-    procs = [start(flags + [f"--batch_size={BATCH}"], tf_config(ports, i)) for i in range(3)]
-    # Training is under way once the chief prints an epoch.
-    line = ""
-    deadline = time.time() + 120
-    while not line.startswith("epoch ") and time.time() < deadline:
-        line = procs[0].stdout.readline()
-        assert line or procs[0].poll() is None, procs[0].stderr.read()
-    assert line.startswith("epoch ")
+    procs = [start(flags, tf_config(ports, i)) for i in range(3)]
+    if when == "training":  # under way once the chief prints an epoch
+        line = ""
+        deadline = time.time() + 120
+        while not line.startswith("epoch ") and time.time() < deadline:
+            line = procs[0].stdout.readline()
+            assert line or procs[0].poll() is None, procs[0].stderr.read()
+        assert line.startswith("epoch ")
+    else:
+        time.sleep(0.3)
     procs[2].send_signal(signal.SIGKILL)
     killed = time.time()
     for p in procs[:2]:
@@ -184,6 +188,17 @@ def test_killed_worker_stops_the_others(tmp_path):
         assert p.returncode != 0
         assert "lost task worker 2 (127.0.0.1:%d)" % ports[2] in stderr, stderr
     assert time.time() - killed < TIMEOUT + 10
+    # The whole job restarted with --resume=auto goes on from the chief's last checkpoint.
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ck"))
+    done = int(latest.rsplit("-", 1)[1]) if latest else 0
+    flags = [f if not f.startswith("--epochs") else f"--epochs={done + 1}" for f in flags]
+    ports = free_ports(3)
+    results = finish([start(flags + ["--resume=auto"], tf_config(ports, i)) for i in range(3)])
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+        assert "optimizer iterations: %d" % ((done + 1) * N // BATCH) in stdout
+    assert len({fingerprint(stdout) for _, stdout, _ in results}) == 1
 
 
 def test_peer_that_never_comes(tmp_path):
