@@ -28,6 +28,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
 WORKSPACE = os.path.join(RUNFILES, os.environ.get("TEST_WORKSPACE", "tf_ext")) if RUNFILES \
@@ -50,6 +51,10 @@ C_MODES = ["tf_add_gradients", "tf_ext_add_gradients", "gradient_session"]
 # Conv2D among them). A SymbolicGradient of a whole function is inlined into the graph the
 # Session optimises, so oneDNN's rewrite runs its dilated convolution's gradient.
 RUNTIME_RESOLVED = {"symbolic_gradients", "tf_add_gradients"}
+# Control flow in the corpus. Every door differentiates it but two, each pinned below: a
+# SymbolicGradient of a function holding it (not rewritten by tf_ext's control-flow pass) and
+# TensorFlow's own TF_AddGradients of a frozen (lowered, v1) loop or conditional.
+CONTROL_FLOW = {"while_loop_recurrent", "cond_branches"}
 
 
 def _w(seed: int, *shape: int, dtype=np.float64) -> tf.Tensor:
@@ -104,7 +109,43 @@ CORPUS = {
         tf.complex(2.0 + x[:, :2] ** 2, x[:, 1:3]))), -1, keepdims=True) +
         tf.math.angle(tf.complex(x, 1.0 + x ** 2)) +
         tf.math.real(tf.complex(x, x)) * tf.math.imag(tf.complex(x, x ** 2))),
+    # Control flow: a While loop carrying a recurrent state (a trip count from the data), and a
+    # conditional choosing its branch at run time.
+    "while_loop_recurrent": ((3, 4), lambda x: tf.while_loop(
+        lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, _w(20, 4, 4)) + x)),
+        [tf.constant(0), tf.zeros_like(x)])[1]),
+    "cond_branches": ((3, 4), lambda x: tf.cond(
+        tf.reduce_sum(x) > -100.0, lambda: tf.sin(x) * x + tf.reduce_max(x, -1, keepdims=True),
+        lambda: tf.cos(x))),
+    # A frozen Keras model (its variables made constants): Conv2D, BatchNormalization in
+    # inference mode, pooling, Dense.
+    "keras_frozen_cnn": ((2, 6, 6, 3), lambda x: KERAS_CNN()(x)),
 }
+
+
+def _keras_cnn():
+    import keras
+    keras.utils.set_random_seed(21)
+    inp = keras.Input((6, 6, 3), dtype="float64")
+    h = keras.layers.Conv2D(4, 3, padding="same", dtype="float64")(inp)
+    h = keras.layers.BatchNormalization(dtype="float64")(h)
+    h = keras.layers.MaxPooling2D(dtype="float64")(keras.layers.Activation("relu", dtype="float64")(h))
+    out = keras.layers.Dense(3, dtype="float64")(keras.layers.Flatten(dtype="float64")(h))
+    model = keras.Model(inp, out)
+    # BatchNormalization's moving statistics away from 0 and 1, so they matter
+    bn = model.layers[2]
+    bn.moving_mean.assign(np.linspace(-0.5, 0.5, 4))
+    bn.moving_variance.assign(np.linspace(0.5, 2.0, 4))
+    return model
+
+
+_KERAS_CNN = []
+
+
+def KERAS_CNN():
+    if not _KERAS_CNN:
+        _KERAS_CNN.append(_keras_cnn())
+    return _KERAS_CNN[0]
 
 
 def reference(fn, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,9 +165,11 @@ def frozen(tmp_path_factory):
         dtype = dtype[0] if dtype else np.float64
         spec = tf.TensorSpec(shape, tf.as_dtype(dtype), name="x")
         concrete = tf.function(lambda x, fn=fn: tf.identity(fn(x), name="y")).get_concrete_function(spec)
+        # Variables (a Keras model's) become constants: a frozen graph.
+        frozen_fn = convert_variables_to_constants_v2(concrete)
         path = str(root / (name + ".pb"))
         with open(path, "wb") as f:
-            f.write(concrete.graph.as_graph_def().SerializeToString())
+            f.write(frozen_fn.graph.as_graph_def().SerializeToString())
         x = np.random.default_rng(len(name)).uniform(-1, 1, shape).astype(dtype)
         np.save(str(root / (name + ".npy")), x)
         out[name] = (path, str(root / (name + ".npy")), x, fn)
@@ -185,11 +228,38 @@ def test_c_api_gives_pythons_gradient(frozen, case, mode, tmp_path):
                        env={**os.environ, "TF_EXT_LIBRARY": LIBRARY})
     if refused_dilation(case, mode, r.returncode, r.stderr):
         return
+    if mode == "tf_add_gradients" and case in CONTROL_FLOW:
+        assert_tf_add_gradients_refuses_v1_control_flow(case, r, x, path, raw, tmp_path)
+        return
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     y_ref, _ = reference(fn, x)
     y = np.fromfile(out_y, x.dtype).reshape(y_ref.shape)
     dx = np.fromfile(out_dx, x.dtype).reshape(x.shape)
     assert_pythons(case, mode, x, fn, y, dx)
+
+
+def assert_tf_add_gradients_refuses_v1_control_flow(case, r, x, path, raw, tmp_path):
+    """TensorFlow's own TF_AddGradients on a frozen loop or conditional: the freeze lowers them
+    to v1 frames (Enter / Exit / Switch / Merge), which TensorFlow's C++ builder
+    (cc/framework/gradients.cc) does not differentiate, and no registry entry reaches.
+
+    * A conditional: TensorFlow's error naming Merge, which has no C++ gradient.
+    * A loop: the builder special-cases every Exit node before it looks in any registry, and
+      reads the WhileContext that only a loop built in the same process (TF_NewWhile, cc
+      BuildWhileLoop) has. An imported loop's Exit has none: the process dies of a segmentation
+      fault, with or without tf_ext's library loaded (TensorFlow's bug, which tf_ext cannot
+      reach). TfExtAddGradients differentiates both (docs/entry_points.md)."""
+    if case == "cond_branches":
+        assert r.returncode == 3, r.stdout + r.stderr[-3000:]
+        assert "No gradient defined for op: Merge" in r.stderr, r.stderr[-3000:]
+        return
+    assert r.returncode < 0, (r.returncode, r.stderr[-3000:])  # killed by a signal
+    env = {k: v for k, v in os.environ.items() if k != "TF_EXT_LIBRARY"}
+    bare = subprocess.run([C_ENTRY_POINTS, "tf_add_gradients", path, "x", "y", x.dtype.name,
+                           "x".join(map(str, x.shape)), str(raw), str(tmp_path / "y2.raw"),
+                           str(tmp_path / "dx2.raw")],
+                          capture_output=True, text=True, env=env)
+    assert bare.returncode < 0, ("without tf_ext", bare.returncode, bare.stderr[-3000:])
 
 
 # Runs in a fresh interpreter that never imports tf_ext: each export's "gradients" signature.
@@ -234,10 +304,16 @@ def test_exported_saved_model_gives_pythons_gradient(frozen, exported, case):
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
-def test_symbolic_gradient_node_from_python_gives_pythons_gradient(case):
+def test_symbolic_gradient_node_from_python_gives_pythons_gradient(frozen, case):
     """A SymbolicGradient node of a function holding the corpus graph, run by a TF1 Session:
     TensorFlow's function runtime differentiates the function op by op through the C++
-    function registry (with tf_ext's library loaded)."""
+    function registry (with tf_ext's library loaded).
+
+    A function holding a loop or conditional that tf_ext's control-flow pass has not rewritten
+    (here: the functional StatelessWhile / StatelessIf of a Defun) is refused with tf_ext's
+    error, never differentiated to zeros: TensorFlow's runtime lowers the function's loops
+    before it builds the gradient, and its builder then returns zeros for everything upstream
+    of a loop (docs/control_flow.md)."""
     import tf_ext
     from tensorflow.python.framework import function as defun_lib
     tf_ext.library()
@@ -245,10 +321,19 @@ def test_symbolic_gradient_node_from_python_gives_pythons_gradient(case):
     dtype = dtype[0] if dtype else np.float64
     x = np.random.default_rng(len(case)).uniform(-1, 1, shape).astype(dtype)
     y_shape = reference(fn, x)[0].shape
+    body = fn
+    if case == "keras_frozen_cnn":
+        # A Keras model's variables are eager resources, which a Defun cannot capture: its frozen
+        # graph (the weights constants) instead.
+        with open(frozen[case][0], "rb") as f:
+            graph_def = tf.compat.v1.GraphDef.FromString(f.read())
+        body = lambda xx: tf.graph_util.import_graph_def(  # noqa: E731
+            graph_def, input_map={"x:0": xx}, return_elements=["y:0"])[0]
     with tf.Graph().as_default():
         @defun_lib.Defun(tf.as_dtype(dtype))
         def forward(xx):
-            return fn(xx)
+            xx.set_shape(shape)  # a Defun's argument has no shape
+            return body(xx)
 
         xt = tf.constant(x)
         y = forward(xt)
@@ -256,6 +341,16 @@ def test_symbolic_gradient_node_from_python_gives_pythons_gradient(case):
         dx = tf.raw_ops.SymbolicGradient(input=[xt, tf.ones_like(y)], Tout=[xt.dtype],
                                          f=tf.compat.v1.NameAttrList(name=forward.name))[0]
         with tf.compat.v1.Session() as sess:
+            if case in CONTROL_FLOW:
+                with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                    sess.run(dx)
+                op = "StatelessWhile" if case == "while_loop_recurrent" else "StatelessIf"
+                assert "SymbolicGradient node 'SymbolicGradient' of function '%s' holds %s " \
+                    "node" % (forward.name, op) in e.value.message, e.value.message
+                assert op + ": no gradient for a node tf_ext's control-flow pass has not " \
+                    "rewritten" in e.value.message, e.value.message
+                assert "PrepareFunctionLibraryForGradients" in e.value.message, e.value.message
+                return
             try:
                 got_y, got_dx = sess.run([y, dx])
             except tf.errors.OpError as e:

@@ -7,7 +7,9 @@
 // backward functions it generated in the node's "_tf_ext_grad_*" attrs
 // (tf_ext/grads/control_flow_attrs.h), and PrepareFunctionLibraryForGradients rewrites the
 // loops and conditionals inside a graph's functions. On a node the pass has not rewritten the
-// gradient is an InvalidArgument saying so.
+// gradient is an InvalidArgument saying so; a graph optimization pass (below) gives the same
+// error for a SymbolicGradient of a function holding such a loop, where TensorFlow's runtime
+// would otherwise return zeros without calling any creator.
 //
 // SymbolicGradient passes no forward outputs, so the gradient function runs the rewritten
 // forward node once more (which saves what the gradient reads), then the backward loop or
@@ -23,7 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/common_runtime/optimization_registry.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tf_ext/grads/control_flow_attrs.h"
@@ -267,7 +272,71 @@ absl::Status ConditionalGrad(const std::string& op, const AttrSlice& attrs, Func
   return absl::OkStatus();
 }
 
+// The first functional loop or conditional the pass has not rewritten in function `name` or the
+// functions it calls (bodies, branches, calls), as "<op> node '<node>' in function '<fn>'"; ""
+// where there is none.
+std::string FindUnprepared(const FunctionLibraryDefinition& lib, const std::string& name,
+                           absl::flat_hash_set<std::string>* seen) {
+  if (!seen->insert(name).second) return "";
+  const FunctionDef* f = lib.Find(name);
+  if (f == nullptr) return "";
+  for (const NodeDef& node : f->node_def()) {
+    if ((node.op() == "While" || node.op() == "StatelessWhile" || node.op() == "If" ||
+         node.op() == "StatelessIf" || node.op() == "Case" || node.op() == "StatelessCase") &&
+        !node.attr().contains(cf::kFunctions)) {
+      return absl::StrCat(node.op(), " node '", node.name(), "' in function '", name, "'");
+    }
+    std::string found = FindUnprepared(lib, node.op(), seen);
+    for (const auto& [key, value] : node.attr()) {
+      if (!found.empty()) break;
+      if (value.has_func()) found = FindUnprepared(lib, value.func().name(), seen);
+      for (const NameAttrList& g : value.list().func()) {
+        if (found.empty()) found = FindUnprepared(lib, g.name(), seen);
+      }
+    }
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
+// A SymbolicGradient node of a function holding a loop the pass has not rewritten would return
+// zeros, not an error: TensorFlow's function runtime lowers the function's loops to Enter /
+// Switch / Merge / Exit frames before it differentiates the body, and its builder
+// (core/graph/gradients.cc) never reaches a Switch whose loop-body output gets no gradient, so
+// every input upstream of the loop gets ZerosLike. No gradient creator runs on that path, so
+// this pass, run on every graph a Session or function runtime places (once the op library is
+// loaded), refuses such a graph with NotPrepared's error instead. Conditionals are refused too,
+// as their creator would refuse them at run time.
+class RefuseUnpreparedSymbolicGradients : public GraphOptimizationPass {
+ public:
+  absl::Status Run(const GraphOptimizationPassOptions& options) override {
+    if (options.graph == nullptr || *options.graph == nullptr) return absl::OkStatus();
+    const Graph& g = **options.graph;
+    const FunctionLibraryDefinition& lib =
+        options.flib_def != nullptr ? *options.flib_def : g.flib_def();
+    for (const Node* n : g.op_nodes()) {
+      if (n->type_string() != "SymbolicGradient") continue;
+      const AttrValue* f = n->attrs().Find("f");
+      if (f == nullptr || !f->has_func()) continue;
+      absl::flat_hash_set<std::string> seen;
+      const std::string found = FindUnprepared(lib, f->func().name(), &seen);
+      if (found.empty()) continue;
+      const std::string op = found.substr(0, found.find(' '));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SymbolicGradient node '", n->name(), "' of function '", f->func().name(), "' holds ",
+          found, absl::StrContains(op, "While")
+                     ? " (TensorFlow's runtime would lower the loop and return zeros for it). "
+                     : ". ",
+          NotPrepared(op).message()));
+    }
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
+
+REGISTER_OPTIMIZATION(OptimizationPassRegistry::PRE_PLACEMENT, 0,
+                      RefuseUnpreparedSymbolicGradients);
 
 #define TF_EXT_CONTROL_FLOW_GRAD(op, fn)                                               \
   TF_EXT_REGISTER_TF_GRADIENT(op, [](const AttrSlice& attrs, FunctionDef* g) {       \
