@@ -1,7 +1,7 @@
 // tf_ext::GradientSession (tf_ext/graph/runtime/gradient_session.h): built once, run per request.
 // Gradients and vector-Jacobian products against closed forms computed here in double; the
 // request checks (unknown, missing, mistyped and misshaped feeds, incoming gradients of the
-// wrong shape, sizes over the memory budget or overflowing int64, found through a fed integer
+// wrong shape, sizes over max_tensor_bytes or overflowing int64, found through a fed integer
 // size); and 8 threads sending mixed valid and hostile requests to the same sessions, every
 // valid answer checked.
 #include <atomic>
@@ -107,7 +107,7 @@ std::unique_ptr<GradientSession> MlpSession(int64_t budget = 0) {
   spec.xs = {{"x"}, {"w"}};
   spec.incoming_gradients = {true, false};
   GradientSessionOptions options;
-  options.memory_budget_bytes = budget;
+  options.max_tensor_bytes = budget;
   options.intra_op_threads = 1;
   auto s = GradientSession::Create(Mlp(), spec, options);
   CHECK(s.ok()) << s.status();
@@ -229,10 +229,10 @@ TEST(GradientSessionTest, BadRequestsAreRefusedNamingTheFeed) {
   ExpectRefused(*session, {{"x", x}, {"d_y", Values(TensorShape({kOut}), 1.0f)}}, {"'d_y'"});
   // A batch whose activations exceed the budget (a 1 MB budget; x alone is 4 MB).
   auto small = MlpSession(1 << 20);
-  EXPECT_EQ(small->memory_budget_bytes(), 1 << 20);
+  EXPECT_EQ(small->max_tensor_bytes(), 1 << 20);
   ExpectRefused(*small, {{"x", Values(TensorShape({1 << 17, kIn}), 1.0f)},
                          {"d_y", Values(TensorShape({1 << 17, kOut}), 1.0f)}},
-                {"'x' [131072,8]", "over the memory budget"});
+                {"'x' [131072,8]", "over max_tensor_bytes"});
   // The session still answers valid requests.
   EXPECT_EQ(RunMlp(*session, 2, 9), "");
   EXPECT_EQ(RunMlp(*small, 2, 9), "");
@@ -265,7 +265,7 @@ std::unique_ptr<GradientSession> FillSession() {
   spec.ys = {{"y"}};
   spec.xs = {{"x"}};
   GradientSessionOptions options;
-  options.memory_budget_bytes = int64_t{1} << 30;
+  options.max_tensor_bytes = int64_t{1} << 30;
   options.intra_op_threads = 1;
   auto s = GradientSession::Create(FillGraph(), spec, options);
   CHECK(s.ok()) << s.status();
@@ -295,7 +295,7 @@ TEST(GradientSessionTest, FedSizesAreCheckedByValue) {
   EXPECT_EQ(RunFill(*session, {2, 3, 2}, -0.5f), "");
   // 4e10 bytes: over the 1 GiB budget.
   ExpectRefused(*session, {{"x", Scalar(1)}, {"n", Vec<int>({100000, 100000})}},
-                {"'n' [2] = 100000 100000", "node 'filled'", "over the memory budget"});
+                {"'n' [2] = 100000 100000", "node 'filled'", "over max_tensor_bytes"});
   // 2^66 elements: the size overflows int64.
   const int big = 1 << 22;
   ExpectRefused(*session, {{"x", Scalar(1)}, {"n", Vec<int>({big, big, big})}},

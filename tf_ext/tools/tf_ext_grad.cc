@@ -4,6 +4,7 @@
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
 //               [--optimize=false] [--hoist_constants] [--symbolic_gradients] [--benchmark=N] [--export=DIR]
+//               [--memory_budget=B]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -35,7 +36,7 @@ namespace tensorflow::tf_ext::tools {
 namespace {
 
 struct Flags {
-  std::string graph, y, x, library, save, dump_backward, export_dir;
+  std::string graph, y, x, library, save, dump_backward, export_dir, memory_budget;
   std::vector<std::string> feeds;
   bool check = false, optimize = true, hoist_constants = false, symbolic_gradients = false;
   double delta = 0, tolerance = -1;
@@ -121,6 +122,13 @@ void DeclareFlags(FlagParser* p, Flags* f) {
             "(the feeds in; y and d_<x> out), plain TensorFlow ops, the weights in\n"
             "variables/; it loads without tf_ext (tf.saved_model.load, LoadSavedModel)")
       .ValueName("DIR");
+  p->String("memory_budget", &f->memory_budget,
+            "a budget for the memory the run allocates above the loaded graph and feeds:\n"
+            "a fraction in (0, 1] of the estimated peak without one (0.5), or bytes with an\n"
+            "optional K/M/G suffix (512M); the builder recomputes forward tensors in the\n"
+            "backward pass rather than keep them, and refuses a budget it cannot meet,\n"
+            "naming the smallest it can (docs/memory.md)")
+      .ValueName("B");
   p->Int("max_values", &f->max_values, "values printed per tensor");
 }
 
@@ -139,6 +147,7 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
   GradientSessionOptions options;
   options.optimize_graph = flags.optimize;
   options.hoist_constants = flags.hoist_constants;
+  options.backward_memory_budget = request->backward_memory_budget;
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (const auto& [ref, value] : request->feeds) {
     if (ref.index != 0) {
@@ -147,6 +156,7 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
           "' is not a placeholder's output"));
     }
     feeds.push_back({ref.node, value});
+    options.feed_shapes[ref.node] = value.shape();
   }
   const uint64_t start = EnvTime::NowMicros();
   auto session = GradientSession::Create(std::move(request->graph), spec, options);
@@ -161,6 +171,7 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
   result->accumulators = built.accumulators;
   result->workarounds = built.workarounds;
   result->simplifications = built.simplifications;
+  result->memory = built.memory;
   result->backward_nodes = built.backward_nodes;
   result->build_seconds = (EnvTime::NowMicros() - start) * 1e-6;
   const uint64_t run_start = EnvTime::NowMicros();
@@ -193,6 +204,12 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!parsed.ok()) return Fail(absl::StrCat(parsed.message(), "\n", parser.Usage()));
+  MemoryBudget memory_budget;
+  if (!flags.memory_budget.empty()) {
+    auto budget = ParseMemoryBudget(flags.memory_budget);
+    if (!budget.ok()) return Fail(absl::StrCat("--", budget.status().message()));
+    memory_budget = *budget;
+  }
 
   if (!flags.export_dir.empty()) {
     // Refused before the work of building the gradient, not after it.
@@ -257,6 +274,7 @@ int Main(int argc, char** argv) {
     std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
               << "; reproduce with --feed=" << name << "=random:" << flags.seed << ")\n";
   }
+  request.backward_memory_budget = memory_budget;
   const int64_t loaded_mb = ResidentMb("VmRSS");
 
   GradientResult result;
@@ -300,6 +318,27 @@ int Main(int argc, char** argv) {
   }
   std::cout << "peak resident memory: " << ResidentMb("VmHWM") << " MB (" << loaded_mb
             << " MB once the graph and feeds were loaded)\n";
+  // The builder's estimate of the same rise above the loaded graph (passes/rematerialize.h).
+  const MemoryPlan& memory = result.memory;
+  std::cout << "estimated peak: " << absl::StrFormat("%.1f", memory.estimated_peak_bytes / 1048576.0)
+            << " MB above the loaded graph and feeds";
+  if (memory.unknown_tensors > 0) {
+    std::cout << " (" << memory.unknown_tensors << " tensors of unknown shape counted as 0)";
+  }
+  std::cout << "\n";
+  if (memory.budget_bytes > 0) {
+    std::cout << "memory budget " << absl::StrFormat("%.1f", memory.budget_bytes / 1048576.0)
+              << " MB (unbudgeted estimate "
+              << absl::StrFormat("%.1f", memory.unbudgeted_peak_bytes / 1048576.0) << " MB): ";
+    if (memory.recomputed_nodes == 0) {
+      std::cout << "met without recomputation\n";
+    } else {
+      std::cout << "recomputes " << memory.recomputed_nodes << " nodes ("
+                << absl::StrFormat("%.3g", static_cast<double>(memory.recomputed_flops))
+                << " FLOPs added), keeping every " << memory.checkpoint_interval
+                << "th forward tensor\n";
+    }
+  }
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {

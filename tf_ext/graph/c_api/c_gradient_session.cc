@@ -62,8 +62,29 @@ TfExtGradientSession* TfExtNewGradientSession(const void* graph_def, size_t len,
                                               const char* const* ys, int ny,
                                               const char* const* xs, int nx,
                                               const unsigned char* incoming_gradients,
-                                              int64_t memory_budget_bytes, TF_Status* status) {
+                                              int64_t max_tensor_bytes, TF_Status* status) {
+  return TfExtNewGradientSessionWithMemoryBudget(graph_def, len, ys, ny, xs, nx,
+                                                 incoming_gradients, max_tensor_bytes, nullptr,
+                                                 status);
+}
+
+TfExtGradientSession* TfExtNewGradientSessionWithMemoryBudget(
+    const void* graph_def, size_t len, const char* const* ys, int ny, const char* const* xs,
+    int nx, const unsigned char* incoming_gradients, int64_t max_tensor_bytes,
+    const char* backward_memory_budget, TF_Status* status) {
   namespace tfx = tensorflow::tf_ext;
+  tfx::GradientSessionOptions options;
+  options.max_tensor_bytes = max_tensor_bytes;
+  if (backward_memory_budget != nullptr && backward_memory_budget[0] != '\0') {
+    auto budget = tfx::ParseMemoryBudget(backward_memory_budget);
+    if (!budget.ok()) {
+      tensorflow::Set_TF_Status_from_Status(
+          status, absl::InvalidArgumentError(
+                      absl::StrCat("GradientSession: ", budget.status().message())));
+      return nullptr;
+    }
+    options.backward_memory_budget = *budget;
+  }
   tensorflow::GraphDef graph;
   if (graph_def == nullptr || !graph.ParseFromArray(graph_def, static_cast<int>(len)) ||
       len > static_cast<size_t>(INT32_MAX)) {
@@ -81,15 +102,13 @@ TfExtGradientSession* TfExtNewGradientSession(const void* graph_def, size_t len,
   spec.ys = *y_refs;
   spec.xs = *x_refs;
   spec.incoming_gradients = tfx::Flags(incoming_gradients, ny);
-  tfx::GradientSessionOptions options;
-  options.memory_budget_bytes = memory_budget_bytes;
   return tfx::Wrap(tfx::GradientSession::Create(std::move(graph), spec, options), status);
 }
 
 TfExtGradientSession* TfExtNewGradientSessionFromSavedModel(
     const char* export_dir, const char* signature_key, const char* const* ys, int ny,
     const char* const* xs, int nx, const unsigned char* incoming_gradients,
-    int64_t memory_budget_bytes, TF_Status* status) {
+    int64_t max_tensor_bytes, TF_Status* status) {
   namespace tfx = tensorflow::tf_ext;
   if (export_dir == nullptr || (ys == nullptr && ny > 0) || (xs == nullptr && nx > 0) || ny <= 0 ||
       nx <= 0) {
@@ -115,7 +134,7 @@ TfExtGradientSession* TfExtNewGradientSessionFromSavedModel(
     x_keys.push_back(xs[i]);
   }
   tfx::GradientSessionOptions options;
-  options.memory_budget_bytes = memory_budget_bytes;
+  options.max_tensor_bytes = max_tensor_bytes;
   return tfx::Wrap(
       tfx::GradientSessionFromSavedModel(export_dir,
                                          signature_key != nullptr ? signature_key : "serving_default",

@@ -24,13 +24,24 @@ typedef struct TfExtGradientSession TfExtGradientSession;
 /* Builds the gradient of the GraphDef `graph_def` (`len` bytes) of the ys (`ny` tensor names,
  * "node" or "node:index") with respect to the xs (`nx` names). `incoming_gradients`: NULL, or
  * one flag per y; a y whose flag is nonzero takes its incoming gradient as the feed
- * "d_<y node>" (vector-Jacobian products), the others ones. `memory_budget_bytes`: the largest
+ * "d_<y node>" (vector-Jacobian products), the others ones. `max_tensor_bytes`: the largest
  * tensor a request may make shape inference find (0: half of physical memory). NULL on error. */
 TfExtGradientSession* TfExtNewGradientSession(const void* graph_def, size_t len,
                                               const char* const* ys, int ny,
                                               const char* const* xs, int nx,
                                               const unsigned char* incoming_gradients,
-                                              int64_t memory_budget_bytes, TF_Status* status);
+                                              int64_t max_tensor_bytes, TF_Status* status);
+
+/* TfExtNewGradientSession with a memory budget for the backward graph:
+ * `backward_memory_budget` NULL or "" (none), a fraction in (0, 1] of the estimated peak
+ * without one ("0.5"), or bytes with an optional K/M/G suffix ("512M"); the builder recomputes
+ * forward tensors rather than keep them (docs/memory.md). It is planned for the placeholders'
+ * own shapes, which must then be fully known. A budget it cannot meet is refused
+ * (TF_RESOURCE_EXHAUSTED, naming the smallest it can meet). */
+TfExtGradientSession* TfExtNewGradientSessionWithMemoryBudget(
+    const void* graph_def, size_t len, const char* const* ys, int ny, const char* const* xs,
+    int nx, const unsigned char* incoming_gradients, int64_t max_tensor_bytes,
+    const char* backward_memory_budget, TF_Status* status);
 
 /* The same from a SavedModel's signature (tag "serve"): `signature_key` NULL means
  * "serving_default"; ys and xs are the signature's output and input keys (every input is fed;
@@ -38,7 +49,7 @@ TfExtGradientSession* TfExtNewGradientSession(const void* graph_def, size_t len,
 TfExtGradientSession* TfExtNewGradientSessionFromSavedModel(
     const char* export_dir, const char* signature_key, const char* const* ys, int ny,
     const char* const* xs, int nx, const unsigned char* incoming_gradients,
-    int64_t memory_budget_bytes, TF_Status* status);
+    int64_t max_tensor_bytes, TF_Status* status);
 
 /* The feeds a request gives: their number, and each one's name and dtype. Names stay valid
  * until the session is deleted. */

@@ -208,7 +208,16 @@ absl::Status GradientPipeline::AddBackward(Graph* g, const std::vector<GraphTens
   backprop.inline_gradients = options_.inline_gradients;
   backprop.name_prefix = options_.name_prefix;
   TF_RETURN_IF_ERROR(AddGradients(g, ys, dys, xs, dxs, backprop, &stats_.backprop));
-  if (!options_.inline_gradients) return absl::OkStatus();
+  if (options_.inline_gradients) TF_RETURN_IF_ERROR(SimplifyInlined(g));
+  // 6. The memory the run needs, and what is recomputed to fit a budget.
+  if (options_.plan_memory || options_.backward_memory_budget.set()) {
+    TF_RETURN_IF_ERROR(PlanMemory(g, options_.name_prefix, options_.keep, options_.feed_shapes,
+                                  options_.backward_memory_budget, &stats_.memory));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientPipeline::SimplifyInlined(Graph* g) {
   // 5. An inlined gradient body that recomputes its op's forward (a client gradient converted
   // by unify.h reads the op's outputs so) holds a copy of a forward node: merge equal nodes.
   // Not constants (hashing frozen weights costs time and saves nothing), and not the nodes a
@@ -261,6 +270,9 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
   pipeline_options.inline_gradients = options.inline_gradients;
   pipeline_options.fold_weight_layouts = options.optimize_graph && !options.hoist_constants;
   pipeline_options.keep = spec.named_nodes;
+  pipeline_options.plan_memory = true;
+  pipeline_options.feed_shapes = spec.feed_shapes;
+  pipeline_options.backward_memory_budget = spec.backward_memory_budget;
   for (const TensorRef& ref : spec.ys) pipeline_options.keep.insert(ref.node);
   for (const TensorRef& ref : spec.xs) pipeline_options.keep.insert(ref.node);
   GradientPipeline pipeline(std::move(pipeline_options));
@@ -329,6 +341,7 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
   result->conditionals = stats.backprop.conditionals;
   result->accumulators = stats.backprop.accumulators;
   result->simplifications = stats.simplifications;
+  result->memory = stats.memory;
   for (const GraphTensor& dx : dxs) {
     out->dx_names.push_back(absl::StrCat(dx.node->name(), ":", dx.index));
   }

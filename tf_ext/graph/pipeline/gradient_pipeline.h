@@ -10,7 +10,9 @@
 //      gradients already stand (docs/registries.md), so a SymbolicGradient resolved at run
 //      time gets the same gradient as an inlined one;
 //   5. with inlined gradients: equal nodes merged and the backward graph simplified
-//      (passes/simplify_backward.h).
+//      (passes/simplify_backward.h);
+//   6. the estimate of the peak memory, and with a memory budget the forward nodes the
+//      backward pass recomputes rather than keeps (passes/rematerialize.h).
 //
 // BuildGradientGraph is the GraphDef front of it for the tools and runtimes: import, y and x
 // lookup by name, incoming gradients, then DifferentiateGraph.
@@ -19,6 +21,7 @@
 #ifndef TF_EXT_GRAPH_PIPELINE_GRADIENT_PIPELINE_H_
 #define TF_EXT_GRAPH_PIPELINE_GRADIENT_PIPELINE_H_
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -30,6 +33,7 @@
 #include "tensorflow/core/graph/graph.h"
 #include "tf_ext/graph/engine/backprop.h"
 #include "tf_ext/graph/engine/workarounds.h"
+#include "tf_ext/graph/passes/rematerialize.h"
 #include "tf_ext/graph/passes/simplify_backward.h"
 #include "tf_ext/graph/pipeline/gradient_request.h"
 #include "tf_ext/graph/io/tensor_ref.h"
@@ -56,8 +60,14 @@ struct PipelineOptions {
   bool fold_weight_layouts = false;  // SimplifyOptions::fold_weight_layouts
   // Step 3 (forward rewrites that replace nodes). Off where the caller holds the nodes.
   bool rewrite_forward = true;
-  // Nodes fed or fetched by name: never merged.
+  // Nodes fed or fetched by name: never merged (nor recomputed).
   std::set<std::string> keep;
+  // Step 6: the estimate of the backward graph's peak memory (passes/rematerialize.h), sized
+  // with these feed shapes (placeholder -> shape); with a budget, the recomputation that
+  // meets it.
+  bool plan_memory = false;
+  std::map<std::string, TensorShape> feed_shapes;
+  MemoryBudget backward_memory_budget;
 };
 
 struct PipelineStats {
@@ -66,6 +76,7 @@ struct PipelineStats {
   GradientWorkarounds workarounds;
   BackpropStats backprop;
   BackwardSimplifications simplifications;
+  MemoryPlan memory;
 };
 
 // The pipeline, in two calls: PrepareForward (steps 1-3) before the caller picks its ys and
@@ -86,6 +97,9 @@ class GradientPipeline {
   const PipelineStats& stats() const { return stats_; }
 
  private:
+  // Step 5.
+  absl::Status SimplifyInlined(Graph* g);
+
   PipelineOptions options_;
   PipelineStats stats_;
 };
@@ -93,6 +107,10 @@ class GradientPipeline {
 struct GradientGraphSpec {
   std::vector<TensorRef> ys;  // floating-point tensors differentiated
   std::vector<TensorRef> xs;  // with respect to
+  // The placeholders' feed shapes (sizes for the memory estimate) and the memory budget of
+  // the backward graph (passes/rematerialize.h; none by default).
+  std::map<std::string, TensorShape> feed_shapes;
+  MemoryBudget backward_memory_budget;
   // Per y (empty: none): whether its incoming gradient is fed (a Placeholder the build adds,
   // GradientGraph::dy_names) rather than ones. A fed one must have y's shape; the graph checks
   // that on every run (InvalidArgument naming it), since a smaller one would broadcast.

@@ -10,6 +10,7 @@
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/public/session.h"
+#include "tf_ext/graph/passes/rematerialize.h"
 #include "tf_ext/graph/passes/simplify_backward.h"
 #include "tf_ext/graph/io/tensor_ref.h"
 #include "tf_ext/graph/engine/workarounds.h"
@@ -21,6 +22,9 @@ struct GradientRequest {
   TensorRef y;                                        // differentiated: d sum(y) / d x
   std::vector<TensorRef> xs;                          // with respect to
   std::vector<std::pair<TensorRef, Tensor>> feeds;    // placeholder (or any tensor) values
+  // A budget for the memory the backward run allocates above the loaded graph and feeds: the
+  // builder recomputes forward tensors rather than keep them (passes/rematerialize.h).
+  MemoryBudget backward_memory_budget;
 };
 
 // Memory: a frozen model's weights are Const nodes, so every copy of the graph is a copy of
@@ -58,6 +62,7 @@ struct GradientResult {
   int accumulators = 0;  // tensors they save for their gradients
   GradientWorkarounds workarounds;  // see WorkAroundGradientBugs
   BackwardSimplifications simplifications;  // see SimplifyBackward
+  MemoryPlan memory;           // estimated peak, and what a budget recomputes (PlanMemory)
   double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph
   Tensor y;

@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
     GraphDef graph, const GradientSessionSpec& spec, const GradientSessionOptions& options) {
   std::unique_ptr<GradientSession> gs(new GradientSession());
   gs->spec_ = spec;
-  gs->budget_ = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : DefaultBudget();
+  gs->budget_ = options.max_tensor_bytes > 0 ? options.max_tensor_bytes : DefaultBudget();
   // The forward graph's placeholders are the inputs.
   for (const NodeDef& n : graph.node()) {
     const bool with_default = n.op() == "PlaceholderWithDefault";
@@ -115,6 +115,8 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   build_spec.incoming_gradients = spec.incoming_gradients;
   build_spec.named_nodes = input_nodes;
   build_spec.role_prefix = kWhat;
+  build_spec.feed_shapes = options.feed_shapes;
+  build_spec.backward_memory_budget = options.backward_memory_budget;
   GradientOptions build_options;
   build_options.optimize_graph = options.optimize_graph;
   build_options.hoist_constants = options.hoist_constants;
@@ -320,8 +322,8 @@ absl::Status GradientSession::CheckShapes(
       }
       if (bytes > budget_) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%sthe feeds (%s) make node '%s' (%s) output %s %s: %.3g bytes, over the memory "
-            "budget of %.3g bytes",
+            "%sthe feeds (%s) make node '%s' (%s) output %s %s: %.3g bytes, over "
+            "max_tensor_bytes (%.3g bytes)",
             kWhat, blame(), n->name(), n->type_string(), DataTypeString(n->output_type(i)),
             c->DebugString(h), static_cast<double>(bytes), static_cast<double>(budget_)));
       }

@@ -10,8 +10,8 @@
 // Every request is checked before anything runs, and refused with InvalidArgument starting
 // "GradientSession:" and naming the feed: an unknown or missing feed, a wrong dtype, a shape
 // the placeholder does not accept, an incoming gradient whose shape is not its y's, and feed
-// shapes under which shape inference finds a tensor whose size overflows or exceeds the memory
-// budget. The budget check sees what shape inference sees: tensors whose shapes depend on
+// shapes under which shape inference finds a tensor whose size overflows or exceeds max_tensor_bytes
+// (GradientSessionOptions). The check sees what shape inference sees: tensors whose shapes depend on
 // values (a fed integer scalar used as a size is read for the check; a loop's trip count is
 // not) are counted where their shapes are inferred. Results of the check are cached per feed
 // signature (shapes, and the values of small integer feeds).
@@ -60,7 +60,13 @@ struct GradientSessionOptions {
   bool hoist_constants = false;
   // Largest tensor a request may make shape inference find, in bytes; 0: half of this
   // machine's physical memory.
-  int64_t memory_budget_bytes = 0;
+  int64_t max_tensor_bytes = 0;
+  // A budget for the memory a run allocates above the loaded graph and feeds: the builder
+  // recomputes forward tensors rather than keep them (passes/rematerialize.h). It is planned
+  // for the shapes in `feed_shapes` (placeholder -> shape; the placeholders' own shapes where
+  // not given).
+  MemoryBudget backward_memory_budget;
+  std::map<std::string, TensorShape> feed_shapes;
   // Threads of the Session's pools; 0: TensorFlow's default (one per core).
   int intra_op_threads = 0;
   int inter_op_threads = 0;
@@ -102,7 +108,7 @@ class GradientSession {
 
   const std::vector<GradientSessionInput>& inputs() const { return inputs_; }
   const GradientSessionSpec& spec() const { return spec_; }
-  int64_t memory_budget_bytes() const { return budget_; }
+  int64_t max_tensor_bytes() const { return budget_; }
   // Build statistics (inlined calls, gradient nodes, loops, ...); no tensors.
   const GradientResult& build_info() const { return build_; }
 

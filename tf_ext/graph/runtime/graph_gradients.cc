@@ -40,7 +40,11 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   GradientGraphSpec spec;
   spec.ys = {req.y};
   spec.xs = req.xs;
-  for (const auto& [ref, value] : req.feeds) spec.named_nodes.insert(ref.node);
+  for (const auto& [ref, value] : req.feeds) {
+    spec.named_nodes.insert(ref.node);
+    if (ref.index == 0) spec.feed_shapes[ref.node] = value.shape();
+  }
+  spec.backward_memory_budget = req.backward_memory_budget;
   GradientGraph built;
   TF_RETURN_IF_ERROR(BuildGradientGraph(&request->graph, spec, options, result, &built));
   GraphDef backward;

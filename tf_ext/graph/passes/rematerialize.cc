@@ -1,0 +1,514 @@
+#include "tf_ext/graph/passes/rematerialize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tensorflow/core/common_runtime/shape_refiner.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/graph/algorithm.h"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+// Outputs smaller than this are always kept: recomputing them saves nothing worth a copy.
+constexpr int64_t kSmallBytes = 4096;
+
+// The graph as the estimate sees it: data inputs, control inputs, output sizes.
+struct AbstractNode {
+  int original = -1;                      // for a copy: the node it recomputes; else itself
+  std::vector<std::pair<int, int>> in;    // data inputs (node, output)
+  std::vector<int> control;               // control inputs
+  std::vector<int64_t> out_bytes;         // per output; 0 when unknown
+  bool loaded = false;                    // constants and placeholders: in memory before the run
+  bool alias = false;                     // output 0 shares input 0's buffer
+  bool backward = false;                  // "<prefix>/..." (copies included)
+  bool recomputable = false;
+  int64_t flops = 0;
+  int segment = -1;                       // for a copy
+};
+
+bool IsAliasOp(const std::string& op) {
+  return op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "ExpandDims" ||
+         op == "StopGradient" || op == "PreventGradient";
+}
+
+bool IsLoopOrConditional(const Node* n) {
+  const std::string& op = n->type_string();
+  return n->IsControlFlow() || op == "While" || op == "StatelessWhile" || op == "If" ||
+         op == "StatelessIf" || op == "Case" || op == "StatelessCase";
+}
+
+int64_t Elements(shape_inference::InferenceContext* c, shape_inference::ShapeHandle s) {
+  if (!c->FullyDefined(s)) return -1;
+  int64_t n = 1;
+  for (int d = 0; d < c->Rank(s); ++d) n *= c->Value(c->Dim(s, d));
+  return n;
+}
+
+// Multiply-adds counted twice for the ops that dominate; elementwise work for the rest.
+int64_t Flops(const Node* n, shape_inference::InferenceContext* c) {
+  if (c == nullptr || c->num_outputs() == 0) return 0;
+  const int64_t out = Elements(c, c->output(0));
+  if (out < 0) return 0;
+  const std::string& op = n->type_string();
+  if ((op == "MatMul" || op == "BatchMatMulV2" || op == "BatchMatMul" ||
+       op == "BatchMatMulV3") && c->num_inputs() >= 1 && c->RankKnown(c->input(0))) {
+    bool transpose = false;
+    if (!GetNodeAttr(n->attrs(), op == "MatMul" ? "transpose_a" : "adj_x", &transpose).ok()) {
+      transpose = false;
+    }
+    const int rank = c->Rank(c->input(0));
+    if (rank >= 2) {
+      auto k = c->Dim(c->input(0), transpose ? rank - 2 : rank - 1);
+      if (c->ValueKnown(k)) return 2 * out * c->Value(k);
+    }
+  }
+  if ((op == "Conv2D" || op == "Conv3D" || op == "DepthwiseConv2dNative") &&
+      c->num_inputs() >= 2) {
+    const int64_t filter = Elements(c, c->input(1));
+    auto filter_shape = c->input(1);
+    if (filter > 0 && c->RankKnown(filter_shape)) {
+      const int rank = c->Rank(filter_shape);
+      auto out_channels = c->Dim(filter_shape, rank - 1);
+      int64_t per_output = filter;
+      if (c->ValueKnown(out_channels) && c->Value(out_channels) > 0) {
+        per_output = filter / c->Value(out_channels);
+      }
+      if (op == "DepthwiseConv2dNative" && c->ValueKnown(c->Dim(filter_shape, rank - 2))) {
+        per_output = filter / std::max<int64_t>(1, c->Value(c->Dim(filter_shape, rank - 2)) *
+                                                       std::max<int64_t>(1, c->Value(out_channels)));
+      }
+      return 2 * out * per_output;
+    }
+  }
+  return out;
+}
+
+struct Schedule {
+  int64_t peak = 0;
+  std::vector<int> order;
+};
+
+// Runs the nodes in the executor's likely order (ready ones first in, first out) and tracks
+// the live buffers.
+Schedule Simulate(const std::vector<AbstractNode>& nodes) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<std::vector<int>> out(n);
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> consumers_of;  // per node, per output: data consumers
+  consumers_of.resize(n);
+  std::vector<int> data_consumers(n, 0);
+  for (int i = 0; i < n; ++i) consumers_of[i].assign(nodes[i].out_bytes.size(), 0);
+  for (int i = 0; i < n; ++i) {
+    for (const auto& [src, idx] : nodes[i].in) {
+      out[src].push_back(i);
+      ++pending[i];
+      if (idx >= 0 && idx < static_cast<int>(consumers_of[src].size())) ++consumers_of[src][idx];
+      ++data_consumers[src];
+    }
+    for (int src : nodes[i].control) {
+      out[src].push_back(i);
+      ++pending[i];
+    }
+  }
+  std::deque<int> ready;
+  for (int i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push_back(i);
+  }
+  std::vector<std::vector<int>> buffer(n);  // per node, per output: buffer id
+  std::vector<int64_t> buffer_bytes, refs;
+  Schedule s;
+  int64_t live = 0;
+  while (!ready.empty()) {
+    const int i = ready.front();
+    ready.pop_front();
+    s.order.push_back(i);
+    const AbstractNode& a = nodes[i];
+    buffer[i].assign(a.out_bytes.size(), -1);
+    std::vector<int> transient;
+    for (size_t o = 0; o < a.out_bytes.size(); ++o) {
+      const int uses = consumers_of[i][o];
+      if (a.alias && o == 0 && !a.in.empty() && a.in[0].first >= 0) {
+        const int b = buffer[a.in[0].first].empty() ? -1 : buffer[a.in[0].first][a.in[0].second];
+        if (b >= 0) {
+          buffer[i][o] = b;
+          refs[b] += uses;
+          continue;
+        }
+      }
+      const int b = static_cast<int>(buffer_bytes.size());
+      buffer_bytes.push_back(a.loaded ? 0 : a.out_bytes[o]);
+      refs.push_back(uses);
+      buffer[i][o] = b;
+      live += buffer_bytes[b];
+      // An output nobody reads is freed at once, unless the node's outputs are read by none
+      // (a fetched result).
+      if (uses == 0 && data_consumers[i] > 0) transient.push_back(b);
+    }
+    s.peak = std::max(s.peak, live);
+    for (int b : transient) live -= buffer_bytes[b];
+    for (const auto& [src, idx] : a.in) {
+      const int b = buffer[src].empty() ? -1 : buffer[src][idx];
+      if (b < 0) continue;
+      if (--refs[b] == 0) live -= buffer_bytes[b];
+    }
+    for (int next : out[i]) {
+      if (--pending[next] == 0) ready.push_back(next);
+    }
+  }
+  return s;
+}
+
+struct Model {
+  std::vector<AbstractNode> nodes;
+  std::vector<Node*> graph_nodes;  // per original abstract node
+  int unknown_tensors = 0;
+  bool has_control_flow = false;
+};
+
+Model Build(const Graph& g, const std::string& prefix, const std::set<std::string>& keep,
+            const std::map<std::string, TensorShape>& feed_shapes) {
+  Model m;
+  std::vector<Node*> order;
+  GetReversePostOrder(g, &order);
+  ShapeRefiner refiner(g.versions(), g.op_registry());
+  std::vector<int> index(g.num_node_ids(), -1);
+  for (Node* n : order) {
+    if (!n->IsOp()) continue;
+    if (refiner.AddNode(n).ok()) {
+      auto it = feed_shapes.find(n->name());
+      if (it != feed_shapes.end() && n->num_outputs() == 1) {
+        shape_inference::InferenceContext* c = refiner.GetContext(n);
+        shape_inference::ShapeHandle h;
+        if (c->MakeShapeFromTensorShape(it->second, &h).ok()) {
+          refiner.SetShape(n, 0, h).IgnoreError();
+        }
+      }
+    }
+    index[n->id()] = static_cast<int>(m.nodes.size());
+    m.graph_nodes.push_back(n);
+    AbstractNode a;
+    a.original = index[n->id()];
+    // Inlined gradient bodies are "<prefix>/..." and their argument and result Identities
+    // "Func/<prefix>/...".
+    a.backward = !prefix.empty() && (absl::StartsWith(n->name(), prefix + "/") ||
+                                     absl::StartsWith(n->name(), absl::StrCat("Func/", prefix, "/")));
+    a.loaded = n->IsConstant() || n->type_string() == "Placeholder" ||
+               n->type_string() == "PlaceholderWithDefault" || n->IsArg() ||
+               n->type_string() == "HostConst";
+    a.alias = IsAliasOp(n->type_string());
+    m.has_control_flow |= IsLoopOrConditional(n);
+    shape_inference::InferenceContext* c = refiner.GetContext(n);
+    for (int o = 0; o < n->num_outputs(); ++o) {
+      int64_t bytes = 0;
+      const int64_t size = DataTypeSize(BaseType(n->output_type(o)));
+      const int64_t elements = c != nullptr ? Elements(c, c->output(o)) : -1;
+      if (elements < 0 || size == 0) {
+        if (!a.loaded) ++m.unknown_tensors;
+      } else {
+        bytes = elements * size;
+      }
+      a.out_bytes.push_back(bytes);
+    }
+    a.flops = Flops(n, c);
+    bool refs = false;
+    for (int o = 0; o < n->num_outputs(); ++o) refs |= IsRefType(n->output_type(o));
+    for (int i = 0; i < n->num_inputs(); ++i) refs |= IsRefType(n->input_type(i));
+    a.recomputable = !a.backward && !a.loaded && !refs && n->num_outputs() > 0 &&
+                     !n->op_def().is_stateful() && !n->IsControlFlow() &&
+                     !IsLoopOrConditional(n) && !n->IsFunctionCall() && !n->IsRetval() &&
+                     keep.count(n->name()) == 0;
+    m.nodes.push_back(std::move(a));
+  }
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    const Node* n = m.graph_nodes[i];
+    AbstractNode& a = m.nodes[i];
+    a.in.assign(n->num_inputs(), {-1, 0});
+    for (const Edge* e : n->in_edges()) {
+      if (!e->src()->IsOp()) continue;
+      const int src = index[e->src()->id()];
+      if (src < 0) continue;
+      if (e->IsControlEdge()) {
+        a.control.push_back(src);
+      } else {
+        a.in[e->dst_input()] = {src, e->src_output()};
+      }
+    }
+    // Inputs from outside (none in a valid graph) are dropped.
+    a.in.erase(std::remove_if(a.in.begin(), a.in.end(),
+                              [](const std::pair<int, int>& p) { return p.first < 0; }),
+               a.in.end());
+  }
+  return m;
+}
+
+struct Trial {
+  int k = 0;
+  std::vector<AbstractNode> nodes;  // originals (rewired), then copies
+  int64_t peak = 0;
+  int64_t flops = 0;
+  int copies = 0;
+};
+
+// Every k-th recomputable node of `order` kept, the others recomputed per segment.
+Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& order, int k) {
+  Trial t;
+  t.k = k;
+  t.nodes = base;
+  std::vector<AbstractNode>& nodes = t.nodes;
+  const int n = static_cast<int>(base.size());
+  std::vector<int> segment(n, -1);  // recomputed nodes: their segment
+  int position = 0;
+  for (int i : order) {
+    const AbstractNode& a = base[i];
+    if (!a.recomputable) continue;
+    if (a.alias) {
+      // A view follows its input: recomputed with it, or kept with it.
+      if (!a.in.empty() && segment[a.in[0].first] >= 0) segment[i] = segment[a.in[0].first];
+      continue;
+    }
+    int64_t bytes = 0;
+    for (int64_t b : a.out_bytes) bytes += b;
+    if (bytes < kSmallBytes) continue;
+    if ((position + 1) % k != 0) segment[i] = position / k;
+    ++position;
+  }
+  std::map<std::pair<int, int>, int> copy_of;  // (node, segment) -> copy
+  std::map<int, std::vector<int>> members;      // segment -> its copies
+  std::map<int, std::set<int>> readers;         // segment -> backward nodes reading copies
+  std::function<int(int, int)> get_copy = [&](int node, int seg) -> int {
+    auto it = copy_of.find({node, seg});
+    if (it != copy_of.end()) return it->second;
+    AbstractNode c = base[node];
+    c.original = node;
+    c.backward = true;
+    c.recomputable = false;
+    c.segment = seg;
+    for (auto& [src, idx] : c.in) {
+      if (segment[src] >= 0) src = get_copy(src, seg);
+    }
+    const int id = static_cast<int>(nodes.size());
+    nodes.push_back(std::move(c));
+    copy_of[{node, seg}] = id;
+    members[seg].push_back(id);
+    t.flops += base[node].flops;
+    return id;
+  };
+  // An inlined gradient's argument Identity nobody reads runs as soon as its input exists and
+  // holds nothing: it keeps reading the original.
+  std::vector<int> readers_of(n, 0);
+  for (int i = 0; i < n; ++i) {
+    for (const auto& [src, idx] : base[i].in) ++readers_of[src];
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!base[i].backward || (base[i].alias && readers_of[i] == 0)) continue;
+    for (size_t j = 0; j < base[i].in.size(); ++j) {
+      const auto [src, idx] = base[i].in[j];
+      if (segment[src] < 0) continue;
+      const int c = get_copy(src, segment[src]);
+      nodes[i].in[j] = {c, idx};
+      readers[segment[src]].insert(i);
+    }
+  }
+  t.copies = static_cast<int>(nodes.size()) - n;
+  // Each segment's copies wait for the backward tensors their readers take, except those
+  // that depend on a reader (that would be a cycle). Latest segments first: the backward pass
+  // reaches them first.
+  const int total = static_cast<int>(nodes.size());
+  std::vector<std::vector<int>> out(total), data_out(total);
+  for (int i = 0; i < total; ++i) {
+    for (const auto& [src, idx] : nodes[i].in) {
+      out[src].push_back(i);
+      data_out[src].push_back(i);
+    }
+    for (int src : nodes[i].control) out[src].push_back(i);
+  }
+  for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
+    const int seg = it->first;
+    std::vector<char> below(total, 0);
+    std::vector<int> stack(it->second.begin(), it->second.end());
+    for (int r : stack) below[r] = 1;
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      for (int y : out[x]) {
+        if (!below[y]) {
+          below[y] = 1;
+          stack.push_back(y);
+        }
+      }
+    }
+    // A reader that is a view (an inlined gradient's argument Identity) passes the tensor
+    // on: its consumers are the readers whose other inputs say the backward pass has come.
+    std::set<int> expanded(it->second.begin(), it->second.end());
+    std::vector<int> views(it->second.begin(), it->second.end());
+    while (!views.empty()) {
+      const int r = views.back();
+      views.pop_back();
+      if (!nodes[r].alias) continue;
+      for (int c : data_out[r]) {
+        if (expanded.insert(c).second) views.push_back(c);
+      }
+    }
+    std::set<int> triggers;
+    for (int r : expanded) {
+      for (const auto& [src, idx] : nodes[r].in) {
+        if (src < n && nodes[src].backward && !below[src]) triggers.insert(src);
+      }
+    }
+    for (int c : members[seg]) {
+      bool root = true;
+      for (const auto& [src, idx] : nodes[c].in) root &= src < n;
+      if (!root) continue;
+      for (int trig : triggers) {
+        nodes[c].control.push_back(trig);
+        out[trig].push_back(c);
+      }
+    }
+  }
+  t.peak = Simulate(nodes).peak;
+  return t;
+}
+
+// Adds trial's copies to `g` and points the backward readers at them.
+absl::Status Apply(const Trial& t, const Model& m, const std::string& prefix, Graph* g) {
+  const int n = static_cast<int>(m.graph_nodes.size());
+  std::vector<Node*> real(m.graph_nodes);
+  real.resize(t.nodes.size(), nullptr);
+  for (int i = n; i < static_cast<int>(t.nodes.size()); ++i) {
+    const AbstractNode& a = t.nodes[i];
+    const Node* original = m.graph_nodes[a.original];
+    NodeDef def = original->def();
+    def.set_name(g->NewName(absl::StrCat(prefix, "/recompute/", original->name())));
+    def.clear_input();
+    // Keeps the copy distinct from its original for every common-subexpression pass, also
+    // where it has no control input.
+    AddNodeAttr("_tf_ext_recompute_segment", a.segment, &def);
+    absl::Status s;
+    Node* copy = g->AddNode(def, &s);
+    if (!s.ok()) return s;
+    real[i] = copy;
+    for (size_t j = 0; j < a.in.size(); ++j) {
+      g->AddEdge(real[a.in[j].first], a.in[j].second, copy, static_cast<int>(j));
+    }
+    for (int c : a.control) g->AddControlEdge(real[c], copy);
+  }
+  for (int i = 0; i < n; ++i) {
+    const AbstractNode& a = t.nodes[i];
+    if (!a.backward) continue;
+    for (size_t j = 0; j < a.in.size(); ++j) {
+      if (a.in[j].first < n) continue;
+      TF_RETURN_IF_ERROR(
+          g->UpdateEdge(real[a.in[j].first], a.in[j].second, real[i], static_cast<int>(j)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Mb(int64_t bytes) { return absl::StrFormat("%.1f MB", bytes / 1048576.0); }
+
+}  // namespace
+
+std::string MemoryBudget::ToString() const {
+  if (fraction > 0) return absl::StrCat(fraction);
+  return absl::StrCat(bytes);
+}
+
+absl::StatusOr<MemoryBudget> ParseMemoryBudget(absl::string_view text) {
+  MemoryBudget budget;
+  const std::string t = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(text));
+  auto bad = [&text](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory budget '", text, "': ", why,
+                     " (a fraction in (0, 1] such as 0.5, or bytes such as 536870912 or 512M)"));
+  };
+  if (t.empty()) return bad("empty");
+  if (absl::StrContains(t, '.')) {
+    double f = 0;
+    if (!absl::SimpleAtod(t, &f) || !(f > 0 && f <= 1)) return bad("not a fraction in (0, 1]");
+    budget.fraction = f;
+    return budget;
+  }
+  int64_t scale = 1;
+  std::string digits = t;
+  switch (t.back()) {
+    case 'K': scale = int64_t{1} << 10; break;
+    case 'M': scale = int64_t{1} << 20; break;
+    case 'G': scale = int64_t{1} << 30; break;
+    default: break;
+  }
+  if (scale > 1) digits.pop_back();
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(digits, &v) || v <= 0) return bad("not a positive integer");
+  if (v > std::numeric_limits<int64_t>::max() / scale) return bad("too large");
+  budget.bytes = v * scale;
+  return budget;
+}
+
+void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& feed_shapes,
+                    MemoryPlan* plan) {
+  Model m = Build(g, "", {}, feed_shapes);
+  plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = Simulate(m.nodes).peak;
+  plan->unknown_tensors = m.unknown_tensors;
+}
+
+absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
+                        const std::map<std::string, TensorShape>& feed_shapes,
+                        const MemoryBudget& budget, MemoryPlan* plan) {
+  FixupSourceAndSinkEdges(g);
+  Model m = Build(*g, prefix, keep, feed_shapes);
+  const Schedule base = Simulate(m.nodes);
+  plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = base.peak;
+  plan->unknown_tensors = m.unknown_tensors;
+  if (!budget.set()) return absl::OkStatus();
+  plan->budget_bytes = budget.fraction > 0
+                           ? static_cast<int64_t>(std::llround(budget.fraction * base.peak))
+                           : budget.bytes;
+  if (m.has_control_flow) {
+    return absl::UnimplementedError(
+        "memory budget: the graph has loops or conditionals (While/If), which the "
+        "rematerialisation does not handle yet; run it without a budget");
+  }
+  if (base.peak <= plan->budget_bytes) return absl::OkStatus();
+  int recomputable = 0;
+  for (const AbstractNode& a : m.nodes) recomputable += a.recomputable ? 1 : 0;
+  std::vector<int> ks;
+  for (int k = 2; k <= std::max(2, recomputable); k = k < 8 ? k + 1 : k + k / 4) ks.push_back(k);
+  std::optional<Trial> best;
+  int64_t smallest = base.peak;
+  for (int k : ks) {
+    Trial t = Rewrite(m.nodes, base.order, k);
+    smallest = std::min(smallest, t.peak);
+    if (t.peak <= plan->budget_bytes && (!best.has_value() || t.flops < best->flops)) {
+      best = std::move(t);
+    }
+  }
+  if (!best.has_value()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory budget of ", Mb(plan->budget_bytes), " (", budget.ToString(),
+        ") cannot be met: the estimated peak is ", Mb(base.peak),
+        " without recomputation and the smallest it can meet is ", Mb(smallest), " (",
+        smallest, " bytes)"));
+  }
+  TF_RETURN_IF_ERROR(Apply(*best, m, prefix, g));
+  plan->estimated_peak_bytes = best->peak;
+  plan->recomputed_nodes = best->copies;
+  plan->recomputed_flops = best->flops;
+  plan->checkpoint_interval = best->k;
+  return absl::OkStatus();
+}
+
+}  // namespace tensorflow::tf_ext

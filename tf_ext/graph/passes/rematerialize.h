@@ -1,0 +1,81 @@
+// The backward graph's memory: a static estimate of its peak, and rematerialisation to fit a
+// budget (docs/memory.md).
+//
+// Estimate. The graph (forward + backward) is scheduled as TensorFlow's executor is likely to
+// run it: a topological order that takes ready nodes first in, first out. Every output is
+// allocated when its node runs and freed after its last consumer ran; Identity, Reshape,
+// Squeeze, ExpandDims and StopGradient share their input's buffer. Constants and placeholders
+// are counted as loaded (they are in memory before the run), outputs no node reads (the
+// fetched gradients) stay until the end. Sizes come from shape inference with the fed
+// placeholders' shapes (the batch known); a tensor whose shape stays unknown counts 0 bytes
+// and is reported (MemoryPlan::unknown_tensors). Memory inside a loop's or conditional's body
+// is not seen: only its outputs are.
+//
+// Budget. The forward nodes the backward reads (and the ones between them) are taken in the
+// schedule's order; every k-th recomputable one is a checkpoint, kept, and the others are
+// recomputed for their backward readers from the checkpoint before them: one copy per node
+// and segment (the nodes between two checkpoints). A segment's copies wait, through control
+// edges, for the backward tensors their readers take (the gradient arriving at the segment),
+// so they run when the backward pass reaches the segment, not during the forward pass; those
+// control inputs also keep TensorFlow's common-subexpression passes from merging a copy back
+// into its original. k is the one of the fewest recomputed FLOPs whose estimate meets the
+// budget. Stateful ops (random ones among them), constants, placeholders, control flow and
+// the nodes named in `keep` are never recomputed. Graphs with loops or conditionals are
+// refused a budget.
+//
+// Tests: tests/python/test_memory_budget.py.
+#ifndef TF_EXT_GRAPH_PASSES_REMATERIALIZE_H_
+#define TF_EXT_GRAPH_PASSES_REMATERIALIZE_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/graph/graph.h"
+
+namespace tensorflow::tf_ext {
+
+// A budget for the memory the run allocates above the loaded graph and feeds: bytes, or a
+// fraction of the estimated peak without a budget. Neither set: no budget.
+struct MemoryBudget {
+  int64_t bytes = 0;
+  double fraction = 0;
+  bool set() const { return bytes > 0 || fraction > 0; }
+  std::string ToString() const;
+};
+
+// "0.5" (a number with a decimal point, in (0, 1]: a fraction) or "512M" (an integer with an
+// optional K, M or G suffix, powers of 1024: bytes). Errors name `text`.
+absl::StatusOr<MemoryBudget> ParseMemoryBudget(absl::string_view text);
+
+struct MemoryPlan {
+  int64_t estimated_peak_bytes = 0;   // of the graph as built (after recomputation)
+  int64_t unbudgeted_peak_bytes = 0;  // of the graph before recomputation
+  int64_t budget_bytes = 0;           // the budget resolved to bytes; 0: none
+  int unknown_tensors = 0;            // outputs of unknown size, counted as 0 bytes
+  int recomputed_nodes = 0;           // copies added
+  int64_t recomputed_flops = 0;       // their cost
+  int checkpoint_interval = 0;        // k (0: nothing recomputed)
+};
+
+// Fills plan->estimated_peak_bytes (and unbudgeted_peak_bytes, equal) and unknown_tensors.
+// `feed_shapes`: placeholder node name -> the shape of its feed.
+void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& feed_shapes,
+                    MemoryPlan* plan);
+
+// EstimateMemory, then, with a budget, the recomputation that meets it (above). Backward
+// nodes are the ones named "<prefix>/...". A budget it cannot meet is refused
+// (ResourceExhausted naming the smallest estimate it reaches); a graph with loops or
+// conditionals is refused a budget (Unimplemented).
+absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
+                        const std::map<std::string, TensorShape>& feed_shapes,
+                        const MemoryBudget& budget, MemoryPlan* plan);
+
+}  // namespace tensorflow::tf_ext
+
+#endif  // TF_EXT_GRAPH_PASSES_REMATERIALIZE_H_
