@@ -7,7 +7,7 @@ within --collective_timeout + 10 s naming the lost task, and the job restarted w
 --resume=auto goes on from the chief's last checkpoint; a port in use, a peer that never comes
 and a worker with another batch size fail with clear errors; bad cluster values are refused
 before anything starts; 2 workers' per-epoch losses equal Python's MultiWorkerMirroredStrategy's
-(1e-4) on the same cluster shape. Each case runs its own processes (TensorFlow's server cannot be
+(1e-4) on the same cluster shape, with and without BatchNormalization (training mode). Each case runs its own processes (TensorFlow's server cannot be
 stopped)."""
 import csv
 import json
@@ -264,20 +264,33 @@ def test_bad_cluster_values(tmp_path, config, flags, message):
     assert message in stderr, stderr
 
 
-MWMS_WORKER = r'''
-import os, sys
+MODELS = r"""
+def build(kind):
+    import keras
+    keras.utils.set_random_seed(3)
+    x = keras.Input(shape=(5,), name="x")
+    if kind == "mlp":
+        h = keras.layers.Dense(16, activation="tanh")(x)
+    else:  # its batch statistics are each worker's slice's, in Keras as here
+        h = keras.layers.Dense(16, use_bias=False)(x)
+        h = keras.layers.Activation("tanh")(keras.layers.BatchNormalization(momentum=0.9)(h))
+    return keras.Model(x, keras.layers.Dense(2)(h))
+"""
+exec(MODELS)
+
+MWMS_WORKER = MODELS + r"""
+import sys
 import numpy as np
 import tensorflow as tf
 import keras
-index, batch, epochs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+kind, index, batch, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 workers = strategy.num_replicas_in_sync
-data, weights = np.load(sys.argv[4]), np.load(sys.argv[5])
+data, weights = np.load(sys.argv[5]), np.load(sys.argv[6])
 x, t = data["x"], data["t"]
 with strategy.scope():
-    inp = keras.Input(shape=(5,), name="x")
-    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.Dense(16, activation="tanh")(inp)))
-    model.set_weights([weights[k] for k in sorted(weights.files, key=lambda k: int(k.split("_")[1]))])
+    model = build(kind)
+    model.set_weights([weights[f"arr_{i}"] for i in range(len(weights.files))])
     optimizer = keras.optimizers.Adam(0.05)
 
 @tf.function
@@ -298,17 +311,26 @@ for epoch in range(epochs):
         rows = slice(b + index * share, b + (index + 1) * share)
         losses.append(float(step(tf.constant(x[rows]), tf.constant(t[rows]))))
     print("epoch_loss %d %.9g" % (epoch, np.mean(losses)), flush=True)
-'''
+"""
 
 
-def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path):
+@pytest.mark.parametrize("kind", ["mlp", "batchnorm"])
+def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path, kind):
     """Per-epoch losses of tf_ext_train on 2 workers against Python's MultiWorkerMirroredStrategy
     (a strategy.run + GradientTape loop, each worker its slice of each global batch, no
-    shuffle) on the same cluster shape on loopback."""
+    shuffle) on the same cluster shape on loopback; with BatchNormalization in training mode
+    (tf_ext.export_for_training), whose batch statistics are each worker's slice's in both."""
     flags = [f for f in setup(tmp_path) if f not in ("--shuffle", "--seed=7")]
-    import keras
-    model = keras.layers.TFSMLayer(str(tmp_path / "model"), call_endpoint="serve")
-    np.savez(tmp_path / "weights.npz", **{f"w_{i}": v.numpy() for i, v in enumerate(model.weights)})
+    model = build(kind)
+    if kind == "batchnorm":
+        import tf_ext
+        export = str(tmp_path / "bn_model")
+        tf_ext.export_for_training(model, export)
+        flags = [f if not f.startswith("--saved_model") else f"--saved_model={export}" for f in flags]
+        flags.append("--signature=train")
+    else:
+        model.export(str(tmp_path / "model"), verbose=False)
+    np.savez(tmp_path / "weights.npz", *model.get_weights())
     ports = free_ports(2)
     results = finish([start(flags + [f"--batch_size={BATCH}", f"--history={tmp_path / f'h{i}.csv'}"],
                             tf_config(ports, i)) for i in range(2)])
@@ -318,8 +340,9 @@ def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path):
     script = tmp_path / "mwms_worker.py"
     script.write_text(MWMS_WORKER)
     ports = free_ports(2)
-    procs = [start_python([sys.executable, str(script), str(i), str(BATCH), str(EPOCHS), str(tmp_path / "d.npz"),
-                                        str(tmp_path / "weights.npz")], tf_config(ports, i)) for i in range(2)]
+    procs = [start_python([sys.executable, str(script), kind, str(i), str(BATCH), str(EPOCHS),
+                           str(tmp_path / "d.npz"), str(tmp_path / "weights.npz")], tf_config(ports, i))
+             for i in range(2)]
     theirs = finish(procs, timeout=150)
     for code, _, stderr in theirs:
         assert code == 0, stderr[-3000:]
