@@ -12,6 +12,10 @@ fast, or as lean), and checks that the two gradients agree.
 
     make bench-models                               # every model
     make bench-models BENCH_MODELS_ARGS="--models MobileNetV2:1 --rounds 2"
+    make bench-models BENCH_MODELS_ARGS="--models ResNet50:2:64:0.5 --rounds 1 --runs 1"
+
+A fourth field is tf_ext_grad's --memory_budget (docs/memory.md): the C++ side recomputes
+forward tensors to fit it; Python runs the same gradient without one.
 
 Not part of `make test`: minutes per model, and the numbers are the machine's.
 """
@@ -32,12 +36,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FREEZE = os.path.join(ROOT, "scripts", "freeze_keras_model.py")
 
-# name:batch[:size]. The BERT-base-sized encoder: 12 layers, hidden 768, sequence 128.
+# name:batch[:size[:memory budget]]. The BERT-base-sized encoder: 12 layers, hidden 768, sequence 128.
 # LSTM128: a Keras LSTM(128) over `size` steps (200, 1000) of 32 features, batch 16, frozen with
 # its loop functional (a StatelessWhile: Python's gradient differentiates it once imported; it
 # cannot differentiate the v1 frames of the default freeze).
 DEFAULT_MODELS = ["MobileNetV2:1:224", "MobileNetV2:8:224", "ResNet50:1:224", "ResNet50:8:224",
-                  "BertBaseEncoder:8:128", "LSTM128:16:200", "LSTM128:16:1000"]
+                  "BertBaseEncoder:8:128", "LSTM128:16:200", "LSTM128:16:1000",
+                  "ResNet50:8:224:0.5", "ResNet50:16:224:0.5", "BertBaseEncoder:8:256:0.5"]
 
 
 def resident_mb(field: str) -> float:
@@ -147,18 +152,33 @@ def main(argv=None) -> int:
         parts = spec.split(":")
         name, batch = parts[0], int(parts[1])
         size = int(parts[2]) if len(parts) > 2 else 224
+        budget = parts[3] if len(parts) > 3 else ""
+        flags = args.cpp_flags.split() + (["--memory_budget=" + budget] if budget else [])
         d = freeze(args.work, name, batch, size)
         cpp, py = [], []
+        refused = None
         for _ in range(args.rounds):
-            cpp.append(run_cpp(args.tf_ext_grad, args.library, d, args.runs,
-                               os.path.join(d, "cpp.npz"), args.cpp_flags.split()))
+            try:
+                cpp.append(run_cpp(args.tf_ext_grad, args.library, d, args.runs,
+                                   os.path.join(d, "cpp.npz"), flags))
+            except RuntimeError as e:
+                if not budget:
+                    raise
+                # A budget the builder cannot meet (or a graph with loops) is a row of its own.
+                refused = str(e).strip().splitlines()[-1].replace("tf_ext_grad: error: ", "")
+                break
             py.append(run_python(d, args.runs, os.path.join(d, "python.npy")))
+        if refused is not None:
+            rows.append({"model": name, "batch": batch, "size": size, "budget": budget,
+                         "refused": refused})
+            print("%-16s b%-2d budget %s refused: %s" % (name, batch, budget, refused), flush=True)
+            continue
         g_cpp = np.load(os.path.join(d, "cpp.npz"))["d_" + json.load(open(
             os.path.join(d, "info.json")))["x"]]
         g_py = np.load(os.path.join(d, "python.npy"))
         rel = float(np.abs(g_cpp - g_py).max() / max(np.abs(g_py).max(), 1e-30))
         best = lambda rs, k: min(r[k] for r in rs)
-        row = {"model": name, "batch": batch, "size": size,
+        row = {"model": name, "batch": batch, "size": size, "budget": budget,
                "cpp_median_ms": best(cpp, "median_ms"), "python_median_ms": best(py, "median_ms"),
                "cpp_min_ms": best(cpp, "min_ms"), "python_min_ms": best(py, "min_ms"),
                "cpp_mem_mb": min(r["peak_mb"] - r["loaded_mb"] for r in cpp),
@@ -167,9 +187,10 @@ def main(argv=None) -> int:
         row["time_ratio"] = row["cpp_median_ms"] / row["python_median_ms"]
         row["mem_ratio"] = row["cpp_mem_mb"] / max(row["python_mem_mb"], 1e-9)
         rows.append(row)
-        print("%-16s b%-2d C++ %8.1f ms  Python %8.1f ms  time %.2fx  memory %6.0f / %6.0f MB "
+        print("%-16s b%-2d%s C++ %8.1f ms  Python %8.1f ms  time %.2fx  memory %6.0f / %6.0f MB "
               "(%.2fx)  gradients differ by %.1e" % (
-                  name, batch, row["cpp_median_ms"], row["python_median_ms"], row["time_ratio"],
+                  name, batch, " budget " + budget if budget else "", row["cpp_median_ms"],
+                  row["python_median_ms"], row["time_ratio"],
                   row["cpp_mem_mb"], row["python_mem_mb"], row["mem_ratio"], rel), flush=True)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "runs": args.runs,
             "rounds": args.rounds, "cpp_flags": args.cpp_flags}
@@ -179,6 +200,8 @@ def main(argv=None) -> int:
              "C++ memory MB | Python memory MB | memory C++/Python | max rel. difference |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def label(r):
+        if r.get("budget"):
+            return "%s, --memory_budget=%s" % (label(dict(r, budget="")), r["budget"])
         if r["model"].startswith("LSTM"):
             return "%s T=%d" % (r["model"], r["size"])  # steps
         if r["model"] == "BertBaseEncoder":
@@ -186,12 +209,16 @@ def main(argv=None) -> int:
         return "%s %dx%d" % (r["model"], r["size"], r["size"])
 
     for r in rows:
+        if "refused" in r:
+            lines.append("| %s | %d | refused: %s | | | | | | |" % (label(r), r["batch"],
+                                                                 r["refused"]))
+            continue
         lines.append("| %s | %d | %.1f | %.1f | %.2fx | %.0f | %.0f | %.2fx | %.1e |" % (
             label(r), r["batch"], r["cpp_median_ms"],
             r["python_median_ms"], r["time_ratio"], r["cpp_mem_mb"], r["python_mem_mb"],
             r["mem_ratio"], r["max_rel_diff"]))
     open(os.path.join(args.out, "models.md"), "w").write("\n".join(lines) + "\n")
-    chart(rows, os.path.join(args.out, "models.png"))
+    chart([r for r in rows if "refused" not in r], os.path.join(args.out, "models.png"))
     print("\n".join(lines))
     return 0
 
