@@ -1,7 +1,7 @@
 """tf_ext_train over several worker processes on loopback (tf_ext/train/distributed.h): 2 and 3
 workers (TF_CONFIG, and --cluster/--task_index) give the per-step losses and final weights of one
-process with the same global --batch_size (1e-5 relative), every worker ends with bitwise the same
-variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint
+process with the same global --batch_size (1e-5 relative; with sample weights too), every worker
+ends with bitwise the same variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint
 end as a run never stopped; a worker killed with SIGKILL makes the others exit non-zero
 within --collective_timeout + 10 s naming the lost task, and the job restarted with
 --resume=auto goes on from the chief's last checkpoint; a port in use, a peer that never comes
@@ -50,7 +50,8 @@ def setup(tmp_path, seed=3):
     model.export(export, verbose=False)
     rng = np.random.default_rng(seed)
     np.savez(tmp_path / "d.npz", x=rng.normal(size=(N, 5)).astype(np.float32),
-             t=rng.normal(size=(N, 2)).astype(np.float32))
+             t=rng.normal(size=(N, 2)).astype(np.float32),
+             w=rng.uniform(0, 2, size=(N,)).astype(np.float32))
     return [f"--library={LIBRARY}", f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
             "--inputs=x", "--targets=t", "--loss=mse", "--optimizer=adam", "--learning_rate=0.05",
             f"--epochs={EPOCHS}", "--shuffle", "--seed=7", f"--collective_timeout={TIMEOUT}"]
@@ -97,9 +98,10 @@ def fingerprint(stdout):
     return re.search(r"variables fingerprint: ([0-9a-f]+)", stdout).group(1)
 
 
-@pytest.mark.parametrize("workers,how", [(2, "tf_config"), (3, "cluster"), (3, "chief")])
+@pytest.mark.parametrize("workers,how", [(2, "tf_config"), (3, "cluster"), (3, "chief"),
+                                         (2, "sample_weights")])
 def test_workers_equal_one_process(tmp_path, workers, how):
-    flags = setup(tmp_path)
+    flags = setup(tmp_path) + (["--sample_weights=w"] if how == "sample_weights" else [])
     one = subprocess.run([TOOL] + flags + [f"--batch_size={BATCH}", f"--history={tmp_path / 'one.csv'}",
                           f"--save_weights={tmp_path / 'one.npz'}"],
                          capture_output=True, text=True, timeout=120)
