@@ -104,6 +104,18 @@ def test_mlp_gradients_equal_with_budget(tmp_path, optimize):
     assert_equal_gradients(g0, g1, bitwise=optimize == "false")
 
 
+def test_gradient_session_takes_the_budget(tmp_path):
+    """--benchmark builds a GradientSession (GradientSessionOptions::backward_memory_budget)."""
+    graph = tmp_path / "mlp.pb"
+    mlp_graph(1024, 128, 12, graph)
+    x = np.random.default_rng(1).standard_normal((1024, 128)).astype(np.float32)
+    _, g0 = run(graph, "y", "x,w0", x, tmp_path, "base", "--optimize=false")
+    session, g1 = run(graph, "y", "x,w0", x, tmp_path, "session", "--optimize=false",
+                      "--benchmark=1", "--memory_budget=0.6")
+    assert "recomputes" in session.stdout and "steady state" in session.stdout, session.stdout
+    assert_equal_gradients(g0, g1, bitwise=True)
+
+
 def test_keras_cnn_gradients_equal_with_budget(tmp_path):
     tf.keras.utils.set_random_seed(0)
     model = tf.keras.Sequential([
