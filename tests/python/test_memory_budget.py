@@ -6,7 +6,8 @@ optimizations (they fuse an original MatMul + BiasAdd + Tanh and its recomputed 
 differently); on a straight-line MLP and on frozen Keras models (a small CNN). A budget is
 honoured: the measured rise of the process's peak (VmHWM) over its size once the graph and
 feeds are loaded stays within 1.1x the budget + 32 MB on a graph whose unbudgeted estimate is
-3x the budget. Loops (a Keras LSTM) are refused a budget with a clear error, and so is a
+3x the budget, and with TensorFlow's graph optimizations on, the measured saving is most of
+the estimated one (no Grappler pass merged the recomputed copies back). Loops (a Keras LSTM) are refused a budget with a clear error, and so is a
 budget the builder cannot meet, naming the smallest it can. No timings are asserted.
 """
 import os
@@ -165,6 +166,21 @@ def test_budget_honoured(tmp_path):
     rise = measured_rise(budgeted.stdout)
     assert rise <= 1.1 * budget_mb + 32, (rise, budget_mb, budgeted.stdout)
     assert measured_rise(base.stdout) > rise
+
+
+def test_grappler_keeps_the_recomputation(tmp_path):
+    """With TensorFlow's graph optimizations on, the measured saving is most of the estimated
+    one: no pass merged the recomputed copies back into the forward nodes."""
+    graph = tmp_path / "deep.pb"
+    mlp_graph(4096, 256, 64, graph)
+    x = np.random.default_rng(1).standard_normal((4096, 256)).astype(np.float32)
+    base, _ = run(graph, "y", "x", x, tmp_path, "base", "--optimize=true")
+    budgeted, _ = run(graph, "y", "x", x, tmp_path, "budget", "--optimize=true",
+                      "--memory_budget=0.33")
+    estimated_saving = estimated(base.stdout) - estimated(budgeted.stdout)
+    measured_saving = measured_rise(base.stdout) - measured_rise(budgeted.stdout)
+    assert estimated_saving > 100
+    assert measured_saving >= 0.7 * estimated_saving, (measured_saving, estimated_saving)
 
 
 def test_budget_it_cannot_meet_names_the_smallest(tmp_path):
