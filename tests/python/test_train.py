@@ -189,6 +189,39 @@ def run_tool(tmp_path, *flags):
                           text=True, timeout=300)
 
 
+@pytest.mark.parametrize("loss,targets_shape", [
+    ("binary_crossentropy", (N,)), ("mse", (N,)), ("mae", (N,)),
+    ("sparse_categorical_crossentropy", (N, 1)),
+])
+def test_targets_of_another_rank_are_brought_to_the_outputs_as_keras_does(loss, targets_shape,
+                                                                          tmp_path):
+    """Keras's losses bring targets and predictions to the same rank first: targets [N] against
+    an output [N, 1] (a sigmoid unit) are expanded, never broadcast to [N, N]; class ids [N, 1]
+    against softmax [N, C] are squeezed. The losses per epoch equal model.fit's."""
+    import keras
+    keras.utils.set_random_seed(41)
+    sparse = loss.startswith("sparse")
+    x_in = keras.Input(shape=(5,), name="x")
+    h = keras.layers.Dense(8, activation="tanh")(x_in)
+    out = keras.layers.Dense(3 if sparse else 1, activation="softmax" if sparse else "sigmoid")(h)
+    model = keras.Model(x_in, out)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(42)
+    x = rng.normal(size=(N, 5)).astype(np.float32)
+    t = rng.integers(0, 3 if sparse else 2, size=targets_shape)
+    t = t.astype(np.int32 if sparse else np.float32)
+    np.savez(tmp_path / "d.npz", x=x, t=t)
+    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=x",
+                 "--targets=t", f"--loss={loss}", "--optimizer=sgd", "--learning_rate=0.1",
+                 f"--batch_size={BATCH}", f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}")
+    assert r.returncode == 0, r.stderr
+    _, ours = read_history(tmp_path / "h.csv")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, jit_compile=False)
+    fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
+
+
 def test_bad_input_gets_one_clear_error(tmp_path):
     export = str(tmp_path / "model")
     mlp(2).export(export, verbose=False)

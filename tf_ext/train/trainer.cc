@@ -320,6 +320,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   const DataType out_type = output.node->output_type(output.index);
   // Targets: class ids for the sparse loss, else the output's dtype; weights: the output's dtype.
   t->has_targets_ = train::LossHasTargets(options.loss);
+  t->output_shape_ = PartialTensorShape(out_info->second.tensor_shape());
+  t->sparse_targets_ = options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy;
   GraphTensor targets, weights;
   auto placeholder = [&](const std::string& name, DataType dtype) {
     AttrValue d;
@@ -642,7 +644,7 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   };
   if (has_targets_) {
     TF_RETURN_IF_ERROR(check(targets, "targets"));
-    feeds.push_back({targets_tensor_, targets});
+    feeds.push_back({targets_tensor_, MatchTargetsRank(targets)});
   }
   if (sample_weights_) {
     TF_RETURN_IF_ERROR(check(weights, "sample weights"));
@@ -668,6 +670,27 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   }
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
+}
+
+Tensor Trainer::MatchTargetsRank(const Tensor& targets) const {
+  // Keras's losses first bring targets and predictions to the same rank
+  // (squeeze_or_expand_to_same_rank; the sparse cross-entropy squeezes class ids [N, 1]), or
+  // class ids [N] against predictions [N, 1] would broadcast to [N, N].
+  const int rank = output_shape_.dims();
+  if (rank < 1 || targets.dims() < 1) return targets;
+  TensorShape shape = targets.shape();
+  const int64_t last = targets.dim_size(targets.dims() - 1);
+  if (sparse_targets_) {
+    if (targets.dims() == rank && last == 1) shape.RemoveLastDims(1);
+  } else if (targets.dims() == rank - 1 && output_shape_.dim_size(rank - 1) == 1) {
+    shape.AddDim(1);
+  } else if (targets.dims() == rank + 1 && last == 1) {
+    shape.RemoveLastDims(1);
+  }
+  if (shape == targets.shape()) return targets;
+  Tensor reshaped;
+  if (!reshaped.CopyFrom(targets, shape)) return targets;  // same number of elements: never
+  return reshaped;
 }
 
 std::string Trainer::InputsText() const {

@@ -197,6 +197,11 @@ class Trainer {
   std::vector<std::string> trainable_names_, trainable_reads_;
   std::vector<std::string> variable_names_, variable_reads_;
   bool has_targets_ = true;
+  // The output's static shape and whether the loss takes class ids: MatchTargetsRank.
+  PartialTensorShape output_shape_;
+  bool sparse_targets_ = false;
+  // `targets` reshaped to the rank Keras's losses bring them to (a trailing 1 added or removed).
+  Tensor MatchTargetsRank(const Tensor& targets) const;
   bool sample_weights_ = false;
   std::unique_ptr<train::Distributed> distributed_;
   train::Distributed::Broadcast broadcast_;
