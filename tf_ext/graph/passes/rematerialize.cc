@@ -176,6 +176,8 @@ struct Model {
   std::vector<AbstractNode> nodes;
   std::vector<Node*> graph_nodes;  // per original abstract node
   int unknown_tensors = 0;
+  int unknown_forward = 0;         // of those, outputs of forward nodes
+  std::string unknown_example;     // one of them
   bool has_control_flow = false;
 };
 
@@ -218,6 +220,9 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
       const int64_t elements = c != nullptr ? Elements(c, c->output(o)) : -1;
       if (elements < 0 || size == 0) {
         if (!a.loaded) ++m.unknown_tensors;
+        if (!a.loaded && !a.backward && size != 0) {
+          if (m.unknown_forward++ == 0) m.unknown_example = absl::StrCat(n->name(), ":", o);
+        }
       } else {
         bytes = elements * size;
       }
@@ -481,6 +486,13 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
     return absl::UnimplementedError(
         "memory budget: the graph has loops or conditionals (While/If), which the "
         "rematerialisation does not handle yet; run it without a budget");
+  }
+  if (m.unknown_forward > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory budget: shape inference leaves the size of ", m.unknown_forward,
+        " forward tensors unknown (e.g. '", m.unknown_example,
+        "'): a budget needs the feeds' shapes (feed the placeholders, or give them full "
+        "shapes)"));
   }
   if (base.peak <= plan->budget_bytes) return absl::OkStatus();
   int recomputable = 0;

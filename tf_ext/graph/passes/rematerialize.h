@@ -71,7 +71,8 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 // EstimateMemory, then, with a budget, the recomputation that meets it (above). Backward
 // nodes are the ones named "<prefix>/...". A budget it cannot meet is refused
 // (ResourceExhausted naming the smallest estimate it reaches); a graph with loops or
-// conditionals is refused a budget (Unimplemented).
+// conditionals is refused a budget (Unimplemented), and so is one where a forward tensor's
+// size stays unknown (InvalidArgument).
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::map<std::string, TensorShape>& feed_shapes,
                         const MemoryBudget& budget, MemoryPlan* plan);
