@@ -32,6 +32,7 @@ namespace tensorflow::tf_ext {
 namespace {
 
 constexpr char kPrefix[] = "tf_ext_train";
+constexpr char kEvalPrefix[] = "tf_ext_eval";  // the inference forward Evaluate runs
 constexpr char kWhat[] = "trainer: ";
 
 // Every node of `graph` renamed "<prefix>/<name>" (inputs too). Variables keep their identity:
@@ -102,6 +103,45 @@ absl::Status CopyTree(Env* env, const std::string& from, const std::string& to) 
     }
   }
   return absl::OkStatus();
+}
+
+// The pipeline options of a forward renamed apart under `prefix`.
+PipelineOptions ForwardPipelineOptions(const std::string& prefix) {
+  PipelineOptions options;
+  options.name_prefix = absl::StrCat(prefix, "/gradients");
+  // The variable reads are found by pointer; nothing is fed or fetched by a forward name.
+  options.merge_equal_nodes = false;
+  options.fold_weight_layouts = true;  // weights are variables here: nothing to fold
+  return options;
+}
+
+// The forward of a signature's output: the nodes of `graph` that `output_node` needs, renamed
+// apart under `prefix` (the variables keep their resources), with the pipeline's forward steps
+// (pipeline/gradient_pipeline.h: function calls inlined) applied, into the empty `g`.
+absl::Status BuildForward(const GraphDef& graph, const std::string& output_node,
+                          const std::string& prefix, GradientPipeline* pipeline, Graph* g) {
+  GraphDef forward = graph;
+  PruneGraphDef({output_node}, &forward);
+  Rename(&forward, prefix);
+  TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), forward, g));
+  GraphDef().Swap(&forward);
+  return pipeline->PrepareForward(g);
+}
+
+// The nodes `graph` defines renamed "<prefix>/<name>", and its inputs naming them; inputs that
+// name other nodes (the Session's) are kept.
+void RenameDefined(GraphDef* graph, const std::string& prefix) {
+  std::set<std::string> defined;
+  for (const NodeDef& n : graph->node()) defined.insert(n.name());
+  for (NodeDef& n : *graph->mutable_node()) {
+    n.set_name(absl::StrCat(prefix, "/", n.name()));
+    for (std::string& in : *n.mutable_input()) {
+      const bool control = absl::StartsWith(in, "^");
+      const std::string name(absl::StripPrefix(in, "^"));
+      const std::string node = name.substr(0, name.find(':'));
+      if (defined.count(node)) in = absl::StrCat(control ? "^" : "", prefix, "/", name);
+    }
+  }
 }
 
 }  // namespace
@@ -209,22 +249,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     }
   }
 
-  // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined.
-  GraphDef forward = meta.graph_def();
-  PruneGraphDef({output_ref->node}, &forward);
-  Rename(&forward, kPrefix);
+  // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined
+  // by the one gradient pipeline's forward steps, before the variables' reads are found
+  // (inlined calls hold them); its backward steps below.
   Graph g(OpRegistry::Global());
-  TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), forward, &g));
-  GraphDef().Swap(&forward);
-  // The one gradient pipeline (pipeline/gradient_pipeline.h): its forward steps now, before
-  // the variables' reads are found (inlined calls hold them), its backward steps below.
-  PipelineOptions pipeline_options;
-  pipeline_options.name_prefix = absl::StrCat(kPrefix, "/gradients");
-  // The variable reads are found by pointer below; nothing is fed or fetched by a forward name.
-  pipeline_options.merge_equal_nodes = false;
-  pipeline_options.fold_weight_layouts = true;  // weights are variables here: nothing to fold
-  GradientPipeline pipeline(std::move(pipeline_options));
-  TF_RETURN_IF_ERROR(pipeline.PrepareForward(&g));
+  GradientPipeline pipeline(ForwardPipelineOptions(kPrefix));
+  TF_RETURN_IF_ERROR(BuildForward(meta.graph_def(), output_ref->node, kPrefix, &pipeline, &g));
   // Loops that read trainable variables (a Keras LSTM's While) take their values instead.
   auto is_trainable = [&](const Node* v) {
     return trainable.count(std::string(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"))) > 0;
@@ -583,9 +613,87 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   g.ToGraphDef(&step_graph);
   TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
   TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
+  if (t->training_mode_) TF_RETURN_IF_ERROR(t->AddEvaluation(options, output_key));
   TF_RETURN_IF_ERROR(t->ResetMetrics());
   if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->BroadcastFromChief(0).status());
   return t;
+}
+
+absl::Status Trainer::AddEvaluation(const TrainerOptions& options, const std::string& output_key) {
+  const MetaGraphDef& meta = bundle_.meta_graph_def;
+  constexpr char kInference[] = "serving_default";
+  if (signature_key_ == kInference) return absl::OkStatus();
+  auto sig = meta.signature_def().find(kInference);
+  if (sig == meta.signature_def().end()) return absl::OkStatus();
+  auto out_info = sig->second.outputs().find(output_key);
+  if (out_info == sig->second.outputs().end()) return absl::OkStatus();
+  auto output_ref = TensorRef::Parse(out_info->second.name());
+  if (!output_ref.ok()) return output_ref.status();
+  Graph g(OpRegistry::Global());
+  GradientPipeline pipeline(ForwardPipelineOptions(kEvalPrefix));
+  TF_RETURN_IF_ERROR(BuildForward(meta.graph_def(), output_ref->node, kEvalPrefix, &pipeline, &g));
+  std::map<std::string, Node*> nodes;
+  for (Node* n : g.op_nodes()) {
+    // Only an inference-mode function: no variable updated, no random number drawn.
+    const std::string& op = n->type_string();
+    if (op == "AssignVariableOp" || op == "AssignAddVariableOp" || op == "AssignSubVariableOp" ||
+        absl::StrContains(op, "Random")) {
+      return absl::OkStatus();
+    }
+    nodes[n->name()] = n;
+  }
+  auto renamed = [](const std::string& name) { return absl::StrCat(kEvalPrefix, "/", name); };
+  // The same inputs (keys, dtypes) as the trained signature's.
+  std::map<std::string, std::string> inputs;
+  for (const auto& [key, info] : sig->second.inputs()) {
+    auto ref = TensorRef::Parse(info.name());
+    if (!ref.ok()) return ref.status();
+    if (!nodes.count(renamed(ref->node))) continue;
+    auto trained = input_types_.find(key);
+    if (trained == input_types_.end() || trained->second.first != info.dtype()) return absl::OkStatus();
+    inputs[key] = absl::StrCat(renamed(ref->node), ":", ref->index);
+  }
+  if (inputs.size() != input_keys_.size()) return absl::OkStatus();
+  auto out_node = nodes.find(renamed(output_ref->node));
+  if (out_node == nodes.end()) return absl::InternalError("trainer: the inference output node is gone");
+  const GraphTensor output{out_node->second, output_ref->index};
+  const DataType out_type = output.node->output_type(output.index);
+
+  train::GraphOps ops(&g, kEvalPrefix);
+  GraphTensor targets, weights;
+  auto placeholder = [&](const std::string& name, DataType dtype) {
+    AttrValue d;
+    d.set_type(dtype);
+    return ops.Op("Placeholder", {}, name, {{"dtype", d}});
+  };
+  EvalNodes eval;
+  if (has_targets_) {
+    targets = placeholder("targets", sparse_targets_ ? DT_INT64 : out_type);
+    eval.targets = targets.node != nullptr ? targets.node->name() + ":0" : "";
+  }
+  if (sample_weights_) {
+    weights = placeholder("sample_weights", out_type);
+    eval.weights = weights.node != nullptr ? weights.node->name() + ":0" : "";
+  }
+  GraphTensor loss = train::AddLoss(&ops, options.loss, output, targets, weights);
+  TF_RETURN_IF_ERROR(ops.status());
+  eval.loss = absl::StrCat(loss.node->name(), ":", loss.index);
+  if (!metrics_.specs.empty()) {
+    // The trained metrics' state, updated from the inference output.
+    eval.metrics = metrics_;
+    GraphTensor predictions = ops.Unary("Identity", output);
+    eval.metrics.predictions = predictions.node != nullptr ? predictions.node->name() : "";
+    eval.metrics.targets = targets.node != nullptr ? targets.node->name() : "";
+    eval.metrics.weights = weights.node != nullptr ? weights.node->name() : "";
+  }
+  TF_RETURN_IF_ERROR(ops.status());
+  GraphDef graph;
+  g.ToGraphDef(&graph);
+  TF_RETURN_IF_ERROR(bundle_.session->Extend(graph));
+  eval.inputs = std::move(inputs);
+  eval.signature_key = kInference;
+  eval_ = std::move(eval);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> Trainer::BroadcastFromChief(int64_t value) {
@@ -626,8 +734,11 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   for (const auto& [name, value] : inputs) names.push_back(name);
   auto keys = ResolveInputs(names);
   if (!keys.ok()) return keys.status();
+  // Evaluate runs the inference forward when there is one (AddEvaluation).
+  const bool inference = !train && eval_.has_value();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    feeds.push_back({input_tensors_.at((*keys)[i]), inputs[i].second});
+    const std::string& key = (*keys)[i];
+    feeds.push_back({inference ? eval_->inputs.at(key) : input_tensors_.at(key), inputs[i].second});
   }
   // Targets and weights have one entry per example of the inputs.
   const int64_t examples = inputs.empty() || inputs[0].second.dims() == 0 ? -1 : inputs[0].second.dim_size(0);
@@ -644,20 +755,21 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   };
   if (has_targets_) {
     TF_RETURN_IF_ERROR(check(targets, "targets"));
-    feeds.push_back({targets_tensor_, MatchTargetsRank(targets)});
+    feeds.push_back({inference ? eval_->targets : targets_tensor_, MatchTargetsRank(targets)});
   }
   if (sample_weights_) {
     TF_RETURN_IF_ERROR(check(weights, "sample weights"));
-    feeds.push_back({weights_tensor_, weights});
+    feeds.push_back({inference ? eval_->weights : weights_tensor_, weights});
   }
-  if (!metrics_.specs.empty()) TF_RETURN_IF_ERROR(AddMetricUpdate(targets));
+  if (!metrics_.specs.empty()) TF_RETURN_IF_ERROR(AddMetricUpdate(targets, inference));
   std::vector<Tensor> out;
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
-  if (!metric_update_.empty()) targets_run.push_back(metric_update_);
+  const std::string& metric_update = inference ? eval_->metric_update : metric_update_;
+  if (!metric_update.empty()) targets_run.push_back(metric_update);
   // A training step with a cluster runs collectives: its step ids are kept in step.
   const bool collective = train && distributed_ != nullptr;
-  const std::string& loss_name = train ? step_loss_tensor_ : loss_tensor_;
+  const std::string& loss_name = train ? step_loss_tensor_ : inference ? eval_->loss : loss_tensor_;
   if (trace != nullptr || collective) {
     RunOptions run_options = collective ? distributed_->Run(train::Distributed::RunKind::kStep) : RunOptions();
     if (trace != nullptr) run_options.set_trace_level(RunOptions::FULL_TRACE);
@@ -737,22 +849,27 @@ absl::StatusOr<std::pair<DataType, PartialTensorShape>> Trainer::InputSpec(
   return it->second;
 }
 
-absl::Status Trainer::AddMetricUpdate(const Tensor& targets) {
+absl::Status Trainer::AddMetricUpdate(const Tensor& targets, bool inference) {
   std::vector<int64_t> dims;
   for (int i = 0; i < targets.dims(); ++i) dims.push_back(targets.dim_size(i));
   dims[0] = -1;  // any batch size
   const PartialTensorShape shape(dims);
-  if (!metric_update_.empty()) {
-    if (shape.IsIdenticalTo(metric_targets_shape_)) return absl::OkStatus();
+  // The first batch's shape, training's or evaluation's, holds for both.
+  if (metric_targets_shape_.dims() >= 0 && !shape.IsIdenticalTo(metric_targets_shape_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, "the metrics were built for targets of shape ", metric_targets_shape_.DebugString(),
         " (the first batch's); these have shape ", targets.shape().DebugString()));
   }
-  std::string update;
-  auto graph = train::MetricUpdateGraph(metrics_, shape, &update);
+  std::string& update = inference ? eval_->metric_update : metric_update_;
+  if (!update.empty()) return absl::OkStatus();
+  auto graph = train::MetricUpdateGraph(inference ? eval_->metrics : metrics_, shape, &update);
   if (!graph.ok()) return graph.status();
+  // The two updates are built alike: the inference one's nodes are renamed apart.
+  if (inference) {
+    RenameDefined(&*graph, kEvalPrefix);
+    update = absl::StrCat(kEvalPrefix, "/", update);
+  }
   TF_RETURN_IF_ERROR(bundle_.session->Extend(*graph));
-  metric_update_ = update;
   metric_targets_shape_ = shape;
   return absl::OkStatus();
 }

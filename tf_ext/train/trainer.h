@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,9 +103,18 @@ class Trainer {
                               const Tensor& targets, const Tensor& weights = Tensor(),
                               RunMetadata* trace = nullptr);
 
-  // The loss on a batch without training (a validation batch).
+  // The loss on a batch without training (a validation batch), updating the metrics' state and
+  // no variable. When the trained function runs in training mode and the SavedModel's
+  // "serving_default" signature is its inference function (tf_ext.export_for_training's), that
+  // function is evaluated, as Keras's model.evaluate and model.fit's validation run the model
+  // with training=False: BatchNormalization on its moving statistics, no dropout.
   absl::StatusOr<double> Evaluate(const std::vector<std::pair<std::string, Tensor>>& inputs,
                                   const Tensor& targets, const Tensor& weights = Tensor());
+  // The signature Evaluate runs and whether it runs in training mode.
+  const std::string& evaluation_signature_key() const {
+    return eval_.has_value() ? eval_->signature_key : signature_key_;
+  }
+  bool evaluation_training_mode() const { return !eval_.has_value() && training_mode_; }
 
   // The trainable variables' current values, by the object graph's names, in the order found.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> TrainableValues();
@@ -188,7 +198,21 @@ class Trainer {
   train::MetricNodes metrics_;
   std::string metric_update_;
   PartialTensorShape metric_targets_shape_;
-  absl::Status AddMetricUpdate(const Tensor& targets);
+  // `inference`: Evaluate's update, from the inference forward's output.
+  absl::Status AddMetricUpdate(const Tensor& targets, bool inference);
+  // What Evaluate runs when the trained function runs in training mode and the SavedModel's
+  // "serving_default" signature is its inference function (the same inputs, the output the loss
+  // reads, no variable updated, no random number drawn): that forward, renamed apart, on the same
+  // variables, with its own feeds, loss and metric update into the same metric state.
+  struct EvalNodes {
+    std::string signature_key;
+    std::map<std::string, std::string> inputs;  // key -> placeholder
+    std::string targets, weights, loss;
+    train::MetricNodes metrics;  // metrics_ but for the predictions, targets and weights read
+    std::string metric_update;
+  };
+  std::optional<EvalNodes> eval_;
+  absl::Status AddEvaluation(const TrainerOptions& options, const std::string& output_key);
   std::string signature_key_;
   bool training_mode_ = false;
   std::vector<std::string> warnings_;
