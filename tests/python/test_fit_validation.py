@@ -62,7 +62,9 @@ def test_validation_runs_the_inference_signature_as_model_evaluate(tmp_path):
     export = str(tmp_path / "model")
     tf_ext.export_for_training(model, export)
     xv, tv = data(tmp_path)
-    _, trained = train(tmp_path, export, "fit", EPOCHS)
+    stdout, trained = train(tmp_path, export, "fit", EPOCHS)
+    assert ("training signature 'train' in training mode; validation with 'serving_default' in "
+            "inference mode\n") in stdout, stdout
     with open(tmp_path / "fit.epochs.csv") as f:
         epochs = list(csv.DictReader(f))
     assert len(epochs) == EPOCHS
@@ -89,7 +91,8 @@ def test_validation_changes_no_variable(tmp_path):
     tf_ext.export_for_training(batchnorm_dropout_model(), export)
     data(tmp_path)
     _, with_validation = train(tmp_path, export, "with", 1)
-    _, without = train(tmp_path, export, "without", 1, validation=False)
+    stdout, without = train(tmp_path, export, "without", 1, validation=False)
+    assert "training signature 'train' in training mode\n" in stdout, stdout
     assert sorted(with_validation) == sorted(without)
     assert any("moving_mean" in k for k in without) and any("moving_variance" in k for k in without)
     for k in without:

@@ -125,8 +125,14 @@ int Main(int argc, char** argv) {
 
   auto trainer = Trainer::Create(saved_model, options);
   if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
-  std::printf("training signature '%s' in %s mode\n", (*trainer)->signature_key().c_str(),
+  std::printf("training signature '%s' in %s mode", (*trainer)->signature_key().c_str(),
               (*trainer)->training_mode() ? "training" : "inference");
+  if (!options.fit.validation.empty()) {
+    // Keras validates in inference mode: a training-mode signature's inference twin, if any.
+    std::printf("; validation with '%s' in %s mode", (*trainer)->evaluation_signature_key().c_str(),
+                (*trainer)->evaluation_training_mode() ? "training" : "inference");
+  }
+  std::printf("\n");
   for (const std::string& w : (*trainer)->warnings()) std::fprintf(stderr, "tf_ext_train: warning: %s\n", w.c_str());
   std::fflush(stdout);
 
