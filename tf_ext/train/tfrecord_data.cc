@@ -221,9 +221,10 @@ class TFRecordSource : public BatchSource {
     TF_RETURN_IF_ERROR(BuildGraph(&graph));
     SessionOptions options;
     ConfigProto& config = options.config;
-    // Its own thread pools (not the process's first Session's), sized by this machine: the
-    // parse calls and the readers run on them beside the trainer's Session.
-    const int threads = std::clamp(port::MaxParallelism() / 2, 1, 8);
+    // Its own thread pools (not the process's first Session's), one thread per core (at most
+    // 8), as tf.data's in Python: the parse calls and the readers run on them beside the
+    // trainer's Session.
+    const int threads = std::clamp(port::MaxParallelism(), 1, 8);
     config.set_use_per_session_threads(true);
     config.set_inter_op_parallelism_threads(threads);
     config.set_intra_op_parallelism_threads(1);
