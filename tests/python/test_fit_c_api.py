@@ -79,6 +79,12 @@ def test_c_fit_equals_the_tool_and_model_fit(tmp_path):
     assert list(logs) == ["loss", "accuracy", "val_loss", "val_accuracy"]
     for k, v in logs.items():
         assert float(v) == float(rows[-1][k]), k
+    # without --history nothing reads the metrics between steps: the same epoch values
+    no_history = {k: v for k, v in options(tmp_path, export, "c").items() if k != "history"}
+    r_bare = run_c(export, no_history)
+    assert r_bare.returncode == 0, r_bare.stdout + r_bare.stderr
+    bare = dict(line.split("=") for line in r_bare.stdout.splitlines() if "=" in line)
+    assert bare == logs
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"], jit_compile=False)
     fit = model.fit(*arrays["d"], batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,

@@ -215,6 +215,10 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   auto iterations = trainer->Iterations();
   if (!iterations.ok()) return iterations.status();
   int64_t step = *iterations;  // numbered as the optimizer counts them
+  // The metrics' running values are read after each step only when something shows them then:
+  // the per-step CSV, a front end's batch callback, TensorBoard's batch summaries.
+  const bool batch_summaries = tensorboard != nullptr && tensorboard->update_freq() > 0;
+  const bool per_step_logs = steps_csv.is_open() || callbacks.on_batch_end || batch_summaries;
   for (int64_t epoch = result.initial_epoch; epoch < f.epochs; ++epoch) {
     TF_RETURN_IF_ERROR(trainer->ResetMetrics());
     TF_RETURN_IF_ERROR((*data)->StartEpoch(epoch));
@@ -251,7 +255,7 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
         return Invalid(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *value, "; stopping"));
       }
       loss.Add(*value, batch.size);
-      if (!metrics.empty()) {
+      if (!metrics.empty() && per_step_logs) {
         auto read = trainer->MetricValues();
         if (!read.ok()) return read.status();
         values = *read;
@@ -263,13 +267,19 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
       }
       ++step;
       ++result.steps;
-      if (callbacks.on_batch_end || tensorboard) {
+      if (callbacks.on_batch_end || batch_summaries) {
         // Keras's batch logs: the running loss and metrics.
         running = {{"loss", loss.value()}};
         for (size_t i = 0; i < values.size(); ++i) running.push_back({metrics[i], values[i]});
         if (callbacks.on_batch_end) callbacks.on_batch_end(epoch, loss.count, (*data)->examples(), running);
         if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->OnTrainBatchEnd(step - 1, running));
       }
+    }
+    if (!metrics.empty() && !per_step_logs && loss.count > 0) {
+      // Nothing reads the running values between steps: the epoch's, once.
+      auto read = trainer->MetricValues();
+      if (!read.ok()) return read.status();
+      values = *read;
     }
     if (loss.count == 0) {
       return Invalid(absl::StrCat((*data)->description(), " gave no batch in epoch ", epoch,
