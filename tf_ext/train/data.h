@@ -55,8 +55,8 @@ struct DataSpec {
   bool shuffle = false;
   int64_t shuffle_buffer = 0;
   int64_t seed = 0;
-  // TFRecord only: files read in parallel, parallel parse calls (0: tf.data.AUTOTUNE), batches
-  // prefetched.
+  // TFRecord only: files read in parallel (0: up to 4), parallel parse calls (0: one per core),
+  // batches prefetched (0: grown by the prefetch's own autotuner).
   int64_t parallel_reads = 0, parallel_calls = 0, prefetch = 0;
 };
 
