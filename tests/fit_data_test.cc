@@ -253,6 +253,39 @@ TEST(TFRecordDataTest, ShuffleIsSeededPerEpoch) {
   EXPECT_EQ(Flat(Epoch(z.get(), 0)), Flat(Epoch(z2.get(), 0)));
 }
 
+// The next epoch's iterator is made ahead (in the last batches of an epoch, once one epoch
+// has been counted): each epoch still gets its own order, as from a source started at it, when
+// epochs run in turn, are skipped, are left part read, or are repeated (validation's epoch 0).
+TEST(TFRecordDataTest, EpochsMadeAheadKeepTheirOrder) {
+  const std::string files = FiveFiles("ahead");
+  for (int64_t batch : {2, 5}) {  // 13 batches an epoch (made ahead mid-epoch), 6 (at its start)
+    auto open = [&](int64_t shuffle_buffer) {
+      DataSpec spec = XYSpec(batch);
+      spec.shuffle_buffer = shuffle_buffer;
+      spec.seed = 3;
+      auto source = OpenTFRecordData(files, spec);
+      TF_CHECK_OK(source.status());
+      return std::move(*source);
+    };
+    std::vector<std::vector<int64_t>> fresh;
+    for (int64_t epoch = 0; epoch < 5; ++epoch) fresh.push_back(Flat(Epoch(open(8).get(), epoch)));
+    auto a = open(8);
+    for (int64_t epoch = 0; epoch < 4; ++epoch) EXPECT_EQ(Flat(Epoch(a.get(), epoch)), fresh[epoch]) << batch;
+    // Epoch 4 was made ahead; epoch 2 asked instead.
+    EXPECT_EQ(Flat(Epoch(a.get(), 2)), fresh[2]) << batch;
+    // Epoch 3, part read: three batches, then epoch 4.
+    ASSERT_TRUE(a->StartEpoch(3).ok());
+    for (int i = 0; i < 3; ++i) {
+      Batch b;
+      ASSERT_TRUE(*a->Next(&b));
+    }
+    EXPECT_EQ(Flat(Epoch(a.get(), 4)), fresh[4]) << batch;
+    // Without a shuffle buffer every epoch is the files' order, epoch 0 repeated included.
+    auto plain = open(0);
+    for (int64_t epoch : {0, 0, 1, 0, 0}) EXPECT_EQ(Flat(Epoch(plain.get(), epoch)), Range(26)) << batch;
+  }
+}
+
 TEST(TFRecordDataTest, Gzip) {
   const std::string files = FiveFiles("gzip", "GZIP");
   DataSpec spec = XYSpec(6);
