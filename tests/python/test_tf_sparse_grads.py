@@ -39,6 +39,22 @@ def symbolic_gradient(op, dys):
                                        Tout=[t.dtype for t in op.inputs], f=f)
 
 
+def central_differences(sess, loss, feed, placeholder, step, complex_=False):
+    """d loss / d feed[placeholder] by central differences of `step`; complex_: also along the
+    imaginary axis (the real-valued loss's gradient as TensorFlow defines it, d/dRe + i d/dIm)."""
+    x = feed[placeholder]
+    num = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        for d in ([1, 1j] if complex_ else [1]):
+            xp, xm = x.copy(), x.copy()
+            xp[i] += step * d
+            xm[i] -= step * d
+            fp, fm = dict(feed), dict(feed)
+            fp[placeholder], fm[placeholder] = xp, xm
+            num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / (2 * step)
+    return num
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_sparse_reorder(dtype):
     unordered = np.array([[2, 0], [0, 3], [1, 1], [0, 1], [2, 2]], np.int64)
@@ -235,12 +251,8 @@ def test_approx_top_k(shape):
         loss = tf.reduce_sum(dv * values)
         with tf.compat.v1.Session() as sess:
             got = sess.run(cpp, {xs: x})
-            num = np.zeros_like(x)
-            for i in np.ndindex(*x.shape):  # distinct inputs: no ties within the step
-                xp, xm = x.copy(), x.copy()
-                xp[i] += 1e-3
-                xm[i] -= 1e-3
-                num[i] = (sess.run(loss, {xs: xp}) - sess.run(loss, {xs: xm})) / 2e-3
+            # distinct inputs: no ties within the step
+            num = central_differences(sess, loss, {xs: x}, xs, 1e-3)
     np.testing.assert_allclose(got, num, rtol=1e-3, atol=1e-3)
     assert np.count_nonzero(got) == values.shape.num_elements()
 
@@ -348,14 +360,7 @@ def test_csr_sparse_matrix_chains(chain, shape, dtype):
             if dtype == np.float32:
                 return
             # central differences of sum(Re(conj(dy) * chain(x))), real and imaginary parts
-            num = np.zeros_like(x)
-            for i in np.ndindex(*shape):
-                for d in ([1, 1j] if dtype == np.complex128 else [1]):
-                    xp, xm = x.copy(), x.copy()
-                    xp[i] += 1e-6 * d
-                    xm[i] -= 1e-6 * d
-                    diff = (sess.run(loss, {xs: xp}) - sess.run(loss, {xs: xm})) / 2e-6
-                    num[i] += diff * d
+            num = central_differences(sess, loss, {xs: x}, xs, 1e-6, dtype == np.complex128)
             np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-6)
 
 
@@ -432,16 +437,8 @@ def test_sparse_matrix_mat_mul(dtype, flags, batched):
                 assert np.count_nonzero(w) > 0
             if dtype == np.float32:
                 return
-            for k, (p, x) in enumerate([(pa, xa), (pb, xb)]):
-                num = np.zeros_like(x)
-                for i in np.ndindex(*x.shape):
-                    for d in ([1, 1j] if dtype == np.complex128 else [1]):
-                        xp, xm = x.copy(), x.copy()
-                        xp[i] += 1e-6 * d
-                        xm[i] -= 1e-6 * d
-                        fp, fm = dict(feed), dict(feed)
-                        fp[p], fm[p] = xp, xm
-                        num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / 2e-6
+            for k, p in enumerate([pa, pb]):
+                num = central_differences(sess, loss, feed, p, 1e-6, dtype == np.complex128)
                 np.testing.assert_allclose(got[k], num, rtol=1e-6, atol=1e-6)
 
 
@@ -528,15 +525,7 @@ def test_sparse_matrix_sparse_mat_mul(dtype, flags, batched, empty_row):
                     assert np.count_nonzero(w) > 0
             if dtype == np.float32:
                 return
-            for k, (p, x) in enumerate([(pa, xa), (pb, xb)]):
-                num = np.zeros_like(x)
-                for i in np.ndindex(*x.shape):
-                    for d in ([1, 1j] if dtype == np.complex128 else [1]):
-                        xp, xm = x.copy(), x.copy()
-                        xp[i] += 1e-6 * d
-                        xm[i] -= 1e-6 * d
-                        fp, fm = dict(feed), dict(feed)
-                        fp[p], fm[p] = xp, xm
-                        num[i] += d * (sess.run(loss, fp) - sess.run(loss, fm)) / 2e-6
+            for k, p in enumerate([pa, pb]):
+                num = central_differences(sess, loss, feed, p, 1e-6, dtype == np.complex128)
                 np.testing.assert_allclose(got[k], num, rtol=1e-6, atol=1e-6)
                 assert np.count_nonzero(got[k]) > 0
