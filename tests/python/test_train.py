@@ -286,49 +286,9 @@ EMBEDDING_OPTIMIZERS = [
 ]
 
 
-@pytest.mark.parametrize("opt", EMBEDDING_OPTIMIZERS,
-                         ids=lambda o: "-".join([o[0]] + [f"{k}={v}" for k, v in o[1].items()]))
-def test_embedding_classifier_matches_model_fit(opt, tmp_path):
-    """Keras 3's Embedding reads its table and gathers rows (GatherV2); model.fit's gradient is
-    then a tf.IndexedSlices and each optimizer applies it its own way (Adam, RMSprop and Adagrad
-    square each row before summing repeated ids). The trainer's sparse gradient (the gathered
-    rows at their ids) matches it for every optimizer and for clipping, repeated ids included.
-    (Not centered RMSprop: with repeated ids its denominator velocity - average^2 goes negative
-    and Keras 3.15's own sparse division then fails with InvalidArgument.)"""
-    import keras
-    model = embedding_model()
-    export = str(tmp_path / "model")
-    model.export(export, verbose=False)
-    x, t = embedding_data(tmp_path)
-    r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
-                 "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
-                 f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}",
-                 f"--save_weights={tmp_path / 'w.npz'}", *cli_flags(opt[0], **dict(opt[1])))
-    assert r.returncode == 0, r.stderr
-    model.compile(optimizer=keras_optimizer(opt[0], **dict(opt[1])),
-                  loss="sparse_categorical_crossentropy", jit_compile=False)
-    fit = model.fit(x, t, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
-    _, ours = read_history(tmp_path / "h.csv")
-    np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
-    assert fit.history["loss"][-1] < fit.history["loss"][0]
-    trained = dict(np.load(tmp_path / "w.npz"))
-    assert_weights(trained, model.trainable_variables)
-
-
-def test_embedding_centered_rmsprop_matches_model_fit_on_distinct_ids(tmp_path):
-    """Centered RMSprop's sparse update (velocity and average gradient scaled, rows scattered
-    in, the denominator gathered at the rows), on batches whose ids are all distinct: there
-    Keras's sparse division works, and the trainer matches model.fit."""
-    import keras
-    model = embedding_model(vocab=70)
-    export = str(tmp_path / "model")
-    model.export(export, verbose=False)
-    rng = np.random.default_rng(4)
-    x = np.concatenate([rng.choice(70, size=BATCH * 4, replace=False).reshape(BATCH, 4)
-                        for _ in range(N // BATCH)]).astype(np.int32)
-    t = rng.integers(0, 3, size=(N,)).astype(np.int32)
-    np.savez(tmp_path / "d.npz", ids=x, t=t)
-    opt = ("rmsprop", {"learning_rate": 0.01, "momentum": 0.5, "centered": True})
+def train_ids_against_fit(tmp_path, model, export, x, t, opt):
+    """Trains `export` on ids x / targets t (tmp_path/d.npz) with optimizer opt = (name, kwargs)
+    through the tool and `model` with model.fit: equal per-epoch losses (1e-4) and weights."""
     r = run_tool(tmp_path, f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--inputs=ids",
                  "--targets=t", "--loss=sparse_categorical_crossentropy", f"--batch_size={BATCH}",
                  f"--epochs={EPOCHS}", f"--history={tmp_path / 'h.csv'}",
@@ -340,6 +300,40 @@ def test_embedding_centered_rmsprop_matches_model_fit_on_distinct_ids(tmp_path):
     _, ours = read_history(tmp_path / "h.csv")
     np.testing.assert_allclose(ours, fit.history["loss"], rtol=1e-4)
     assert_weights(dict(np.load(tmp_path / "w.npz")), model.trainable_variables)
+    return fit
+
+
+@pytest.mark.parametrize("opt", EMBEDDING_OPTIMIZERS,
+                         ids=lambda o: "-".join([o[0]] + [f"{k}={v}" for k, v in o[1].items()]))
+def test_embedding_classifier_matches_model_fit(opt, tmp_path):
+    """Keras 3's Embedding reads its table and gathers rows (GatherV2); model.fit's gradient is
+    then a tf.IndexedSlices and each optimizer applies it its own way (Adam, RMSprop and Adagrad
+    square each row before summing repeated ids). The trainer's sparse gradient (the gathered
+    rows at their ids) matches it for every optimizer and for clipping, repeated ids included.
+    (Not centered RMSprop: with repeated ids its denominator velocity - average^2 goes negative
+    and Keras 3.15's own sparse division then fails with InvalidArgument.)"""
+    model = embedding_model()
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    x, t = embedding_data(tmp_path)
+    fit = train_ids_against_fit(tmp_path, model, export, x, t, opt)
+    assert fit.history["loss"][-1] < fit.history["loss"][0]
+
+
+def test_embedding_centered_rmsprop_matches_model_fit_on_distinct_ids(tmp_path):
+    """Centered RMSprop's sparse update (velocity and average gradient scaled, rows scattered
+    in, the denominator gathered at the rows), on batches whose ids are all distinct: there
+    Keras's sparse division works, and the trainer matches model.fit."""
+    model = embedding_model(vocab=70)
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.choice(70, size=BATCH * 4, replace=False).reshape(BATCH, 4)
+                        for _ in range(N // BATCH)]).astype(np.int32)
+    t = rng.integers(0, 3, size=(N,)).astype(np.int32)
+    np.savez(tmp_path / "d.npz", ids=x, t=t)
+    opt = ("rmsprop", {"learning_rate": 0.01, "momentum": 0.5, "centered": True})
+    train_ids_against_fit(tmp_path, model, export, x, t, opt)
 
 
 def test_shared_embedding_two_inputs_matches_model_fit(tmp_path):
