@@ -5,7 +5,8 @@ Runs are interleaved (C++, Python, C++, Python); each side's figure is the media
 step time (the first step, which builds the graph, left out), the ratio C++/Python.
 
     bench_train.py --tf_ext_train=BIN --library=SO --work=DIR [--out=DIR] [--models=mlp,cnn,resnet18]
-                   [--sources=npz,tfrecord,memory] [--memory_mb=4096] [--tfrecord_files=4]
+                   [--sources=npz,tfrecord,memory,budget] [--memory_mb=4096] [--tfrecord_files=4]
+                   [--budget=0.5]
 
 TFRecord rows (--sources=tfrecord): the same examples written as tf.train.Example records in
 --tfrecord_files files; tf_ext_train reading them (tf_ext/train/tfrecord_data.cc) against
@@ -15,6 +16,8 @@ memory. Each figure is the wall time of epochs 2..3 over their steps, read when 
 line is printed (tf_ext_train) or its on_epoch_end runs (model.fit): reading and parsing
 included, as model.fit's step function pulls its batch itself. The memory row (--sources=memory)
 is tf_ext_train's peak resident size (VmHWM) on --memory_mb MB of records (4 GB) against 64 MB.
+Budget rows (--sources=budget, --budget=0.5): tf_ext_train --memory_budget against no budget on
+the same model and .npz, interleaved: the median step times, their ratio, each side's peak VmHWM.
 """
 import argparse
 import json
@@ -240,6 +243,64 @@ def memory_row(args, work):
     return row
 
 
+def run_measured(cmd):
+    """(returncode, stdout, stderr, peak VmHWM in MiB) of `cmd`, run as the only child of a fresh
+    python (ru_maxrss survives exec: a child of this process would report this one's size)."""
+    code = ("import json, resource, subprocess, sys; "
+            "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "print(json.dumps([r.returncode, r.stdout, r.stderr[-2000:], "
+            "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0]))")
+    r = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True)
+    return json.loads(r.stdout)
+
+
+def budget_row(args, name, export, data, batch):
+    """tf_ext_train with --memory_budget=--budget (a fraction of the builder's unbudgeted
+    estimate) against no budget, interleaved --rounds times: the median step times, their ratio
+    (the target: at most 1.3x at half the peak) and each side's peak VmHWM (the largest of its
+    rounds). A budget the builder refuses is a row saying why."""
+    cmd = [args.tf_ext_train, "--library=" + args.library, "--saved_model=" + export,
+           "--signature=train", "--data=" + data, "--inputs=x", "--targets=y",
+           "--loss=sparse_categorical_crossentropy:from_logits", "--optimizer=adam",
+           "--batch_size=%d" % batch, "--epochs=1"]
+    budget_flag = "--memory_budget=%s" % args.budget
+    ms = {"plain": [], "budget": []}
+    peaks = {"plain": [], "budget": []}
+    lines = ""
+    for _ in range(args.rounds):
+        for side, extra in (("plain", []), ("budget", [budget_flag])):
+            rc, out, err, peak = run_measured(cmd + extra)
+            if rc != 0:
+                if side == "budget":
+                    message = err.strip().splitlines()[-1] if err.strip() else "exit %d" % rc
+                    print("%-9s batch %3d: %s refused: %s" % (name, batch, budget_flag, message),
+                          flush=True)
+                    return {"model": name, "source": "budget", "batch": batch,
+                            "budget": args.budget, "refused": message}
+                raise RuntimeError("tf_ext_train failed: " + err)
+            ms[side].append(float(re.search(r"median ([0-9.]+) ms per step", out).group(1)))
+            peaks[side].append(peak)
+            if side == "budget":
+                lines = "\n".join(l for l in out.splitlines()
+                                  if l.startswith(("estimated peak:", "memory budget")))
+    m = re.search(r"estimated peak: ([0-9.]+) MB", lines)
+    u = re.search(r"unbudgeted estimate ([0-9.]+) MB\): (.*)", lines)
+    row = {"model": name, "source": "budget", "batch": batch, "budget": args.budget,
+           "plain_ms": statistics.median(ms["plain"]), "budget_ms": statistics.median(ms["budget"]),
+           "plain_peak_mib": max(peaks["plain"]), "budget_peak_mib": max(peaks["budget"]),
+           "estimate_mb": float(m.group(1)) if m else None,
+           "unbudgeted_estimate_mb": float(u.group(1)) if u else None,
+           "plan": u.group(2) if u else lines, "rounds": {"ms": ms, "peak_mib": peaks}}
+    row["time_ratio"] = row["budget_ms"] / row["plain_ms"]
+    row["peak_ratio"] = row["budget_peak_mib"] / row["plain_peak_mib"]
+    print("%-9s batch %3d: --memory_budget=%s %8.2f ms/step vs %8.2f without, %.2fx time; peak VmHWM "
+          "%.1f vs %.1f MiB; estimate %s of %s MB (%s)"
+          % (name, batch, args.budget, row["budget_ms"], row["plain_ms"], row["time_ratio"],
+             row["budget_peak_mib"], row["plain_peak_mib"], row["estimate_mb"],
+             row["unbudgeted_estimate_mb"], row["plan"]), flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tf_ext_train", required=True)
@@ -251,7 +312,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sources", default="npz,tfrecord,memory",
                    help="npz: model.fit on arrays vs tf_ext_train from .npz; tfrecord: the TFRecord "
-                        "rows; memory: the peak-memory row")
+                        "rows; memory: the peak-memory row; budget: tf_ext_train with --memory_budget "
+                        "against none (not in the default)")
+    p.add_argument("--budget", default="0.5",
+                   help="the budget rows' --memory_budget (a fraction of the unbudgeted estimate)")
     p.add_argument("--memory_mb", type=int, default=4096,
                    help="the memory row's large dataset, MB (against 64 MB)")
     p.add_argument("--tfrecord_files", type=int, default=4)
@@ -313,6 +377,8 @@ def main(argv=None) -> int:
                   "tf_ext_train .npz %8.2f; %.2fx model.fit, %.2fx .npz"
                   % (name, batch, row["tfrecord_ms"], row["fit_tf_data_ms"], row["npz_ms"],
                      row["vs_fit"], row["vs_npz"]), flush=True)
+        if "budget" in sources:
+            rows.append(budget_row(args, name, export, data, batch))
     if "memory" in args.sources.split(","):
         rows.append(memory_row(args, args.work))
     if args.out:

@@ -133,6 +133,24 @@ int Main(int argc, char** argv) {
                 (*trainer)->evaluation_training_mode() ? "training" : "inference");
   }
   std::printf("\n");
+  if (const MemoryPlan* memory = (*trainer)->memory_plan(); memory != nullptr) {
+    // The builder's estimate (passes/rematerialize.h), as tf_ext_grad prints it, for this
+    // process's batch (its share of the global one with a cluster).
+    const train::Distributed* d = (*trainer)->distributed();
+    const int64_t batch = options.fit.batch_size / (d != nullptr ? d->cluster().size() : 1);
+    std::printf("estimated peak: %.1f MB above the variables and feeds (the step's forward, loss "
+                "and backward at batch %lld)\n",
+                memory->estimated_peak_bytes / 1048576.0, static_cast<long long>(batch));
+    std::printf("memory budget %.1f MB (unbudgeted estimate %.1f MB): ", memory->budget_bytes / 1048576.0,
+                memory->unbudgeted_peak_bytes / 1048576.0);
+    if (memory->recomputed_nodes == 0) {
+      std::printf("met without recomputation\n");
+    } else {
+      std::printf("recomputes %d nodes (%.3g FLOPs added), keeping every %dth forward tensor\n",
+                  memory->recomputed_nodes, static_cast<double>(memory->recomputed_flops),
+                  memory->checkpoint_interval);
+    }
+  }
   for (const std::string& w : (*trainer)->warnings()) std::fprintf(stderr, "tf_ext_train: warning: %s\n", w.c_str());
   std::fflush(stdout);
 

@@ -148,6 +148,21 @@ std::vector<TrainerOption> MakeTable() {
             "categorical_accuracy, binary_accuracy, top_k_categorical_accuracy, mae, mse, auc, "
             "precision, recall",
             TF_EXT_OPTION_FIELD(metrics)),
+      Parsed("memory_budget", "B",
+             "the step's backward pass recomputes forward tensors rather than keep them, to fit "
+             "the estimated peak in B: a fraction in (0, 1] of the estimate without a budget "
+             "(0.5), or bytes with an optional K/M/G suffix (512M); as tf_ext_grad's",
+             "",
+             [](absl::string_view v, TrainerOptions* out) -> absl::Status {
+               if (v.empty()) {  // none, as tf_ext_grad's empty --memory_budget
+                 out->memory_budget = MemoryBudget();
+                 return absl::OkStatus();
+               }
+               auto budget = ParseMemoryBudget(v);
+               if (!budget.ok()) return budget.status();
+               out->memory_budget = *budget;
+               return absl::OkStatus();
+             }),
       // The data and the loop (train::Fit, fit.h).
       Field("data", "PATH",
             "training data: an .npz file, or TFRecord files of tf.train.Example (a comma-separated "

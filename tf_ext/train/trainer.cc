@@ -456,8 +456,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
                                                    "' reads none of the trainable variables"));
   }
   GraphTensor one = ops.Op("OnesLike", {loss}, "d_loss");
+  TF_RETURN_IF_ERROR(ops.status());
+  // The backward steps, with the memory budget's options once the feeds are known.
+  PipelineOptions backward_options = pipeline.options();
+  if (options.memory_budget.set()) {
+    TF_RETURN_IF_ERROR(t->BudgetOptions(options, g, &backward_options));
+  }
+  GradientPipeline backward(std::move(backward_options));
   std::vector<GraphTensor> dxs;
-  TF_RETURN_IF_ERROR(pipeline.AddBackward(&g, {loss}, {one}, xs, &dxs));
+  TF_RETURN_IF_ERROR(backward.AddBackward(&g, {loss}, {one}, xs, &dxs));
+  if (options.memory_budget.set()) t->memory_plan_ = backward.stats().memory;
   std::vector<train::TrainableVariable> variables;
   std::vector<train::Gradient> grads;
   std::vector<Node*> after = {loss.node};
@@ -617,6 +625,56 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   TF_RETURN_IF_ERROR(t->ResetMetrics());
   if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->BroadcastFromChief(0).status());
   return t;
+}
+
+absl::Status Trainer::BudgetOptions(const TrainerOptions& options, const Graph& g,
+                                    PipelineOptions* out) const {
+  // The estimate sizes every tensor by shape inference from the feeds' shapes: a full batch
+  // (this worker's share of it with a cluster) of each input, the targets and the weights.
+  int64_t batch = options.fit.batch_size;
+  if (distributed_ != nullptr) batch /= distributed_->cluster().size();
+  if (batch <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "batch_size=", options.fit.batch_size,
+                                                   " is not positive"));
+  }
+  auto with_batch = [batch](const PartialTensorShape& shape, int drop_last,
+                            TensorShape* full) -> bool {
+    if (shape.unknown_rank() || shape.dims() < 1 + drop_last) return false;
+    std::vector<int64_t> dims = {batch};
+    for (int d = 1; d < shape.dims() - drop_last; ++d) dims.push_back(shape.dim_size(d));
+    return TensorShape::BuildTensorShape(dims, full).ok();
+  };
+  auto node = [](const std::string& tensor) { return tensor.substr(0, tensor.rfind(':')); };
+  for (const std::string& key : input_keys_) {
+    TensorShape full;
+    if (!with_batch(input_types_.at(key).second, 0, &full)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kWhat, "memory budget: input '", key, "' has shape ",
+          input_types_.at(key).second.DebugString(), "; the memory estimate needs every input's "
+          "shape but the batch's (signature inputs: ", InputsText(), ")"));
+    }
+    out->feed_shapes[node(input_tensors_.at(key))] = full;
+  }
+  TensorShape full;
+  // Targets as MatchTargetsRank feeds them: the output's shape, class ids without its last axis.
+  if (!targets_tensor_.empty() && with_batch(output_shape_, sparse_targets_ ? 1 : 0, &full)) {
+    out->feed_shapes[node(targets_tensor_)] = full;
+  }
+  if (!weights_tensor_.empty()) out->feed_shapes[node(weights_tensor_)] = TensorShape({batch});
+  out->plan_memory = true;
+  out->backward_memory_budget = options.memory_budget;
+  // A variable's value depends on when it is read (the optimizer updates it): the forward's
+  // reads, and whatever else takes a handle, are kept, never recomputed after an update.
+  for (const Node* n : g.op_nodes()) {
+    if (absl::StartsWith(n->name(), out->name_prefix + "/")) continue;
+    for (int i = 0; i < n->num_inputs(); ++i) {
+      if (n->input_type(i) == DT_RESOURCE) {
+        out->keep.insert(n->name());
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::AddEvaluation(const TrainerOptions& options, const std::string& output_key) {

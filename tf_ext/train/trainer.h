@@ -35,13 +35,17 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.pb.h"
+#include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/protobuf/config.pb.h"
+#include "tf_ext/graph/passes/rematerialize.h"
 #include "tf_ext/train/distributed.h"
 #include "tf_ext/train/losses.h"
 #include "tf_ext/train/metrics.h"
 #include "tf_ext/train/optimizers.h"
 
 namespace tensorflow::tf_ext {
+
+struct PipelineOptions;  // graph/pipeline/gradient_pipeline.h
 
 // What train::Fit (fit.h) reads, trains on and writes: tf_ext_train's flags, the C API's keys.
 struct FitOptions {
@@ -82,6 +86,10 @@ struct TrainerOptions {
   bool sample_weights = false;  // each step feeds per-example weights
   // Keras's metric names, comma-separated (accuracy, mae, auc, ...): computed in the step graph.
   std::string metrics;
+  // The step's backward pass recomputes forward tensors rather than keep them, so that its
+  // estimated peak meets this budget (passes/rematerialize.h, docs/memory.md; none by default).
+  // The estimate is sized with the signature's input shapes at the batch size.
+  MemoryBudget memory_budget;
   std::string tag = "serve";
   FitOptions fit;
   // Data-parallel training over worker processes (distributed.h): a cluster, or TF_CONFIG's.
@@ -152,6 +160,11 @@ class Trainer {
   // What the user should know before training: BatchNormalization run in inference mode.
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
+  // With a memory budget: the step's estimated peak (forward, loss and backward, above the
+  // variables and feeds) and what the backward pass recomputes to meet it; null without one.
+  const MemoryPlan* memory_plan() const {
+    return memory_plan_.has_value() ? &*memory_plan_ : nullptr;
+  }
 
   // The metrics (TrainerOptions::metrics, Keras's names: metrics.h), computed in the step graph:
   // Step (from the batch's predictions before the update, as Keras's train_step) and Evaluate
@@ -213,9 +226,14 @@ class Trainer {
   };
   std::optional<EvalNodes> eval_;
   absl::Status AddEvaluation(const TrainerOptions& options, const std::string& output_key);
+  // The backward pipeline's options for options.memory_budget: the feeds' shapes at the batch
+  // size, the budget, and the nodes that read variables kept.
+  absl::Status BudgetOptions(const TrainerOptions& options, const Graph& g,
+                             PipelineOptions* out) const;
   std::string signature_key_;
   bool training_mode_ = false;
   std::vector<std::string> warnings_;
+  std::optional<MemoryPlan> memory_plan_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_;
   std::vector<std::string> trainable_names_, trainable_reads_;
