@@ -646,15 +646,15 @@ def main() -> int:
     return 0
 
 
-# Eager workloads of ops added after issue 11 (SmoothL1, the structure issue's worked example):
-# in the tables, not judged against the issue's eager target, which targets() otherwise applies
+# Eager workloads of ops added after the targets were set (SmoothL1, docs/adding_an_op.md's worked
+# example): in the tables, not judged against the eager target, which targets() otherwise applies
 # to every eager_* workload (the README says where they stand). Their other workloads are in
 # no target list.
 UNJUDGED_EAGER = {"eager_smooth_l1"}
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 11's targets, judged on this run's medians (only workloads that ran)."""
+    """The performance targets, judged on this run's medians (only workloads that ran)."""
     med: dict[tuple[str, str], float] = {(r["workload"], r["variant"]): r["median_ms"]
                                          for r in rows}
     ours = {r["workload"]: r["median_ms"] for r in rows if r["is_tf_ext"]}
@@ -711,7 +711,7 @@ def markdown(rows: list[dict[str, Any]], memory: dict[str, Any] | None,
                    f"{_ms(r['median_ms'] / 1e3)} | {r['gb_per_s']:.2f} | {speed} |")
     checks = targets(rows)
     if checks:
-        out += ["", "Targets (issue 11), on this run's medians:", "",
+        out += ["", "Targets, on this run's medians:", "",
                 "| target | workload | baseline | need | got | met |", "|---|---|---|---|---|---|"]
         out += [f"| {c['target']} | {c['workload']} | {c['baseline']} | {c['need']} | "
                 f"{c['got']} | {'yes' if c['met'] else '**no**'} |" for c in checks]

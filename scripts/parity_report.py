@@ -1,4 +1,4 @@
-"""Parity report (issue 22, `make registries`): the ops TensorFlow's Python gradient registry
+"""Parity report (`make registries`): the ops TensorFlow's Python gradient registry
 differentiates with a gradient function, the ops with a C++ gradient, and the difference.
 
   parity_report.py --library=bazel-bin/tf_ext/_tf_ext_ops.so

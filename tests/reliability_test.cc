@@ -1,4 +1,4 @@
-// Regression tests of issue 10 (reliability): one validation per op, applied alike by the
+// Reliability regression tests: one validation per op, applied alike by the
 // shape function, the kernel and the gradient creator; bounded work; accurate float32
 // averages; flush-to-zero attrs and values; validated NodeDefs in the gradient registry and
 // its C entry points.

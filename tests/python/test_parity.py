@@ -1,4 +1,4 @@
-"""Parity with Python (issue 22): every op for which TensorFlow's Python gradient registry holds
+"""Parity with Python: every op for which TensorFlow's Python gradient registry holds
 a gradient *function* has a C++ gradient, unless it is on EXCLUSIONS (with its reason).
 
 Imports tensorflow and nothing of the project: the op library ($TF_EXT_LIBRARY, which
@@ -11,11 +11,11 @@ returns an error). Only the first counts as a C++ gradient.
 The lists (docs/registries.md, "Parity with Python", shows them):
   EXCLUSIONS        at most 30: a C++ gradient means nothing in a C++ process, or cannot be
                     checked on these machines (no CPU kernel in tensorflow-cpu);
-  PENDING_TRAINING  resource-variable reads: the training issue's, not exclusions;
+  PENDING_TRAINING  resource-variable reads, not exclusions;
   PYTHON_DECLINES   Python's registered "function" itself gives no gradient (returns None for
                     every input, or only raises) and C++ registers the same: checked from the
                     function's source and from the C++ registries, not counted as C++ gradients;
-  NOT_YET_PORTED    open work of issue 22. The ops lacking a C++ gradient, less the three lists
+  NOT_YET_PORTED    ops still to port. The ops lacking a C++ gradient, less the three lists
                     above, must EQUAL it: a TensorFlow release that adds Python gradients fails by
                     name, and so does an op that gained a C++ gradient but is still listed (the
                     list only shrinks).
@@ -82,7 +82,7 @@ EXCLUSIONS = {
 }
 
 # Resource-variable reads: a SymbolicGradient cannot return a float gradient for a DT_RESOURCE
-# input; the training issue differentiates with respect to the read values. Not exclusions.
+# input; the trainer differentiates with respect to the read values. Not exclusions.
 PENDING_TRAINING = {"ResourceGather", "ResourceGatherNd"}
 
 # op -> what Python's registered function does. C++ must do the same: "returns None" -> a
@@ -99,7 +99,7 @@ PYTHON_DECLINES = {
     "_EagerConst": "raises",
 }
 
-# Open work of issue 22 (not exclusions). Remove an op when it gains a C++ gradient.
+# Ops still to port (not exclusions). Remove an op when it gains a C++ gradient.
 # SparseMatrixAdd, SparseMatrixSoftmax and XlaSpmdShardToFullShape, whose gradients cannot run
 # in tensorflow-cpu, left it checked structurally against Python's gradient graph
 # (tests/python/test_unrunnable_grads.py).

@@ -1,6 +1,6 @@
 // Rewrites of a built forward + backward graph that let TensorFlow's optimizer and executor do
-// for it what Python's gradients get from static shapes and forward outputs (issue 23 item 5,
-// docs/performance.md). Each leaves every value the graph computes unchanged.
+// for it what Python's gradients get from static shapes and forward outputs
+// (docs/performance.md). Each leaves every value the graph computes unchanged.
 //
 // - Static shapes: a gradient's Shape, Size or Rank of a tensor whose shape shape inference
 //   fixes (from the placeholders' shape attrs, which requests must match) becomes a constant.

@@ -1,4 +1,4 @@
-// A gradient built once and run per request, for servers (issue 23 item 2).
+// A gradient built once and run per request, for servers.
 //
 // GradientSession takes a forward graph (a GraphDef, e.g. a frozen model, or a SavedModel
 // signature: saved_model.h), one or several ys, optionally with incoming gradients (then each
