@@ -152,6 +152,13 @@ int Main(int argc, char** argv) {
     }
   }
   for (const std::string& w : (*trainer)->warnings()) std::fprintf(stderr, "tf_ext_train: warning: %s\n", w.c_str());
+  // Read from the device the kernels run on: --threads, or TensorFlow's default.
+  std::printf("kernel threads: %d intra-op\n", (*trainer)->kernel_threads());
+  if (const train::Distributed* d = (*trainer)->distributed(); d != nullptr) {
+    const train::Distributed::AllReduceSize& a = d->step_all_reduce();
+    std::printf("all-reduce: %lld tensors in %lld packs, %lld bytes a step\n", static_cast<long long>(a.tensors),
+                static_cast<long long>(a.packs), static_cast<long long>(a.bytes));
+  }
   std::fflush(stdout);
 
   const bool terminal = isatty(fileno(stdout)) != 0;  // else one line per epoch

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -18,9 +19,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/distributed_runtime/server_lib.h"
+#include "tensorflow/core/distributed_runtime/worker_env.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/protobuf/cluster.pb.h"
 #include "tensorflow/core/protobuf/tensorflow_server.pb.h"
+#include "tf_ext/graph/runtime/saved_model.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -299,6 +302,7 @@ std::string Unreachable(const std::string& address, int timeout_ms) {
 std::mutex server_mu;
 std::string* server_def_text = nullptr;
 std::string* server_target = nullptr;
+int server_kernel_threads = -1;  // its CPU device's intra-op threads
 
 Node* IntConst(Graph* g, int32_t value, absl::Status* status) {
   Tensor t(DT_INT32, TensorShape({}));
@@ -352,7 +356,8 @@ absl::StatusOr<std::optional<Cluster>> ResolveCluster(const DistributedOptions& 
 }
 
 absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& cluster,
-                                                                const DistributedOptions& options) {
+                                                                const DistributedOptions& options,
+                                                                int64_t threads) {
   if (options.communication_hint != "auto" && options.communication_hint != "ring" &&
       options.communication_hint != "nccl") {
     return Invalid(absl::StrCat("option 'communication_hint': '", options.communication_hint,
@@ -367,6 +372,8 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
   // this task's devices (every node runs here; only collectives talk to peers).
   config.mutable_experimental()->set_collective_group_leader(cluster.Device(0));
   config.add_device_filters(absl::StrCat("/job:", me.job, "/task:", me.index));
+  // The server's devices run every step's kernels: its default config sizes their pools.
+  SetSessionThreads(threads, &config);
   ServerDef server;
   for (const std::string job : {"chief", "worker"}) {
     JobDef* def = nullptr;
@@ -393,7 +400,11 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
     }
     if (server_def_text == nullptr) {
       std::unique_ptr<ServerInterface> s;
-      absl::Status status = NewServer(server, &s);
+      absl::Status status;
+      {
+        OwnIntraOpPools own(threads > 0);
+        status = NewServer(server, &s);
+      }
       if (status.ok()) status = s->Start();
       if (!status.ok()) {
         return absl::Status(status.code(), absl::StrCat(
@@ -403,9 +414,18 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
       }
       server_target = new std::string(s->target());
       server_def_text = new std::string(text);
+      if (s->worker_env() != nullptr && s->worker_env()->device_mgr != nullptr) {
+        server_kernel_threads = CpuIntraOpThreads(*s->worker_env()->device_mgr);
+      }
       s.release();  // serves until the process ends
     }
   }
+  if (threads > 0 && server_kernel_threads != threads) {
+    return absl::InternalError(absl::StrCat(kWhat, "threads=", threads, ": the server's CPU device runs ",
+                                            server_kernel_threads,
+                                            " intra-op threads (is TF_NUM_INTRAOP_THREADS set?)"));
+  }
+  d->kernel_threads_ = server_kernel_threads;
   d->session_options_.target = *server_target;
   d->session_options_.config = config;
   // Nodes are added to the loader's Session (Session::Extend) to read or train the variables.
@@ -606,6 +626,30 @@ absl::Status Distributed::CheckAgree(Session* session, const std::vector<std::st
         " (every worker takes the same model, flags and cluster)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Distributed::AllReduceStep(Graph* g, std::vector<GraphTensor>* tensors,
+                                        const std::vector<PartialTensorShape>& shapes) {
+  if (shapes.size() != tensors->size()) {
+    return absl::InternalError(absl::StrCat(kWhat, shapes.size(), " shapes for ", tensors->size(), " tensors"));
+  }
+  // Counted as AllReduceMean packs them: by dtype, each tensor's elements once.
+  std::set<DataType> dtypes;
+  AllReduceSize size;
+  size.tensors = static_cast<int64_t>(tensors->size());
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const DataType dtype = (*tensors)[i].node->output_type((*tensors)[i].index);
+    dtypes.insert(dtype);
+    const int64_t elements = shapes[i].num_elements();
+    if (elements < 0 || size.bytes < 0) {
+      size.bytes = -1;
+    } else {
+      size.bytes += elements * DataTypeSize(dtype);
+    }
+  }
+  size.packs = static_cast<int64_t>(dtypes.size());
+  step_all_reduce_ = size;
+  return AllReduceMean(g, tensors);
 }
 
 absl::Status Distributed::Explain(const absl::Status& s) const {

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tensorflow/core/framework/partial_tensor_shape.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/protobuf/config.pb.h"
@@ -74,10 +75,15 @@ absl::StatusOr<std::optional<Cluster>> ResolveCluster(const DistributedOptions& 
 class Distributed {
  public:
   // Starts this task's gRPC server (once per process) and checks the options.
+  // `threads` > 0: the server's CPU device runs that many intra-op threads and the
+  // sessions' config that many inter-op ones (SetSessionThreads, saved_model.h).
   static absl::StatusOr<std::unique_ptr<Distributed>> Start(const Cluster& cluster,
-                                                            const DistributedOptions& options);
+                                                            const DistributedOptions& options,
+                                                            int64_t threads = 0);
 
   const Cluster& cluster() const { return cluster_; }
+  // The intra-op threads of the server's CPU device, where the steps' kernels run.
+  int kernel_threads() const { return kernel_threads_; }
   // For LoadSavedModel: the server's target, the group leader, this task's devices alone.
   const SessionOptions& session_options() const { return session_options_; }
   // What a Session::Run that runs collectives passes: the collective graph key that keeps the
@@ -89,6 +95,16 @@ class Distributed {
   // one pack each, CollectiveReduceV2 (Add, Div), split and reshaped back. The
   // instance keys are numbered in the order collectives are added, the same on every worker.
   absl::Status AllReduceMean(Graph* g, std::vector<GraphTensor>* tensors);
+
+  // What a training step all-reduces: its tensors, their packs (one per dtype) and the packs'
+  // bytes, i.e. the gradients and the loss as they are, no copy added (-1: a shape unknown).
+  struct AllReduceSize {
+    int64_t tensors = 0, packs = 0, bytes = 0;
+  };
+  // AllReduceMean of the step's `tensors`, whose shapes are `shapes`, counted in step_all_reduce.
+  absl::Status AllReduceStep(Graph* g, std::vector<GraphTensor>* tensors,
+                             const std::vector<PartialTensorShape>& shapes);
+  const AllReduceSize& step_all_reduce() const { return step_all_reduce_; }
 
   // The chief's values of `variables` (handle, dtype) assigned on every other worker, and an
   // int64 scalar fed at `value` on the chief and fetched at `received` everywhere.
@@ -117,6 +133,8 @@ class Distributed {
   DistributedOptions options_;
   SessionOptions session_options_;
   int next_instance_key_ = 1;
+  int kernel_threads_ = -1;
+  AllReduceSize step_all_reduce_;
   int agree_calls_ = 0;
 };
 

@@ -97,6 +97,18 @@ TrainerOption Parsed(std::string name, std::string value_name, std::string help,
   return o;
 }
 
+// `o`, refusing a negative value (an integer option).
+TrainerOption NonNegative(TrainerOption o) {
+  o.set = [set = std::move(o.set)](absl::string_view v, TrainerOptions* out) -> absl::Status {
+    int64_t n = 0;
+    if (absl::SimpleAtoi(v, &n) && n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("'", v, "' is negative"));
+    }
+    return set(v, out);
+  };
+  return o;
+}
+
 // The field an option stores into, for Field: works on TrainerOptions and const TrainerOptions.
 #define TF_EXT_OPTION_FIELD(path) [](auto& o) -> auto& { return o.path; }
 
@@ -247,6 +259,10 @@ std::vector<TrainerOption> MakeTable() {
             "the first training step's tensorflow.RunMetadata (binary; its step_stats give every "
             "node's time and output shapes)",
             TF_EXT_OPTION_FIELD(fit.step_stats)),
+      NonNegative(Field("threads", "N",
+                        "threads of the training Session's kernels (intra-op and inter-op "
+                        "parallelism; 0: TensorFlow's default, one per core)",
+                        TF_EXT_OPTION_FIELD(threads))),
       Field("cluster", "HOST:PORT,...",
             "data-parallel workers, task 0 the chief (default: TF_CONFIG's cluster, else one process)",
             TF_EXT_OPTION_FIELD(distributed.cluster)),

@@ -175,9 +175,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
           kWhat, "batch_size=", options.fit.batch_size, " (the global batch) does not split over ",
           (*cluster)->size(), " workers: use a multiple of ", (*cluster)->size()));
     }
-    auto d = train::Distributed::Start(**cluster, options.distributed);
+    auto d = train::Distributed::Start(**cluster, options.distributed, options.threads);
     if (!d.ok()) return d.status();
     t->distributed_ = std::move(*d);
+    t->kernel_threads_ = t->distributed_->kernel_threads();
     TF_RETURN_IF_ERROR(LoadSavedModel(t->distributed_->session_options(), RunOptions(), export_dir,
                                       {options.tag}, &t->bundle_));
     // Every worker trains the same model on the same global batch in the same cluster.
@@ -189,7 +190,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
         {static_cast<int64_t>(Hash64(model)), options.fit.batch_size,
          static_cast<int64_t>(Hash64(tasks))}));
   } else {
-    TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_));
+    TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_, options.threads));
+    const DeviceMgr* devices = nullptr;
+    if (t->bundle_.session->LocalDeviceManager(&devices).ok()) t->kernel_threads_ = CpuIntraOpThreads(*devices);
   }
   const MetaGraphDef& meta = t->bundle_.meta_graph_def;
   // The signature: the one asked for, else a training-mode "train" one when there is one.
@@ -578,7 +581,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
       }
       averaged.push_back(grads[i].values);
     }
-    TF_RETURN_IF_ERROR(t->distributed_->AllReduceMean(&g, &averaged));
+    // Each gradient has its variable's shape (declared by its VarHandleOp), the loss none.
+    std::vector<PartialTensorShape> shapes = {PartialTensorShape({})};
+    for (const train::TrainableVariable& v : variables) {
+      PartialTensorShape shape;
+      if (!GetNodeAttr(v.handle.node->attrs(), "shape", &shape).ok()) shape = PartialTensorShape();
+      shapes.push_back(shape);
+    }
+    TF_RETURN_IF_ERROR(t->distributed_->AllReduceStep(&g, &averaged, shapes));
     step_loss = averaged[0];
     for (size_t i = 0; i < grads.size(); ++i) grads[i].values = averaged[i + 1];
   }

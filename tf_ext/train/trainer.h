@@ -94,6 +94,9 @@ struct TrainerOptions {
   FitOptions fit;
   // Data-parallel training over worker processes (distributed.h): a cluster, or TF_CONFIG's.
   train::DistributedOptions distributed;
+  // Threads of the Session's kernels: intra-op and inter-op parallelism (0: TensorFlow's
+  // default, one per core); the Session's CPU device gets a pool of its own of that size.
+  int64_t threads = 0;
 };
 
 class Trainer {
@@ -186,6 +189,9 @@ class Trainer {
   // Create checks that every worker loaded the same model with the same batch size and cluster,
   // and sets every variable to the chief's; Step's gradients and loss are the workers' means.
   const train::Distributed* distributed() const { return distributed_.get(); }
+  // The intra-op threads of the CPU device the training step's kernels run on, read from the
+  // device (TrainerOptions::threads when set).
+  int kernel_threads() const { return kernel_threads_; }
   // Sets every variable and the optimizer's state to the chief's, and returns the chief's
   // `value` (a resumed run's epoch); without a cluster, returns `value`.
   absl::StatusOr<int64_t> BroadcastFromChief(int64_t value);
@@ -248,6 +254,7 @@ class Trainer {
   std::unique_ptr<train::Distributed> distributed_;
   train::Distributed::Broadcast broadcast_;
   std::string step_loss_tensor_;  // Step's loss: the workers' mean with a cluster
+  int kernel_threads_ = 0;
 };
 
 }  // namespace tensorflow::tf_ext

@@ -1,6 +1,7 @@
 #include "tf_ext/graph/runtime/saved_model.h"
 
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -12,6 +13,9 @@
 #include "absl/strings/strip.h"
 #include "tensorflow/cc/saved_model/loader.h"
 #include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/common_runtime/local_device.h"
+#include "tensorflow/core/framework/device.h"
+#include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
@@ -20,10 +24,32 @@
 #include "tf_ext/graph/engine/inline_calls.h"
 #include "tf_ext/graph/passes/loop_variables.h"
 
-namespace tensorflow::tf_ext {
+namespace tensorflow {
+namespace test {
+
+// LocalDevice's choice between the process-wide intra-op pool and one per device is private to
+// it and to this class (TensorFlow's kernel benchmarks switch it the same way).
+class Benchmark {
+ public:
+  // Sets whether CPU devices made from now on share the process-wide pool; returns the setting.
+  static bool UseGlobalThreadpool(bool use) {
+    const bool was = LocalDevice::use_global_threadpool_;
+    LocalDevice::set_use_global_threadpool(use);
+    return was;
+  }
+};
+
+}  // namespace test
+
+namespace tf_ext {
 namespace {
 
 constexpr char kWhat[] = "SavedModel: ";
+
+std::mutex& OwnPoolsMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
 
 // Replaces `old` (whose output 0 it takes over, data and control edges) by `n`.
 absl::Status Reroute(Graph* g, Node* old, Node* n) {
@@ -41,12 +67,54 @@ absl::Status Reroute(Graph* g, Node* old, Node* n) {
 
 }  // namespace
 
+void SetSessionThreads(int64_t threads, ConfigProto* config) {
+  if (threads <= 0) return;
+  config->set_intra_op_parallelism_threads(static_cast<int32_t>(threads));
+  config->set_inter_op_parallelism_threads(static_cast<int32_t>(threads));
+}
+
+OwnIntraOpPools::OwnIntraOpPools(bool own) : own_(own) {
+  if (!own_) return;
+  OwnPoolsMutex().lock();
+  was_global_ = test::Benchmark::UseGlobalThreadpool(false);
+}
+
+OwnIntraOpPools::~OwnIntraOpPools() {
+  if (!own_) return;
+  test::Benchmark::UseGlobalThreadpool(was_global_);
+  OwnPoolsMutex().unlock();
+}
+
+int CpuIntraOpThreads(const DeviceMgr& devices) {
+  for (Device* d : devices.ListDevices()) {
+    if (d->device_type() == DEVICE_CPU && d->tensorflow_cpu_worker_threads() != nullptr) {
+      return d->tensorflow_cpu_worker_threads()->num_threads;
+    }
+  }
+  return -1;
+}
+
 absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
-                                  SavedModelBundle* bundle) {
+                                  SavedModelBundle* bundle, int64_t threads) {
   SessionOptions session_options;
   // Nodes are added to the loader's Session (Session::Extend) to read or train the variables.
   session_options.config.mutable_experimental()->set_disable_optimize_for_static_graph(true);
-  return LoadSavedModel(session_options, RunOptions(), export_dir, {tag}, bundle);
+  SetSessionThreads(threads, &session_options.config);
+  // Its inter-op pool its own too (not the process-wide one the first Session sized).
+  if (threads > 0) session_options.config.set_use_per_session_threads(true);
+  {
+    OwnIntraOpPools own(threads > 0);
+    TF_RETURN_IF_ERROR(LoadSavedModel(session_options, RunOptions(), export_dir, {tag}, bundle));
+  }
+  const DeviceMgr* devices = nullptr;
+  if (threads > 0 && bundle->session->LocalDeviceManager(&devices).ok()) {
+    const int n = CpuIntraOpThreads(*devices);
+    if (n != threads) {
+      return absl::InternalError(absl::StrCat(kWhat, "threads=", threads, ": the Session's CPU device runs ", n,
+                                              " intra-op threads (is TF_NUM_INTRAOP_THREADS set?)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const SignatureDef*> FindSignature(const MetaGraphDef& meta,
@@ -277,4 +345,5 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSessionFromSavedModel(
   return GradientSession::Create(std::move(sig->graph), spec, options);
 }
 
-}  // namespace tensorflow::tf_ext
+}  // namespace tf_ext
+}  // namespace tensorflow

@@ -21,6 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "tensorflow/cc/saved_model/loader.h"
+#include "tensorflow/core/common_runtime/device_mgr.h"
+#include "tensorflow/core/protobuf/config.pb.h"
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tf_ext/graph/runtime/gradient_session.h"
@@ -39,8 +41,33 @@ struct SavedModelSignature {
 // The pieces the trainer shares (tf_ext/train/): the bundle, loaded so that its Session can be
 // extended with new nodes (which reach the restored variables through VarHandleOps of the same
 // shared names), and the variables a signature's function captures.
+// `threads` > 0: its Session's kernels run on that many threads (SetSessionThreads), checked
+// on its CPU device (Internal otherwise).
 absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
-                                  SavedModelBundle* bundle);
+                                  SavedModelBundle* bundle, int64_t threads = 0);
+
+// A Session's kernel threads (the trainer's option threads): intra-op and inter-op parallelism
+// `threads`; 0 leaves TensorFlow's defaults (one per core).
+void SetSessionThreads(int64_t threads, ConfigProto* config);
+
+// TensorFlow's CPU devices share one process-wide intra-op pool, sized by the options of the
+// first device made in the process (often another Session's, or Python's eager context's).
+// While an OwnIntraOpPools(true) lives, the CPU devices made get pools of their own, sized by
+// their own SessionOptions (one at a time: it holds a lock).
+class OwnIntraOpPools {
+ public:
+  explicit OwnIntraOpPools(bool own);
+  ~OwnIntraOpPools();
+  OwnIntraOpPools(const OwnIntraOpPools&) = delete;
+  OwnIntraOpPools& operator=(const OwnIntraOpPools&) = delete;
+
+ private:
+  bool own_;
+  bool was_global_ = true;
+};
+
+// The intra-op threads of the CPU device among `devices`; -1 when there is none.
+int CpuIntraOpThreads(const DeviceMgr& devices);
 
 // A signature, checked to exist (NotFound listing the keys otherwise).
 absl::StatusOr<const SignatureDef*> FindSignature(const MetaGraphDef& meta,
