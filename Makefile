@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train
+.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train bench-train-distributed
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -213,6 +213,15 @@ bench-train: setup
 	$(PYTHON_BIN_PATH) $(ROOT)/bench/bench_train.py --tf_ext_train=$(ROOT)/bazel-bin/tf_ext/tf_ext_train \
 	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --work=$(ROOT)/.models/bench \
 	  --out=$(ROOT)/bench_results $(BENCH_TRAIN_ARGS)
+
+# Two tf_ext_train workers (--threads=1 each, loopback) against one process (--threads=2) on
+# bench-train's models: step times, bytes all-reduced per step, the all-reduce's share of the
+# step (docs/distributed.md, Performance). BENCH_TRAIN_DISTRIBUTED_ARGS="--steps=50 --rounds=5".
+bench-train-distributed: setup
+	$(BAZEL) build //tf_ext:tf_ext_train //tf_ext:_tf_ext_ops.so
+	$(PYTHON_BIN_PATH) $(ROOT)/bench/bench_train_distributed.py --tf_ext_train=$(ROOT)/bazel-bin/tf_ext/tf_ext_train \
+	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --work=$(ROOT)/.models/bench \
+	  --out=$(ROOT)/bench_results $(BENCH_TRAIN_DISTRIBUTED_ARGS)
 
 clean:
 	$(BAZEL) clean
