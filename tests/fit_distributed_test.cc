@@ -1,13 +1,18 @@
 // The cluster (tf_ext/train/distributed.h) from TF_CONFIG's JSON and from --cluster/--task_index,
 // without starting a server: ranks (the chief first, else worker 0), device names, and the
-// errors naming each bad value. Training over processes is tests/python/test_fit_distributed.py.
+// errors naming each bad value; shard_by=files' choice of each worker's TFRecord files. Training
+// over processes is tests/python/test_fit_distributed.py.
 #include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/path.h"
 #include "tf_ext/train/distributed.h"
+#include "tf_ext/train/fit.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -96,6 +101,40 @@ TEST(ClusterTest, BadValuesAreNamed) {
       "TF_CONFIG's cluster.chief has 2 tasks; at most one"));
   EXPECT_TRUE(absl::StrContains(Error(none, R"({"cluster": {"worker": ["a:1"]}})"),
                                 "TF_CONFIG has no task.type (a string) and task.index (a number)"));
+}
+
+TEST(ClusterTest, ShardBy) {
+  DistributedOptions o;
+  o.cluster = "a:1,b:2";
+  o.task_index = 0;
+  o.shard_by = "files";
+  EXPECT_TRUE(ResolveCluster(o, nullptr).ok());
+  o.shard_by = "rows";
+  EXPECT_TRUE(absl::StrContains(Error(o, nullptr), "option 'shard_by': 'rows' is not one of batch, files"));
+}
+
+TEST(ClusterTest, WorkerFilesAreEveryNthOfTheSortedFiles) {
+  const std::string dir = io::JoinPath(::testing::TempDir(), "worker_files");
+  ASSERT_TRUE(Env::Default()->RecursivelyCreateDir(dir).ok());
+  for (const char* name : {"p-3", "p-0", "p-4", "p-1", "p-2"}) {
+    ASSERT_TRUE(WriteStringToFile(Env::Default(), io::JoinPath(dir, absl::StrCat(name, ".tfrecord")), "").ok());
+  }
+  DistributedOptions o;
+  o.cluster = "a:1,b:2";
+  o.task_index = 1;
+  const std::string glob = io::JoinPath(dir, "p-*.tfrecord");
+  auto files = WorkerFiles(glob, Resolve(o, nullptr));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, absl::StrCat(io::JoinPath(dir, "p-1.tfrecord"), ",", io::JoinPath(dir, "p-3.tfrecord")));
+  o.task_index = 0;
+  files = WorkerFiles(glob, Resolve(o, nullptr));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, absl::StrCat(io::JoinPath(dir, "p-0.tfrecord"), ",", io::JoinPath(dir, "p-2.tfrecord"), ",",
+                                 io::JoinPath(dir, "p-4.tfrecord")));
+  auto few = WorkerFiles(io::JoinPath(dir, "p-0.tfrecord"), Resolve(o, nullptr));
+  EXPECT_TRUE(absl::StrContains(few.status().message(), "has 1 for 2 workers")) << few.status();
+  auto npz = WorkerFiles(io::JoinPath(dir, "d.npz"), Resolve(o, nullptr));
+  EXPECT_TRUE(absl::StrContains(npz.status().message(), "is not TFRecord data")) << npz.status();
 }
 
 }  // namespace

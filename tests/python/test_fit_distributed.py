@@ -7,8 +7,14 @@ within --collective_timeout + 10 s naming the lost task, and the job restarted w
 --resume=auto goes on from the chief's last checkpoint; a port in use, a peer that never comes
 and a worker with another batch size fail with clear errors; bad cluster values are refused
 before anything starts; 2 workers' per-epoch losses equal Python's MultiWorkerMirroredStrategy's
-(1e-4) on the same cluster shape, with and without BatchNormalization (training mode). Each case runs its own processes (TensorFlow's server cannot be
-stopped)."""
+(1e-4) on the same cluster shape, with and without BatchNormalization (training mode), and so
+does their per-epoch mae metric (summed over the workers as Keras's metric state is); 2 workers'
+metrics (accuracy, auc, mae, per step, per epoch and on validation data) equal one process's; an
+Embedding's sparse gradient, made dense for the all-reduce, gives one process's training;
+--shard_by=files gives each worker whole TFRecord files and equals one process fed the same
+global batches, an epoch ending for all when one worker's files run out; the C API alone
+(TfExtNewTrainer with cluster keys) writes tf_ext_train's epochs CSV. Each case runs its own
+processes (TensorFlow's server cannot be stopped)."""
 import csv
 import json
 import os
@@ -255,9 +261,9 @@ def test_mismatched_batch_size(tmp_path):
     (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--batch_size=5"],
      "batch_size=5 (the global batch) does not split over 2 workers: use a multiple of 2"),
     (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--shard_by=files"],
-     "option 'shard_by': 'files' is not supported yet"),
-    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--metrics=mae"],
-     "option 'metrics' is not supported yet with a cluster"),
+     "option 'shard_by': 'files' shards TFRecord files over the workers; "),
+    (None, ["--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0", "--shard_by=rows"],
+     "'rows' is not one of batch, files"),
 ])
 def test_bad_cluster_values(tmp_path, config, flags, message):
     common = setup(tmp_path)
@@ -294,6 +300,7 @@ with strategy.scope():
     model = build(kind)
     model.set_weights([weights[f"arr_{i}"] for i in range(len(weights.files))])
     optimizer = keras.optimizers.Adam(0.05)
+    mae = keras.metrics.MeanAbsoluteError()
 
 @tf.function
 def step(x, t):
@@ -301,6 +308,7 @@ def step(x, t):
         with tf.GradientTape() as tape:
             y = model(x, training=True)
             loss = tf.reduce_sum(tf.reduce_mean(tf.square(y - t), axis=-1)) / batch
+        mae.update_state(t, y)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -309,10 +317,11 @@ def step(x, t):
 share = batch // workers
 for epoch in range(epochs):
     losses = []
+    mae.reset_state()
     for b in range(0, len(x), batch):
         rows = slice(b + index * share, b + (index + 1) * share)
         losses.append(float(step(tf.constant(x[rows]), tf.constant(t[rows]))))
-    print("epoch_loss %d %.9g" % (epoch, np.mean(losses)), flush=True)
+    print("epoch_loss %d %.9g %.9g" % (epoch, np.mean(losses), float(mae.result())), flush=True)
 """
 
 
@@ -334,11 +343,13 @@ def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path, kind):
         model.export(str(tmp_path / "model"), verbose=False)
     np.savez(tmp_path / "weights.npz", *model.get_weights())
     ports = free_ports(2)
-    results = finish([start(flags + [f"--batch_size={BATCH}", f"--history={tmp_path / f'h{i}.csv'}"],
-                            tf_config(ports, i)) for i in range(2)])
+    results = finish([start(flags + [f"--batch_size={BATCH}", f"--history={tmp_path / f'h{i}.csv'}",
+                                     "--metrics=mae"], tf_config(ports, i)) for i in range(2)])
     assert all(code == 0 for code, _, _ in results), results
     with open(tmp_path / "h0.epochs.csv") as f:
-        ours = [float(r["loss"]) for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    ours = [float(r["loss"]) for r in rows]
+    our_mae = [float(r["mae"]) for r in rows]
     script = tmp_path / "mwms_worker.py"
     script.write_text(MWMS_WORKER)
     ports = free_ports(2)
@@ -348,9 +359,12 @@ def test_two_workers_match_multi_worker_mirrored_strategy(tmp_path, kind):
     theirs = finish(procs, timeout=150)
     for code, _, stderr in theirs:
         assert code == 0, stderr[-3000:]
-    losses = [float(l.split()[2]) for l in theirs[0][1].splitlines() if l.startswith("epoch_loss")]
+    logged = [l.split() for l in theirs[0][1].splitlines() if l.startswith("epoch_loss")]
+    losses, their_mae = [float(l[2]) for l in logged], [float(l[3]) for l in logged]
     assert len(ours) == len(losses) == EPOCHS
     np.testing.assert_allclose(ours, losses, rtol=0, atol=1e-4)
+    # The metric over the global batch (Keras sums its state over the workers), not a slice's.
+    np.testing.assert_allclose(our_mae, their_mae, rtol=0, atol=1e-4)
 
 
 def start_python(argv, config):
@@ -358,3 +372,177 @@ def start_python(argv, config):
     env["TF_CONFIG"] = config
     env["CUDA_VISIBLE_DEVICES"] = ""
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def run_one(flags):
+    one = subprocess.run([TOOL] + flags, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    return one
+
+
+def read_csv(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def run_two(tmp_path, flags, name="h"):
+    """Two workers (TF_CONFIG) with `flags`, each its own --history and --save_weights."""
+    ports = free_ports(2)
+    results = finish([start(flags + [f"--history={tmp_path / f'{name}{i}.csv'}",
+                                     f"--save_weights={tmp_path / f'{name}{i}.npz'}"], tf_config(ports, i))
+                      for i in range(2)])
+    for code, _, stderr in results:
+        assert code == 0, stderr
+    # Every worker ends with the chief's variables, bit for bit, and prints the same epochs.
+    assert len({fingerprint(stdout) for _, stdout, _ in results}) == 1
+    lines = [[l for l in stdout.splitlines() if l.startswith("epoch ")] for _, stdout, _ in results]
+    assert lines[0] == lines[1] and lines[0]
+    return results
+
+
+def assert_same_weights(a_path, b_path, rtol):
+    a, b = np.load(a_path), np.load(b_path)
+    assert sorted(a.files) == sorted(b.files)
+    for k in a.files:
+        np.testing.assert_allclose(b[k], a[k], rtol=rtol, atol=rtol / 10, err_msg=k)
+
+
+def test_metrics_are_the_global_batchs(tmp_path):
+    """--metrics with a cluster: each step's metric state increments are summed over the
+    workers, so every worker logs the global batch's running metrics, as one process does."""
+    import keras
+    keras.utils.set_random_seed(4)
+    x = keras.Input(shape=(5,), name="x")
+    h = keras.layers.Dense(8, activation="tanh")(x)
+    keras.Model(x, keras.layers.Dense(1, activation="sigmoid")(h)).export(str(tmp_path / "clf"), verbose=False)
+    rng = np.random.default_rng(4)
+    for name, n in [("c", N), ("cv", 20)]:
+        xs = rng.normal(size=(n, 5)).astype(np.float32)
+        np.savez(tmp_path / f"{name}.npz", x=xs, y=(xs[:, :1] + rng.normal(size=(n, 1)) > 0).astype(np.float32))
+    flags = [f"--library={LIBRARY}", f"--saved_model={tmp_path / 'clf'}", f"--data={tmp_path / 'c.npz'}",
+             f"--validation={tmp_path / 'cv.npz'}", "--inputs=x", "--targets=y", "--loss=binary_crossentropy",
+             "--metrics=accuracy,auc,mae", "--optimizer=adam", "--learning_rate=0.05", f"--epochs={EPOCHS}",
+             "--shuffle", "--seed=7", f"--collective_timeout={TIMEOUT}", f"--batch_size={BATCH}"]
+    run_one(flags + [f"--history={tmp_path / 'one.csv'}", f"--save_weights={tmp_path / 'one.npz'}"])
+    run_two(tmp_path, flags)
+    for suffix in (".csv", ".epochs.csv"):
+        one, two = read_csv(tmp_path / f"one{suffix}"), read_csv(tmp_path / f"h0{suffix}")
+        assert sorted(one) == sorted(two)
+        assert {"accuracy", "auc", "mae"} <= set(one)
+        for k in one:
+            tol = 1e-5 if "loss" in k else 1e-6
+            np.testing.assert_allclose(two[k], one[k], rtol=tol, atol=tol, err_msg=f"{suffix} {k}")
+    assert_same_weights(tmp_path / "one.npz", tmp_path / "h0.npz", 1e-5)
+
+
+def test_embedding_sparse_gradient(tmp_path):
+    """An Embedding (a variable gathered by rows: a sparse gradient in one process) is trained
+    with a cluster by all-reducing its gradient made dense: one process's losses and weights."""
+    import keras
+    keras.utils.set_random_seed(5)
+    ids = keras.Input(shape=(6,), dtype="int32", name="ids")
+    h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 4)(ids))
+    keras.Model(ids, keras.layers.Dense(2)(h)).export(str(tmp_path / "emb"), verbose=False)
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "e.npz", ids=rng.integers(0, 20, size=(N, 6)).astype(np.int32),
+             t=rng.normal(size=(N, 2)).astype(np.float32))
+    flags = [f"--library={LIBRARY}", f"--saved_model={tmp_path / 'emb'}", f"--data={tmp_path / 'e.npz'}",
+             "--inputs=ids", "--targets=t", "--loss=mse", "--optimizer=sgd", "--momentum=0.9",
+             "--learning_rate=0.5", f"--epochs={EPOCHS}", "--shuffle", "--seed=7",
+             f"--collective_timeout={TIMEOUT}", f"--batch_size={BATCH}"]
+    run_one(flags + [f"--history={tmp_path / 'one.csv'}", f"--save_weights={tmp_path / 'one.npz'}"])
+    run_two(tmp_path, flags)
+    np.testing.assert_allclose(step_losses(tmp_path / "h0.csv"), step_losses(tmp_path / "one.csv"),
+                               rtol=1e-5, atol=1e-7)
+    assert_same_weights(tmp_path / "one.npz", tmp_path / "h0.npz", 1e-5)
+    # The table is among the weights compared.
+    assert any(np.load(tmp_path / "one.npz")[k].shape == (20, 4) for k in np.load(tmp_path / "one.npz").files)
+
+
+def write_examples(path, x, t):
+    import tensorflow as tf
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for xi, ti in zip(x, t):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi)),
+                "t": tf.train.Feature(float_list=tf.train.FloatList(value=ti))})).SerializeToString())
+
+
+@pytest.mark.parametrize("files", [4, 5])
+def test_shard_by_files(tmp_path, files):
+    """--shard_by=files: worker i reads files i, i + 2, ... (sorted), 4 examples a step of the
+    global 8. With 4 files of 8 examples each epoch sees exactly their union: the training equals
+    one process fed, step by step, worker 0's 4 examples then worker 1's. With a fifth file,
+    worker 0 has more; the epoch ends for both when worker 1's run out (the same training)."""
+    flags = setup(tmp_path)
+    rng = np.random.default_rng(9)
+    per_file, batch = 8, 8
+    x = rng.normal(size=(files, per_file, 5)).astype(np.float32)
+    t = rng.normal(size=(files, per_file, 2)).astype(np.float32)
+    for i in range(files):
+        write_examples(tmp_path / f"part-{i}.tfrecord", x[i], t[i])
+    # One process: each global step worker 0's next 4 examples (of files 0, 2), then worker 1's
+    # (of files 1, 3).
+    share = batch // 2
+    mine = [np.concatenate([x[i] for i in (0, 2)]), np.concatenate([x[i] for i in (1, 3)])]
+    theirs = [np.concatenate([t[i] for i in (0, 2)]), np.concatenate([t[i] for i in (1, 3)])]
+    steps = len(mine[1]) // share
+    order_x = np.concatenate([w[k * share:(k + 1) * share] for k in range(steps) for w in mine])
+    order_t = np.concatenate([w[k * share:(k + 1) * share] for k in range(steps) for w in theirs])
+    np.savez(tmp_path / "ordered.npz", x=order_x, t=order_t)
+    common = [f for f in flags if f not in ("--shuffle", "--seed=7") and not f.startswith("--data=")]
+    common.append(f"--batch_size={batch}")
+    run_one(common + [f"--data={tmp_path / 'ordered.npz'}", f"--history={tmp_path / 'one.csv'}",
+                      f"--save_weights={tmp_path / 'one.npz'}"])
+    files_flags = common + [f"--data={tmp_path / 'part-*.tfrecord'}", "--features=t:float32:2",
+                            "--shard_by=files"]
+    results = run_two(tmp_path, files_flags)
+    for _, stdout, _ in results:
+        assert "optimizer iterations: %d" % (EPOCHS * steps) in stdout, stdout
+    np.testing.assert_allclose(step_losses(tmp_path / "h0.csv"), step_losses(tmp_path / "one.csv"),
+                               rtol=1e-5, atol=1e-7)
+    assert_same_weights(tmp_path / "one.npz", tmp_path / "h0.npz", 1e-5)
+    if files == 4:
+        # Fewer files than workers: refused before any peer is waited for.
+        code, _, stderr = finish([start(common + [f"--data={tmp_path / 'part-0.tfrecord'}",
+                                                  "--features=t:float32:2", "--shard_by=files",
+                                                  "--cluster=127.0.0.1:1,127.0.0.1:2", "--task_index=0"])],
+                                 timeout=60)[0]
+        assert code != 0
+        assert "'files' needs at least one file per worker; " in stderr and "has 1 for 2 workers" in stderr, stderr
+
+
+C_RUNNER = os.path.join(WORKSPACE, "tests", "train_fit_distributed_c_test")
+
+
+def test_c_api_workers_equal_the_tool(tmp_path):
+    """Two workers driven through the C API alone (TfExtNewTrainer with cluster and task_index
+    keys, TfExtTrainerFit) write the epochs CSV tf_ext_train's two workers write, byte for byte,
+    with metrics."""
+    flags = setup(tmp_path) + [f"--batch_size={BATCH}", "--metrics=mae"]
+    ports = free_ports(2)
+    cluster = ",".join(f"127.0.0.1:{p}" for p in ports)
+    results = finish([start(flags + [f"--cluster={cluster}", f"--task_index={i}",
+                                     f"--history={tmp_path / f'cli{i}.csv'}"]) for i in range(2)])
+    assert all(code == 0 for code, _, _ in results), results
+    keys = [f[2:] for f in flags if not f.startswith(("--library", "--saved_model"))]
+    keys = [k if "=" in k else k + "=1" for k in keys]  # --shuffle
+    export = [f.split("=", 1)[1] for f in flags if f.startswith("--saved_model")][0]
+    ports = free_ports(2)
+    cluster = ",".join(f"127.0.0.1:{p}" for p in ports)
+    env = dict(os.environ, TF_EXT_LIBRARY=LIBRARY)
+    env.pop("TF_CONFIG", None)
+    procs = [subprocess.Popen([C_RUNNER, export] + keys + [f"cluster={cluster}", f"task_index={i}",
+                                                          f"history={tmp_path / f'c{i}.csv'}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    results = finish(procs)
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+        assert stdout.startswith("epochs %d" % EPOCHS), stdout
+    # Both workers' last logs are the global ones.
+    assert results[0][1] == results[1][1]
+    with open(tmp_path / "cli0.epochs.csv") as a, open(tmp_path / "c0.epochs.csv") as b:
+        assert a.read() == b.read()
+    assert not (tmp_path / "c1.csv").exists()

@@ -339,9 +339,9 @@ absl::StatusOr<std::optional<Cluster>> ResolveCluster(const DistributedOptions& 
     return Invalid(absl::StrCat("option 'collective_timeout': ", options.collective_timeout,
                                 " is not a positive number of seconds"));
   }
-  if (options.shard_by != "batch") {
-    return absl::UnimplementedError(absl::StrCat(kWhat, "option 'shard_by': '", options.shard_by,
-                                                 "' is not supported yet (only 'batch')"));
+  if (options.shard_by != "batch" && options.shard_by != "files") {
+    return Invalid(absl::StrCat("option 'shard_by': '", options.shard_by,
+                                "' is not one of batch, files"));
   }
   if (!options.cluster.empty()) {
     auto c = FromFlag(options);
@@ -441,7 +441,8 @@ RunOptions Distributed::Run(RunKind kind) const {
 
 Node* Distributed::Collective(Graph* g, const std::string& op, const std::string& name,
                               const std::vector<NodeBuilder::NodeOut>& inputs, DataType dtype,
-                              absl::Status* status) {
+                              absl::Status* status, const std::string& merge_op,
+                              const std::string& final_op) {
   Node* size = IntConst(g, cluster_.size(), status);
   Node* group = IntConst(g, kGroupKey, status);
   Node* instance = IntConst(g, next_instance_key_++, status);
@@ -457,11 +458,19 @@ Node* Distributed::Collective(Graph* g, const std::string& op, const std::string
   b.Attr("T", dtype)
       .Attr("communication_hint", options_.communication_hint)
       .Attr("timeout_seconds", static_cast<float>(options_.collective_timeout));
-  if (op == "CollectiveReduceV2") b.Attr("merge_op", "Add").Attr("final_op", "Div");
+  if (op == "CollectiveReduceV2") b.Attr("merge_op", merge_op).Attr("final_op", final_op);
   return Build(g, b, status);
 }
 
 absl::Status Distributed::AllReduceMean(Graph* g, std::vector<GraphTensor>* tensors) {
+  return AllReduce(g, tensors, /*mean=*/true);
+}
+
+absl::Status Distributed::AllReduceSum(Graph* g, std::vector<GraphTensor>* tensors) {
+  return AllReduce(g, tensors, /*mean=*/false);
+}
+
+absl::Status Distributed::AllReduce(Graph* g, std::vector<GraphTensor>* tensors, bool mean) {
   absl::Status status;
   auto op = [&](const std::string& type, const std::vector<NodeBuilder::NodeOut>& inputs,
                 const std::string& name, std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
@@ -509,7 +518,8 @@ absl::Status Distributed::AllReduceMean(Graph* g, std::vector<GraphTensor>* tens
         concat.Input(flats).Input(axis);
         packed = Build(g, concat, &status);
       }
-      Node* reduced = Collective(g, "CollectiveReduceV2", "all_reduce", {{packed, 0}}, dtype, &status);
+      Node* reduced = Collective(g, "CollectiveReduceV2", mean ? "all_reduce" : "all_reduce_sum",
+                                 {{packed, 0}}, dtype, &status, "Add", mean ? "Div" : "Id");
       if (!status.ok()) return status;
       NodeBuilder stacked(g->NewName(absl::StrCat(kPrefix, "/sizes")), "Pack");
       stacked.Input(sizes);
@@ -581,6 +591,40 @@ absl::Status Distributed::AddBroadcast(Graph* g, const std::vector<std::pair<Gra
   if (!status.ok()) return status;
   out->target = target->name();
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Distributed::AllHave(Session* session, bool has) {
+  if (have_feed_.empty()) {
+    Graph g(OpRegistry::Global());
+    absl::Status status;
+    Node* feed = nullptr;
+    status = NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/have")), "Placeholder")
+                 .Attr("dtype", DT_INT32)
+                 .Attr("shape", TensorShape({}))
+                 .Finalize(&g, &feed);
+    if (!status.ok()) return status;
+    Node* all = Collective(&g, "CollectiveReduceV2", "all_have", {{feed, 0}}, DT_INT32, &status,
+                           "Min", "Id");
+    if (!status.ok()) return status;
+    // Named apart from the other graphs' nodes, whose names a Graph of their own numbered.
+    const std::string scope = absl::StrCat(kPrefix, "/all_have/");
+    GraphDef def;
+    g.ToGraphDef(&def);
+    for (NodeDef& n : *def.mutable_node()) {
+      n.set_name(scope + n.name());
+      for (std::string& in : *n.mutable_input()) in = in[0] == '^' ? "^" + scope + in.substr(1) : scope + in;
+    }
+    TF_RETURN_IF_ERROR(session->Extend(def));
+    have_feed_ = scope + feed->name() + ":0";
+    have_fetch_ = scope + all->name() + ":0";
+  }
+  Tensor mine(DT_INT32, TensorShape({}));
+  mine.scalar<int32_t>()() = has ? 1 : 0;
+  std::vector<Tensor> out;
+  RunMetadata unused;
+  absl::Status s = session->Run(Run(RunKind::kHave), {{have_feed_, mine}}, {have_fetch_}, {}, &out, &unused);
+  if (!s.ok()) return Explain(s);
+  return out[0].scalar<int32_t>()() == 1;
 }
 
 absl::Status Distributed::CheckAgree(Session* session, const std::vector<std::string>& names,

@@ -13,8 +13,12 @@
 // is the chief. collective_timeout bounds every wait on a peer (start-up, broadcast, each
 // step's all-reduce); a failed collective names the tasks that no longer answer.
 //
-// Limits: dense gradients only (an Embedding's sparse gradient is refused), metrics are refused
-// (they would be one worker's), BatchNormalization's moving statistics stay per worker, and
+// Metrics' state updates are summed over the workers each step (AllReduceSum), so every worker
+// holds the global batch's running metrics; a sparse gradient (an Embedding's rows) is made dense
+// before the all-reduce. With shard_by=files each step first agrees (AllHave) that every worker
+// has a batch, so an epoch ends for all when one worker's files run out.
+//
+// Limits: BatchNormalization's moving statistics stay per worker, and
 // TensorFlow's gRPC server listens on every interface of the named port: its runtime is
 // unauthenticated and belongs on a private network. A process serves one cluster (TensorFlow's
 // server cannot be stopped). Tested by tests/python/test_fit_distributed.py.
@@ -46,7 +50,9 @@ struct DistributedOptions {
   int64_t task_index = -1;    // this process's task in `cluster`
   double collective_timeout = 60;  // seconds any wait on a peer may take
   std::string communication_hint = "auto";  // CollectiveReduceV2's: auto, ring, nccl
-  std::string shard_by = "batch";  // each global batch split over the workers
+  // "batch": each worker its slice of every global batch; "files": each worker whole TFRecord
+  // files (i, i + N, ... of the sorted list), batch_size / N examples a step
+  std::string shard_by = "batch";
 };
 
 struct ClusterTask {
@@ -88,13 +94,19 @@ class Distributed {
   const SessionOptions& session_options() const { return session_options_; }
   // What a Session::Run that runs collectives passes: the collective graph key that keeps the
   // workers' step ids in step (one per kind of run).
-  enum class RunKind { kAgree = 1, kBroadcast = 2, kStep = 3 };
+  enum class RunKind { kAgree = 1, kBroadcast = 2, kStep = 3, kHave = 4 };
   RunOptions Run(RunKind kind) const;
 
   // Replaces each tensor by its mean over the workers: flattened, concatenated by dtype into
   // one pack each, CollectiveReduceV2 (Add, Div), split and reshaped back. The
   // instance keys are numbered in the order collectives are added, the same on every worker.
   absl::Status AllReduceMean(Graph* g, std::vector<GraphTensor>* tensors);
+  // The same, each tensor replaced by its sum over the workers (metrics' state updates).
+  absl::Status AllReduceSum(Graph* g, std::vector<GraphTensor>* tensors);
+
+  // Whether every worker `has` (something: a batch), by a Min all-reduce of one int32 in
+  // `session` (its graph added on the first call); every worker calls it equally often.
+  absl::StatusOr<bool> AllHave(Session* session, bool has);
 
   // What a training step all-reduces: its tensors, their packs (one per dtype) and the packs'
   // bytes, i.e. the gradients and the loss as they are, no copy added (-1: a shape unknown).
@@ -128,9 +140,12 @@ class Distributed {
   Distributed() = default;
   Node* Collective(Graph* g, const std::string& op, const std::string& name,
                    const std::vector<NodeBuilder::NodeOut>& inputs, DataType dtype,
-                   absl::Status* status);
+                   absl::Status* status, const std::string& merge_op = "Add",
+                   const std::string& final_op = "Div");
+  absl::Status AllReduce(Graph* g, std::vector<GraphTensor>* tensors, bool mean);
   Cluster cluster_;
   DistributedOptions options_;
+  std::string have_feed_, have_fetch_;  // AllHave's graph
   SessionOptions session_options_;
   int next_instance_key_ = 1;
   int kernel_threads_ = -1;

@@ -78,6 +78,23 @@ absl::Status TakeSlice(const Cluster& cluster, Batch* batch) {
 
 }  // namespace
 
+absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster) {
+  if (!IsTFRecordPath(data)) {
+    return Invalid(absl::StrCat("option 'shard_by': 'files' shards TFRecord files over the workers; '",
+                                data, "' is not TFRecord data (use shard_by=batch)"));
+  }
+  auto files = ExpandTFRecordFiles(data);
+  if (!files.ok()) return files.status();
+  if (static_cast<int64_t>(files->size()) < cluster.size()) {
+    return Invalid(absl::StrCat("option 'shard_by': 'files' needs at least one file per worker; '", data,
+                                "' has ", files->size(), " for ", cluster.size(),
+                                " workers (use shard_by=batch)"));
+  }
+  std::vector<std::string> mine;
+  for (size_t i = cluster.rank; i < files->size(); i += cluster.size()) mine.push_back((*files)[i]);
+  return absl::StrJoin(mine, ",");
+}
+
 const double* FindLog(const Logs& logs, const std::string& name) {
   for (const auto& [k, v] : logs) {
     if (k == name) return &v;
@@ -153,7 +170,17 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   spec.shuffle = f.shuffle;
   spec.shuffle_buffer = f.shuffle_buffer;
   spec.seed = f.seed;
-  auto data = OpenData(f.data, spec);
+  // shard_by=files: this worker reads whole files (i, i + N, ... of the sorted list), its share
+  // of the global batch a step, as tf.data's AutoShardPolicy.FILE.
+  const bool by_files = distributed != nullptr && options.distributed.shard_by == "files";
+  std::string data_path = f.data;
+  if (by_files) {
+    auto mine = WorkerFiles(f.data, distributed->cluster());
+    if (!mine.ok()) return mine.status();
+    data_path = *mine;
+    spec.batch_size = f.batch_size / distributed->cluster().size();
+  }
+  auto data = OpenData(data_path, spec);
   if (!data.ok()) return data.status();
   if ((*data)->examples() >= 0 && f.batch_size > (*data)->examples()) {
     return Invalid(absl::StrCat("batch_size=", f.batch_size, " is larger than the data (",
@@ -162,6 +189,7 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   std::unique_ptr<BatchSource> validation;
   if (!f.validation.empty()) {
     DataSpec v = spec;
+    v.batch_size = f.batch_size;
     v.shuffle = false;
     v.shuffle_buffer = 0;
     v.drop_remainder = false;
@@ -231,8 +259,16 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
       if (!more.ok()) {
         return absl::Status(more.status().code(), absl::StrCat((*data)->description(), ": ", more.status().message()));
       }
+      if (by_files) {
+        // The epoch ends for every worker when one worker's files run out.
+        auto all = trainer->AllWorkersHave(*more);
+        if (!all.ok()) {
+          return absl::Status(all.status().code(), absl::StrCat("step ", step, ": ", all.status().message()));
+        }
+        if (!*all) break;
+      }
       if (!*more) break;
-      if (distributed != nullptr) {
+      if (distributed != nullptr && !by_files) {
         if (absl::Status s = TakeSlice(distributed->cluster(), &batch); !s.ok()) {
           return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
         }

@@ -49,6 +49,11 @@ struct FitResult {
   std::vector<double> step_ms;     // each step's wall time
 };
 
+// shard_by=files: the TFRecord files of `data` this worker reads, comma-separated (i, i + N, ...
+// of the sorted list, i its rank, N the workers). InvalidArgument for data that is not
+// TFRecord files or has fewer files than workers.
+absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster);
+
 // Trains `trainer` as options.fit says (trainer was created with the same `options`).
 absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
                               const FitCallbacks& callbacks = {});

@@ -482,7 +482,8 @@ absl::Status AddMetrics(GraphOps* ops, const std::vector<MetricSpec>& specs, Gra
 
 absl::StatusOr<GraphDef> MetricUpdateGraph(const MetricNodes& nodes,
                                            const PartialTensorShape& targets_shape,
-                                           std::string* update) {
+                                           std::string* update,
+                                           const StateReducer& sum_over_workers) {
   // The Session's nodes the update reads, as placeholders of the same names, left out of the
   // GraphDef so that its inputs name the Session's nodes.
   Graph g(OpRegistry::Global());
@@ -531,6 +532,21 @@ absl::StatusOr<GraphDef> MetricUpdateGraph(const MetricNodes& nodes,
       UpdateMean(&b, *values, w, state[i], &updates);
     } else {
       UpdateConfusion(&b, kind, t, p, w, state[i], &updates);
+    }
+  }
+  if (sum_over_workers) {
+    TF_RETURN_IF_ERROR(ops.status());
+    // Every update is an AssignAddVariableOp(state, increment): its increment, summed over the
+    // workers, is added instead.
+    std::vector<GraphTensor> increments;
+    for (Node* u : updates) {
+      const Edge* e = nullptr;
+      TF_RETURN_IF_ERROR(u->input_edge(1, &e));
+      increments.push_back({e->src(), e->src_output()});
+    }
+    TF_RETURN_IF_ERROR(sum_over_workers(&g, &increments));
+    for (size_t i = 0; i < updates.size(); ++i) {
+      TF_RETURN_IF_ERROR(g.UpdateEdge(increments[i].node, increments[i].index, updates[i], 1));
     }
   }
   Node* group = ops.Group("update", updates);

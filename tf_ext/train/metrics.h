@@ -16,6 +16,7 @@
 #ifndef TF_EXT_TRAIN_METRICS_H_
 #define TF_EXT_TRAIN_METRICS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,9 +79,14 @@ absl::Status AddMetrics(GraphOps* ops, const std::vector<MetricSpec>& specs, Gra
 // The update of every metric's state from a batch whose targets have `targets_shape` (its first
 // dimension is the batch's, free): a GraphDef whose nodes read `nodes`' by name, to extend the
 // Session's graph with, and the name of the NoOp that runs every update.
+// With `sum_over_workers` (a cluster: Distributed::AllReduceSum), every state increment passes
+// through it before it is added, so each worker's state is the global batch's, as Keras's
+// SUM-aggregated metric variables read under a strategy.
+using StateReducer = std::function<absl::Status(Graph* g, std::vector<GraphTensor>* increments)>;
 absl::StatusOr<GraphDef> MetricUpdateGraph(const MetricNodes& nodes,
                                            const PartialTensorShape& targets_shape,
-                                           std::string* update);
+                                           std::string* update,
+                                           const StateReducer& sum_over_workers = nullptr);
 
 }  // namespace tensorflow::tf_ext::train
 

@@ -26,6 +26,7 @@
 #include "tf_ext/graph/runtime/export.h"
 #include "tf_ext/graph/runtime/saved_model.h"
 #include "tf_ext/train/checkpoint.h"
+#include "tf_ext/train/fit.h"
 #include "tf_ext/train/graph_ops.h"
 
 namespace tensorflow::tf_ext {
@@ -33,6 +34,8 @@ namespace {
 
 constexpr char kPrefix[] = "tf_ext_train";
 constexpr char kEvalPrefix[] = "tf_ext_eval";  // the inference forward Evaluate runs
+constexpr char kLocalMetricsPrefix[] = "tf_ext_local_metrics";  // Evaluate's, with a cluster
+constexpr char kGlobalMetricsPrefix[] = "tf_ext_global_metrics";  // Step's, with a cluster
 constexpr char kWhat[] = "trainer: ";
 
 // Every node of `graph` renamed "<prefix>/<name>" (inputs too). Variables keep their identity:
@@ -165,15 +168,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   auto cluster = train::ResolveCluster(options.distributed, std::getenv("TF_CONFIG"));
   if (!cluster.ok()) return cluster.status();
   if (cluster->has_value()) {
-    if (!metric_specs->empty()) {
-      return absl::UnimplementedError(absl::StrCat(
-          kWhat, "option 'metrics' is not supported yet with a cluster (each worker would "
-          "report its own slice's)"));
-    }
     if (options.fit.batch_size % (*cluster)->size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           kWhat, "batch_size=", options.fit.batch_size, " (the global batch) does not split over ",
           (*cluster)->size(), " workers: use a multiple of ", (*cluster)->size()));
+    }
+    if (options.distributed.shard_by == "files" && !options.fit.data.empty()) {
+      // Refused before any peer is waited for.
+      TF_RETURN_IF_ERROR(train::WorkerFiles(options.fit.data, **cluster).status());
     }
     auto d = train::Distributed::Start(**cluster, options.distributed, options.threads);
     if (!d.ok()) return d.status();
@@ -569,15 +571,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     if (value.node != nullptr) t->trainable_reads_.push_back(value.node->name() + ":0");
   }
   // With a cluster, the optimizer takes the workers' mean gradients; the loss is averaged in
-  // the same all-reduce.
+  // the same all-reduce. A sparse gradient (rows at ids) is made dense first, its rows summed
+  // into the variable's shape (repeated ids added), and the optimizer takes it dense.
   GraphTensor step_loss = loss;
   if (t->distributed_ != nullptr) {
     std::vector<GraphTensor> averaged = {loss};
     for (size_t i = 0; i < grads.size(); ++i) {
       if (grads[i].sparse()) {
-        return absl::UnimplementedError(absl::StrCat(
-            kWhat, "variable '", variables[i].name, "' has a sparse gradient (gathered rows), "
-            "which is not supported yet with a cluster"));
+        AttrValue shrink;
+        shrink.set_i(1);
+        GraphTensor vocab = ops.Op("StridedSlice",
+                                   {ops.Op("VariableShape", {variables[i].handle}, "shape"),
+                                    int_const(DT_INT32, {0}), int_const(DT_INT32, {1}),
+                                    int_const(DT_INT32, {1})},
+                                   "vocab", {{"shrink_axis_mask", shrink}});
+        grads[i].values = ops.Op("UnsortedSegmentSum", {grads[i].values, grads[i].indices, vocab},
+                                 "densified");
+        grads[i].indices = {};
+        TF_RETURN_IF_ERROR(ops.status());
       }
       averaged.push_back(grads[i].values);
     }
@@ -783,6 +794,11 @@ absl::StatusOr<int64_t> Trainer::BroadcastFromChief(int64_t value) {
   return out[0].flat<int64_t>()(0);
 }
 
+absl::StatusOr<bool> Trainer::AllWorkersHave(bool has) {
+  if (distributed_ == nullptr) return has;
+  return distributed_->AllHave(bundle_.session.get(), has);
+}
+
 absl::StatusOr<double> Trainer::Step(const std::vector<std::pair<std::string, Tensor>>& inputs,
                                      const Tensor& targets, const Tensor& weights,
                                      RunMetadata* trace) {
@@ -833,7 +849,9 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   std::vector<Tensor> out;
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
-  const std::string& metric_update = inference ? eval_->metric_update : metric_update_;
+  const std::string& metric_update = inference                                         ? eval_->metric_update
+                                     : !train && distributed_ != nullptr ? metric_update_local_
+                                                                         : metric_update_;
   if (!metric_update.empty()) targets_run.push_back(metric_update);
   // A training step with a cluster runs collectives: its step ids are kept in step.
   const bool collective = train && distributed_ != nullptr;
@@ -936,6 +954,23 @@ absl::Status Trainer::AddMetricUpdate(const Tensor& targets, bool inference) {
   if (inference) {
     RenameDefined(&*graph, kEvalPrefix);
     update = absl::StrCat(kEvalPrefix, "/", update);
+  }
+  if (distributed_ != nullptr && !inference) {
+    // A step's update with a cluster adds the increments summed over the workers (each worker
+    // saw its slice); the one built above, renamed apart, stays Evaluate's (every worker
+    // evaluates all the validation data).
+    RenameDefined(&*graph, kLocalMetricsPrefix);
+    metric_update_local_ = absl::StrCat(kLocalMetricsPrefix, "/", update);
+    TF_RETURN_IF_ERROR(bundle_.session->Extend(*graph));
+    auto global = train::MetricUpdateGraph(
+        metrics_, shape, &update, [this](Graph* g, std::vector<GraphTensor>* increments) {
+          return distributed_->AllReduceSum(g, increments);
+        });
+    if (!global.ok()) return global.status();
+    graph = std::move(global);
+    // Its collectives' nodes are named by a graph of their own: renamed apart from the step's.
+    RenameDefined(&*graph, kGlobalMetricsPrefix);
+    update = absl::StrCat(kGlobalMetricsPrefix, "/", update);
   }
   TF_RETURN_IF_ERROR(bundle_.session->Extend(*graph));
   metric_targets_shape_ = shape;

@@ -163,9 +163,8 @@ class Trainer {
   // What the user should know before training: BatchNormalization run in inference mode.
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
-  // With a memory budget: the step's estimated peak (forward, loss and backward above the
-  // feeds, the variables' reads counted as tensors) and what the backward pass recomputes to
-  // meet it; null without one.
+  // With a memory budget: the step's estimated peak (forward, loss and backward, above the
+  // variables and feeds) and what the backward pass recomputes to meet it; null without one.
   const MemoryPlan* memory_plan() const {
     return memory_plan_.has_value() ? &*memory_plan_ : nullptr;
   }
@@ -196,6 +195,9 @@ class Trainer {
   // Sets every variable and the optimizer's state to the chief's, and returns the chief's
   // `value` (a resumed run's epoch); without a cluster, returns `value`.
   absl::StatusOr<int64_t> BroadcastFromChief(int64_t value);
+  // Whether every worker `has` (its next batch: shard_by=files), by a collective every worker
+  // runs as often; without a cluster, `has`.
+  absl::StatusOr<bool> AllWorkersHave(bool has);
 
  private:
   Trainer() = default;
@@ -217,6 +219,9 @@ class Trainer {
   // targets give its shape.
   train::MetricNodes metrics_;
   std::string metric_update_;
+  // With a cluster: metric_update_ adds the increments summed over the workers; this one, this
+  // worker's own (Evaluate's, when no inference function is evaluated).
+  std::string metric_update_local_;
   PartialTensorShape metric_targets_shape_;
   // `inference`: Evaluate's update, from the inference forward's output.
   absl::Status AddMetricUpdate(const Tensor& targets, bool inference);
