@@ -273,7 +273,9 @@ std::vector<TrainerOption> MakeTable() {
             TF_EXT_OPTION_FIELD(distributed.collective_timeout)),
       Field("communication_hint", "HINT", "the all-reduce's implementation, as CollectiveReduceV2's",
             TF_EXT_OPTION_FIELD(distributed.communication_hint), {"auto", "ring", "nccl"}),
-      Field("shard_by", "HOW", "what each worker takes: batch, its slice of every global batch (files: not yet)",
+      Field("shard_by", "HOW",
+            "what each worker takes: batch, its slice of every global batch; files, whole "
+            "TFRecord files (i, i+N, ... sorted), batch_size/N examples a step",
             TF_EXT_OPTION_FIELD(distributed.shard_by), {"batch", "files"}),
   };
   return t;
