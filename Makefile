@@ -46,8 +46,10 @@ registries: setup
 
 # Attribute-sweep audit: every op with both a C++ and a Python gradient, on configurations
 # generated from its OpDef (tf_ext_gradcheck --emit_configs), C++'s gradient against Python's;
-# a table per op and a summary; fails on an unexplained mismatch (docs/registries.md). ~30 s.
-# `make test` runs a seeded subset (//tests:audit_gradients_py_test).
+# a table per op and a summary; where Python's gradient fails (PY-FAILS), C++'s against central
+# differences; fails on an unexplained mismatch, a C++ gradient that is not the derivative or an
+# unclassified both-fail row (docs/registries.md). ~50 s. `make test` runs a seeded subset and
+# the PY-FAILS ops (//tests:audit_gradients_py_test).
 audit: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/audit_gradients.py --gradcheck=$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck \

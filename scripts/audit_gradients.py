@@ -18,8 +18,12 @@ incoming gradient, run by one Session.
 
 Classes: match (max|cpp - py| <= tol * max|py|; tol 1e-9 for float64/complex128, 1e-4 for
 float32/complex64), MISMATCH, CPP-FAILS (Python's runs), PY-FAILS (C++'s runs), both fail,
-invalid (the forward op fails: a variant the op does not accept; skipped, counted). Exit
-status 1 on a MISMATCH or CPP-FAILS row that EXPLAINED does not name.
+invalid (the forward op fails, or its inputs break a CONTRACTS rule: a variant the op does not
+accept; skipped, counted). A PY-FAILS row's C++ gradient is checked against central differences
+(numeric_check: C++ = numeric, C++ != numeric, empty (shape checked), unchecked); a both-fail
+row is classified by BOTH_FAIL. Exit status 1 on a MISMATCH or CPP-FAILS row that EXPLAINED
+does not name, a PY-FAILS row whose C++ gradient is not the derivative, or an unclassified
+both-fail row.
 """
 
 import argparse
@@ -80,6 +84,40 @@ EXPLAINED = {
 KNOWN = {
 }
 
+# "both fail" rows: (op, variant glob, dtype glob) -> (kind, text Python's error must hold, text
+# C++'s must hold, why). A both-fail row not listed, or failing otherwise, is unexplained.
+_DISABLED = "by design"
+_GAP = "a gap in both"
+_KERNEL = "a kernel lacks the variant"
+BOTH_FAIL = {
+    ("PreventGradient", "*", "*"): (
+        _DISABLED, "explicitly disabled", "explicitly disabled",
+        "the op exists to make differentiating through it an error"),
+    ("MatrixSolveLs", "fast=false", "*"): (
+        _GAP, "fast=False", "fast=False",
+        "no gradient of the complete orthogonal factorisation path (fast=False), in either"),
+    ("Qr", "full_matrices=true", "*"): (
+        _GAP, "full_matrices", "full_matrices",
+        "no gradient of a full Q of a matrix with more rows than columns, in either"),
+    ("MatrixDeterminant", "dim0=1", "*"): (
+        _GAP, "not invertible", "not invertible",
+        "the sampled matrix is singular: det's derivative (the adjugate) exists there, but both "
+        "gradients compute det(A) inv(A)^H"),
+    ("ClipByValue", "*", "complex*"): (
+        _GAP, "not in list of allowed values", "is not in the list of allowed values",
+        "complex numbers have no order (the CPU kernel clips real parts); both gradients select "
+        "with comparison ops that take real types only"),
+    ("Conv2D", "dilations=*", "*"): (
+        _KERNEL, "do not yet support dilation", "do not yet support dilation",
+        "TensorFlow's default CPU Conv2DBackprop* kernels take no dilation (a Session without "
+        "oneDNN's rewrite); inlined, oneDNN's kernels run it (\"Overrides\" above)"),
+}
+for _op in ("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"):
+    BOTH_FAIL[(_op, "dilations=*", "*")] = (
+        _KERNEL, "", "does not support dilations",
+        "TensorFlow's CPU depthwise kernels take no dilation (the forward op's shape function "
+        "accepts it); Python's gradient fails first where it builds a wrongly shaped gradient")
+
 # Rows not replayed because a TensorFlow kernel aborts the process on them (a CHECK failure,
 # not an error status): (op, variant glob, dtype glob) -> what aborts. Counted as "invalid".
 ABORTS = {
@@ -87,6 +125,35 @@ ABORTS = {
                                    "of both) aborts on an empty batch: 'Check failed: dtype() == "
                                    "expected_dtype'",
 }
+
+
+
+def _pool_grad_contract(op, values):
+    """AvgPoolGrad's `grad` must have AvgPool's output shape for orig_input_shape: the sweep's
+    size-1/empty first dimension and padding flips change one input alone, and the kernel does
+    not check (it reads what it indexes), so those rows are outside the op's domain."""
+    orig, grad = [int(v) for v in values[0]], list(np.shape(values[1]))
+    nchw = op.get_attr("data_format") == b"NCHW"
+    ksize, strides = op.get_attr("ksize"), op.get_attr("strides")
+    want = []
+    for d, (n, k, st) in enumerate(zip(orig, ksize, strides)):
+        if op.get_attr("padding") == b"VALID":
+            want.append(max(0, -(-(n - k + 1) // st)))
+        else:
+            want.append(-(-n // st))
+    if nchw:
+        want[0], want[1] = orig[0], orig[1]
+    else:
+        want[0], want[3] = orig[0], orig[3]
+    if grad != want:
+        return (f"grad's shape {grad} is not AvgPool's output shape {want} for orig_input_shape "
+                f"{orig} (the kernel does not check)")
+    return None
+
+
+# op -> f(op, input values) -> why the row's inputs are outside the op's domain (or None):
+# checked on every row whose forward runs; such a row is "invalid".
+CONTRACTS = {"AvgPoolGrad": _pool_grad_contract}
 
 TOLERANCE = {tf.float64: 1e-9, tf.complex128: 1e-9, tf.float32: 1e-4, tf.complex64: 1e-4}
 
@@ -160,6 +227,10 @@ def replay(row, directory, seed):
                 outputs = sess.run(list(op.outputs))
             except Exception as e:  # noqa: BLE001
                 return "invalid", _first_line(e)
+            if op.type in CONTRACTS:
+                why = CONTRACTS[op.type](op, sess.run(list(op.inputs)))
+                if why:
+                    return "invalid", why
             rng = np.random.default_rng(seed)
             dys = []
             for t, name, value in zip(op.outputs, _output_names(op), outputs):
@@ -171,8 +242,11 @@ def replay(row, directory, seed):
                     dys.append(tf.constant(np.zeros(value.shape, t.dtype.as_numpy_dtype)))
             xs = list(op.inputs)
             py_error = cpp_error = None
+            # tf.gradients refuses a bool output even with an incoming gradient (SparseFillEmptyRows'
+            # empty_row_indicator): Python differentiates the others; SymbolicGradient takes all.
+            ys = [(t, dy) for t, dy in zip(op.outputs, dys) if t.dtype != tf.bool]
             try:
-                py = tf.gradients([t for t in op.outputs], xs, grad_ys=dys)
+                py = tf.gradients([t for t, _ in ys], xs, grad_ys=[dy for _, dy in ys])
                 py_values = sess.run([tf.zeros_like(x) if p is None else tf.convert_to_tensor(p)
                                       for p, x in zip(py, xs)])  # IndexedSlices densified
             except Exception as e:  # noqa: BLE001
@@ -185,6 +259,9 @@ def replay(row, directory, seed):
                 cpp_values = sess.run(cpp)
             except Exception as e:  # noqa: BLE001
                 cpp_error = _first_line(e)
+            if py_error and not cpp_error:
+                row["numeric"], row["numeric_detail"] = numeric_check(
+                    row, graph_def, sess, op, xs, sess.run(dys), cpp_values, seed)
     if py_error and cpp_error:
         return "both fail", f"py: {py_error} | cpp: {cpp_error}"
     if cpp_error:
@@ -203,6 +280,137 @@ def replay(row, directory, seed):
             worst = err / TOLERANCE.get(x.dtype, 1e-4)
             where = f"d({name}) {x.dtype.name}{list(x.shape)}: error {err:.2e}"
     return ("MISMATCH", where) if worst > 1 else ("match", "")
+
+
+# The central-difference check of C++'s gradient where Python's fails (PY-FAILS rows):
+# L(x) = sum Re(conj(dy) * y) over the differentiable outputs, its derivative along each
+# element of each differentiable input (d/dRe and d/dIm of a complex one: TensorFlow's gradient
+# is dL/dRe + i dL/dIm), against the C++ gradient's element. Float64 (a float32 row is replayed
+# widened, the float32 C++ gradient compared with its float64 differences), else float32 with
+# a larger step. An element whose one-sided differences disagree (a kink or a jump at the
+# sampled point) is not compared, and counted.
+NUMERIC_STEP = {"float64": 1e-6, "float32": 1e-3}
+NUMERIC_TOLERANCE = {"float64": 1e-6, "float32 vs float64": 1e-3, "float32": 1e-2}
+NUMERIC_KINK = {"float64": 1e-3, "float32": 1e-2}  # |right - left| / max|gradient|
+NUMERIC_MAX_ELEMENTS = 48  # per input, a seeded sample beyond that
+NUMERIC_VERDICTS = ["C++ = numeric", "C++ != numeric", "empty, shape checked", "unchecked"]
+_WIDEN = {tf.float32.as_datatype_enum: tf.float64.as_datatype_enum,
+          tf.complex64.as_datatype_enum: tf.complex128.as_datatype_enum}
+
+
+def _widened(graph_def):
+    """graph_def with float32/complex64 attrs and constants made float64/complex128."""
+    wide = tf.compat.v1.GraphDef()
+    wide.CopyFrom(graph_def)
+    for node in wide.node:
+        for attr in node.attr.values():
+            kind = attr.WhichOneof("value")
+            if kind == "type" and attr.type in _WIDEN:
+                attr.type = _WIDEN[attr.type]
+            elif kind == "list":
+                for i, t in enumerate(attr.list.type):
+                    attr.list.type[i] = _WIDEN.get(t, t)
+            elif kind == "tensor" and attr.tensor.dtype in _WIDEN:
+                value = tf.make_ndarray(attr.tensor)
+                attr.tensor.CopyFrom(tf.make_tensor_proto(
+                    value.astype(np.complex128 if np.iscomplexobj(value) else np.float64)))
+    return wide
+
+
+def numeric_check(row, graph_def, sess, op, xs, dys, cpp_values, seed):
+    """(verdict, detail): C++'s gradient of a row against central differences (above)."""
+    names = [a.name for a in op.op_def.input_arg]
+    names = names if len(names) == len(xs) else [str(i) for i in range(len(xs))]
+    checked = [k for k, x in enumerate(xs) if (x.dtype.is_floating or x.dtype.is_complex)
+               and names[k] not in row["nondiff"]]
+    if not checked:
+        return "unchecked", "no differentiable input"
+    x_values = [np.asarray(v) for v in sess.run(xs)]
+    for k in checked:
+        if np.shape(cpp_values[k]) != np.shape(x_values[k]):
+            return "C++ != numeric", (f"d({names[k]}) has shape {list(np.shape(cpp_values[k]))}, "
+                                      f"the input {list(np.shape(x_values[k]))}")
+    if all(np.size(x_values[k]) == 0 for k in checked):
+        return "empty, shape checked", "every differentiable input is empty"
+    out_names = _output_names(op)
+    used = [i for i, t in enumerate(op.outputs) if (t.dtype.is_floating or t.dtype.is_complex)
+            and out_names[i] not in row["ignore_outputs"]]
+    # A graph of its own: tf.gradients may have marked the constants unfeedable (constant_value).
+    narrow = any(xs[k].dtype in (tf.float32, tf.complex64) for k in checked)
+    precision = "float32 vs float64" if narrow else "float64"
+    for attempt in ([precision, "float32"] if narrow else [precision]):
+        graph = tf.Graph()
+        eval_sess = tf.compat.v1.Session(graph=graph, config=_SESSION_CONFIG)
+        try:
+            with graph.as_default():
+                tf.import_graph_def(_widened(graph_def) if attempt == "float32 vs float64"
+                                    else graph_def, name="")
+                eval_op = graph.get_operation_by_name("op")
+            eval_sess.run(eval_op.outputs)
+            precision = attempt
+            break
+        except Exception:  # noqa: BLE001 - the op has no float64 kernel: float32 steps
+            eval_sess.close()
+    if precision == "float32 vs float64":
+        x_values = [v.astype(np.complex128 if np.iscomplexobj(v) else np.float64)
+                    if v.dtype in (np.float32, np.complex64) else v for v in x_values]
+        dys = [np.asarray(d).astype(np.complex128 if np.iscomplexobj(d) else np.float64)
+               if np.asarray(d).dtype in (np.float32, np.complex64) else d for d in dys]
+    step = NUMERIC_STEP["float32" if precision == "float32" else "float64"]
+    inputs = list(eval_op.inputs)
+
+    def loss(values):
+        ys = eval_sess.run([eval_op.outputs[i] for i in used], feed_dict=dict(zip(inputs, values)))
+        return sum(float(np.real(np.sum(np.conj(dys[i]).astype(np.complex128)
+                                        * np.asarray(y).astype(np.complex128))))
+                   for i, y in zip(used, ys))
+
+    try:
+        rng = np.random.default_rng(seed)
+        base = loss(x_values)
+        samples = []  # (input, index, direction, central difference, |right - left| slope)
+        for k in checked:
+            x = x_values[k]
+            where = list(np.ndindex(x.shape))
+            if len(where) > NUMERIC_MAX_ELEMENTS:
+                where = [where[i] for i in sorted(rng.choice(len(where), NUMERIC_MAX_ELEMENTS,
+                                                             replace=False))]
+            for idx in where:
+                for d in ((1, 1j) if np.iscomplexobj(x) else (1,)):
+                    f = []
+                    for sign in (1, -1):
+                        values = list(x_values)
+                        values[k] = x.copy()
+                        values[k][idx] += sign * step * d
+                        f.append(loss(values))
+                    samples.append((k, idx, d, (f[0] - f[1]) / (2 * step),
+                                    abs((f[0] - base) - (base - f[1])) / step))
+    finally:
+        eval_sess.close()
+    scale = max([abs(s[3]) for s in samples]
+                + [float(np.max(np.abs(cpp_values[k]), initial=0)) for k in checked])
+    scale = scale if scale > 0 else 1.0
+    kink = NUMERIC_KINK["float32" if precision == "float32" else "float64"] * scale
+    smooth = [s for s in samples if s[4] <= kink]
+    if not smooth:
+        return "unchecked", (f"not differentiable at the sampled point: all {len(samples)} "
+                             "differences one-sided-inconsistent")
+    worst, where = 0.0, ""
+    for k, idx, d, num, _ in smooth:
+        got = complex(np.asarray(cpp_values[k])[idx])
+        got = got.real if d == 1 else got.imag
+        if abs(got - num) / scale >= worst:
+            worst = abs(got - num) / scale
+            where = (f"d({names[k]}){list(idx)}{'' if d == 1 else ' imag'}: C++ {got:.6g}, "
+                     f"numeric {num:.6g}")
+    tol = NUMERIC_TOLERANCE[precision]
+    detail = (f"{precision}, {len(smooth)} elements, max error {worst:.1e} of max|gradient| "
+              f"{scale:.3g} (tolerance {tol:g})"
+              + (f", {len(samples) - len(smooth)} at a kink skipped" if len(smooth) < len(samples)
+                 else ""))
+    if worst > tol:
+        return "C++ != numeric", f"{detail}; worst {where}"
+    return "C++ = numeric", detail
 
 
 def _output_names(op):
@@ -265,37 +473,80 @@ def main(argv=None):
             else:
                 row["class"], row["detail"] = replay(row, directory, args.seed + i)
             known = lookup(EXPLAINED, row) or lookup(KNOWN, row)
-            if row["class"] in ("MISMATCH", "CPP-FAILS") and known is not None:
+            if row["class"] == "PY-FAILS" and row["numeric"] == "C++ != numeric":
+                row["class"] = "PY-FAILS, C++ != numeric"
+            if row["class"] in ("MISMATCH", "CPP-FAILS", "PY-FAILS, C++ != numeric") \
+                    and known is not None:
                 row["class"] += " (explained)" if lookup(EXPLAINED, row) else " (KNOWN)"
                 row["why"] = known
+            if row["class"] == "both fail":
+                row["both"] = classify_both_fail(row)
     return report(rows, skipped_ops, args, time.time() - start)
+
+
+def classify_both_fail(row):
+    """The BOTH_FAIL kind of a both-fail row whose errors hold the listed texts, else None."""
+    entry = lookup(BOTH_FAIL, row)
+    if entry is None:
+        return None
+    kind, py_text, cpp_text, why = entry
+    py_error, _, cpp_error = row["detail"].partition(" | cpp: ")
+    if py_text not in py_error or cpp_text not in cpp_error:
+        return None
+    row["why"] = why
+    return kind
+
+
+def _column(row):
+    """The table column of a row: its class, a PY-FAILS row by its central-difference verdict."""
+    cls = row["class"].split(" (")[0]
+    if cls == "PY-FAILS":
+        return "PY-FAILS, " + row["numeric"]
+    return cls
+
+
+COLUMNS = ["match", "MISMATCH", "CPP-FAILS"] + [f"PY-FAILS, {v}" for v in NUMERIC_VERDICTS] \
+    + ["both fail", "invalid"]
 
 
 def report(rows, skipped_ops, args, seconds):
     by_op = {}
     for r in rows:
         by_op.setdefault(r["op"], []).append(r)
-    classes = ["match", "MISMATCH", "CPP-FAILS", "PY-FAILS", "both fail", "invalid"]
     if not args.quiet:
-        print("| op | rows | " + " | ".join(classes) + " |")
-        print("|---|---|" + "---|" * len(classes))
+        print("| op | rows | " + " | ".join(COLUMNS) + " |")
+        print("|---|---|" + "---|" * len(COLUMNS))
         for op, rs in sorted(by_op.items()):
-            counts = [sum(r["class"].split(" (")[0] == c for r in rs) for c in classes]
+            counts = [sum(_column(r) == c for r in rs) for c in COLUMNS]
             print(f"| {op} | {len(rs)} | " + " | ".join(str(c) for c in counts) + " |")
-    total = {c: sum(r["class"].split(" (")[0] == c for r in rows) for c in classes}
-    defects = [r for r in rows if r["class"] in ("MISMATCH", "CPP-FAILS")]
+    total = {c: sum(_column(r) == c for r in rows) for c in COLUMNS}
+    defects = [r for r in rows if r["class"] in ("MISMATCH", "CPP-FAILS", "PY-FAILS, C++ != numeric")
+               or (r["class"] == "both fail" and r.get("both") is None)]
     known = [r for r in rows if "(" in r["class"]]
     for r in known + defects:
         print(f"{r['class']}: {r['op']} config {r['config']} [{r['variant']}] {r['dtype']}: "
-              f"{r['detail']}" + (f" -- {r['why']}" if "why" in r else ""))
+              f"{r['detail']}" + (f" -- {r.get('numeric_detail')}" if r.get("numeric") else "")
+              + (f" -- {r['why']}" if "why" in r else ""))
     if not args.quiet:
         for r in rows:
             if r["class"] == "PY-FAILS":
-                print(f"PY-FAILS: {r['op']} config {r['config']} [{r['variant']}] {r['dtype']}: "
-                      f"{r['detail']}")
+                print(f"PY-FAILS, {r['numeric']}: {r['op']} config {r['config']} [{r['variant']}] "
+                      f"{r['dtype']}: Python: {r['detail']} -- {r['numeric_detail']}")
+            elif r["class"] == "both fail" and r.get("both"):
+                print(f"both fail, {r['both']}: {r['op']} config {r['config']} [{r['variant']}] "
+                      f"{r['dtype']}: {r['why']}")
+    py_fails = sum(total[c] for c in COLUMNS if c.startswith("PY-FAILS"))
+    both = [r for r in rows if r["class"] == "both fail"]
+    kinds = {}
+    for r in both:
+        kinds[r.get("both") or "UNEXPLAINED"] = kinds.get(r.get("both") or "UNEXPLAINED", 0) + 1
     print(f"audit: {len(by_op)} ops, {len(rows)} configurations"
           + (f" (seeded subset {args.subset}, seed {args.seed})" if args.subset else "")
-          + ": " + ", ".join(f"{total[c]} {c}" for c in classes)
+          + f": {total['match']} match, {total['MISMATCH']} MISMATCH, {total['CPP-FAILS']} CPP-FAILS, "
+          f"{py_fails} PY-FAILS ("
+          + ", ".join(f"{total['PY-FAILS, ' + v]} {v}" for v in NUMERIC_VERDICTS) + "), "
+          f"{len(both)} both fail ("
+          + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + f"), {total['invalid']} invalid"
           + f"; {len(known)} explained or known; {len(defects)} unexplained; "
           f"{len(skipped_ops)} ops without both gradients skipped; {seconds:.0f} s")
     if args.json:

@@ -2,8 +2,11 @@
 rows (C++'s gradient against Python's on configurations tf_ext_gradcheck --emit_configs
 generates from each OpDef) has no unexplained mismatch; every explanation is in the docs; and
 where the audit explains a mismatch by Python's gradient not being the derivative, a test here
-(or the one the explanation names) shows it against central differences."""
+(or the one the explanation names) shows it against central differences. Where Python's gradient
+fails and C++'s runs (PY-FAILS), the audit's own central-difference check of C++'s gradient
+(shown here to accept the derivative and reject a wrong one), and the both-fail classes."""
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -158,3 +161,168 @@ def test_split_gradient_is_pythons(num_split):
         lambda a: tf.raw_ops.Split(axis=-1, value=a, num_split=num_split), [x], dys)
     np.testing.assert_allclose(cpp_dx, py_dx, rtol=1e-12)
     np.testing.assert_allclose(cpp_dx, np.concatenate(dys, axis=-1), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# PY-FAILS rows (Python's gradient fails, C++'s runs): the audit checks C++'s against central
+# differences; both-fail rows are classified.
+
+PY_FAILS_OPS = ("ApproxTopK,DebugGradientIdentity,IsotonicRegression,QuantizeAndDequantizeV4Grad,"
+                "RFFT,RFFT2D,SoftmaxCrossEntropyWithLogits,SparseToDense,SparseFillEmptyRows,"
+                "AvgPoolGrad,PreventGradient,MatrixSolveLs")
+
+
+def _run_audit(tmp_path, *extra):
+    out = tmp_path / "rows.json"
+    rc = AUDIT.main([f"--gradcheck={os.path.join(BIN, 'tf_ext', 'tf_ext_gradcheck')}",
+                     f"--library={os.environ['TF_EXT_LIBRARY']}",
+                     f"--spec={os.path.join(ROOT, 'tf_ext', 'tools', 'tf_core_gradcheck_spec.txt')}",
+                     f"--json={out}", "--quiet", *extra])
+    with open(out, encoding="utf-8") as f:
+        return rc, json.load(f)
+
+
+def test_py_fails_rows_are_checked_against_central_differences(tmp_path, capsys):
+    rc, rows = _run_audit(tmp_path, f"--ops={PY_FAILS_OPS}", "--seed=2")
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0, summary
+    py_fails = [r for r in rows if r["class"].startswith("PY-FAILS")]
+    verdicts = {r["numeric"] for r in py_fails}
+    assert verdicts <= {"C++ = numeric", "empty, shape checked"}, [
+        (r["op"], r["variant"], r["numeric_detail"]) for r in py_fails
+        if r["numeric"] not in ("C++ = numeric", "empty, shape checked")]
+    checked = {r["op"] for r in py_fails if r["numeric"] == "C++ = numeric"}
+    assert checked >= {"ApproxTopK", "DebugGradientIdentity", "QuantizeAndDequantizeV4Grad", "RFFT",
+                       "RFFT2D", "SoftmaxCrossEntropyWithLogits", "SparseToDense"}, checked
+    # float32 rows are differenced in float64 where the op has a float64 kernel, else in float32
+    details = {(r["op"], r["dtype"]): r["numeric_detail"] for r in py_fails}
+    assert details[("RFFT", "float")].startswith("float32 vs float64"), details[("RFFT", "float")]
+    assert details[("ApproxTopK", "float")].startswith("float32,"), details[("ApproxTopK", "float")]
+    # tf.gradients differentiates the non-bool outputs: SparseFillEmptyRows is compared
+    fill = [r["class"] for r in rows if r["op"] == "SparseFillEmptyRows"]
+    assert "match" in fill and not any(c.startswith("PY-FAILS") for c in fill), fill
+    # AvgPoolGrad rows whose grad is not AvgPool's output shape are outside the op's domain
+    pool = [r for r in rows if r["op"] == "AvgPoolGrad" and "not AvgPool's output shape" in r["detail"]]
+    assert pool and all(r["class"] == "invalid" for r in pool)
+    both = [r for r in rows if r["class"] == "both fail"]
+    assert both and all(r.get("both") for r in both), both
+    assert {r["both"] for r in both} == {"by design", "a gap in both"}
+
+
+def _graph(build):
+    """GraphDef of Const inputs feeding node "op" (as --emit_configs writes), its op."""
+    with tf.Graph().as_default() as g:
+        build()
+        return g.as_graph_def()
+
+
+def _check(graph_def, cpp=None, scale=1.0, nondiff=()):
+    """numeric_check's verdict for graph_def's op, with C++'s gradient times `scale` (or cpp)."""
+    tf_ext.library()
+    with tf.Graph().as_default() as g:
+        tf.import_graph_def(graph_def, name="")
+        op = g.get_operation_by_name("op")
+        xs = list(op.inputs)
+        rng = np.random.default_rng(8)
+        dys = [tf.constant(rng.uniform(-1, 1, t.shape).astype(t.dtype.as_numpy_dtype))
+               for t in op.outputs]
+        f = attr_value_pb2.NameAttrList(name=op.type)
+        for k, v in op.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        grad = tf.raw_ops.SymbolicGradient(input=xs + dys, Tout=[x.dtype for x in xs], f=f)
+        with tf.compat.v1.Session() as sess:
+            values = sess.run(grad)
+            values = [v * scale for v in values] if cpp is None else cpp(values)
+            row = {"nondiff": list(nondiff), "ignore_outputs": []}
+            return AUDIT.numeric_check(row, graph_def, sess, op, xs, sess.run(dys), values, 1)
+
+
+def _tanh(dtype):
+    def build():
+        x = tf.constant(np.linspace(-1, 1, 6).reshape(2, 3).astype(dtype))
+        tf.raw_ops.Tanh(x=x, name="op")
+    return _graph(build)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_numeric_check_accepts_the_derivative_and_rejects_others(dtype):
+    verdict, detail = _check(_tanh(dtype))
+    assert verdict == "C++ = numeric", detail
+    assert detail.startswith("float64" if dtype != np.float32 else "float32 vs float64"), detail
+    verdict, detail = _check(_tanh(dtype), scale=1.01)  # 1% off: caught in every precision
+    assert verdict == "C++ != numeric", detail
+    verdict, detail = _check(_tanh(dtype), cpp=lambda v: [x[:1] for x in v])  # wrong shape
+    assert verdict == "C++ != numeric" and "shape" in detail, detail
+
+
+def test_numeric_check_skips_kinks():
+    """Abs at 0 (one-sided slopes -1, 1): that element is skipped and counted; all at 0: the row
+    is unchecked, not differentiable at the sampled point."""
+    def build(values):
+        return _graph(lambda: tf.raw_ops.Abs(x=tf.constant(np.array(values)), name="op"))
+    verdict, detail = _check(build([0.0, 0.5, -0.25]))
+    assert verdict == "C++ = numeric" and "1 at a kink skipped" in detail, detail
+    verdict, detail = _check(build([0.0, 0.0]))
+    assert verdict == "unchecked" and "not differentiable" in detail, detail
+
+
+def test_avg_pool_grad_contract_follows_avg_pool():
+    """The audit's AvgPoolGrad domain check agrees with the shape AvgPool itself makes."""
+    seen = set()
+    for padding in ("VALID", "SAME"):
+        for orig in ((1, 4, 4, 2), (2, 5, 5, 2), (2, 6, 7, 1)):
+            for grad in ((1, 1, 1, 2), (2, 2, 2, 2), (2, 3, 3, 2), (1, 3, 3, 2), (2, 3, 4, 1)):
+                pooled = tf.nn.avg_pool2d(tf.zeros(orig), 3, 2, padding)  # what AvgPool makes
+                ok = tuple(pooled.shape) == grad
+                with tf.Graph().as_default():
+                    op = tf.raw_ops.AvgPoolGrad(orig_input_shape=list(orig), grad=tf.zeros(grad),
+                                                ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                                                padding=padding).op
+                    why = AUDIT.CONTRACTS["AvgPoolGrad"](op, [np.array(orig), np.zeros(grad)])
+                assert (why is None) == ok, (padding, orig, grad, why)
+                seen.add(ok)
+    assert seen == {True, False}
+
+
+def test_both_fail_rows_need_the_listed_errors():
+    row = {"op": "PreventGradient", "variant": "base", "dtype": "double",
+           "detail": "py: Gradient explicitly disabled. | cpp: PreventGradient: gradient "
+                     "explicitly disabled."}
+    assert AUDIT.classify_both_fail(dict(row)) == "by design"
+    row["detail"] = "py: Gradient explicitly disabled. | cpp: some other failure"
+    assert AUDIT.classify_both_fail(dict(row)) is None
+    assert AUDIT.classify_both_fail(dict(row, op="Tanh")) is None
+
+
+def test_every_both_fail_class_is_in_the_docs():
+    with open(os.path.join(ROOT, "docs", "registries.md"), encoding="utf-8") as f:
+        doc = f.read()
+    section = doc[doc.index("## Attribute-sweep audit"):]
+    for op, _, _ in AUDIT.BOTH_FAIL:
+        assert f"`{op}`" in section, op
+
+
+# SoftmaxCrossEntropyWithLogits with features and labels broadcast against each other: C++'s
+# gradient summed back to each operand's shape (it returned the broadcast shape; Python's fails).
+@pytest.mark.parametrize("features_shape,labels_shape", [((2, 3), (3,)), ((2, 3), (1, 3)),
+                                                         ((1, 3), (2, 3))])
+def test_softmax_cross_entropy_broadcast_is_the_derivative(features_shape, labels_shape):
+    rng = np.random.default_rng(9)
+    features = rng.uniform(-2, 2, features_shape)
+    labels = rng.uniform(0.1, 1, labels_shape)
+    labels /= labels.sum(axis=-1, keepdims=True)  # distributions, as the op requires
+    dys = [rng.uniform(-1, 1, (2,)), rng.uniform(-1, 1, (2, 3))]
+    fn = lambda f, l: tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=f, labels=l)
+    tf_ext.library()
+    with tf.Graph().as_default():
+        node = fn(tf.constant(features), tf.constant(labels))[0].op
+        f = attr_value_pb2.NameAttrList(name=node.type)
+        for k, v in node.node_def.attr.items():
+            f.attr[k].CopyFrom(v)
+        cpp = tf.raw_ops.SymbolicGradient(input=list(node.inputs) + [tf.constant(d) for d in dys],
+                                          Tout=[tf.float64, tf.float64], f=f)
+        with tf.compat.v1.Session() as sess:
+            cpp = sess.run(cpp)
+    for k, x in enumerate((features, labels)):
+        assert cpp[k].shape == x.shape
+        np.testing.assert_allclose(cpp[k], _numeric(fn, [features, labels], k, dys), atol=1e-8)

@@ -788,7 +788,9 @@ absl::Status IsotonicRegressionGrad(const AttrSlice& attrs, FunctionDef* g) {
 // d(loss)[:, None] * backprop; through backprop (the softmax's Jacobian, symmetric):
 // (d(backprop) - sum(d(backprop) * softmax, -1)) * softmax. Dense labels: d(labels) =
 // d(loss)[:, None] * -log_softmax(features) - d(backprop), the derivative (Python's leaves out
-// the backprop output's term); sparse labels are integers (zeros).
+// the backprop output's term); sparse labels are integers (zeros). Dense features and labels
+// broadcast against each other (a [1, n] or [n] operand): each gradient is summed back to its
+// operand's shape (Python's fails there, tests/python/test_audit_gradients.py).
 absl::Status SoftmaxCrossEntropyGradOf(const std::string& op, const AttrSlice& attrs,
                                        FunctionDef* g) {
   grad::GradBuilder b(op, attrs);
@@ -804,15 +806,21 @@ absl::Status SoftmaxCrossEntropyGradOf(const std::string& op, const AttrSlice& a
   b.Add({{"dbp_centered"}, "Sub", {GradName("backprop"), "dbp_dot"}, t});
   b.Add({{"through_backprop"}, "Mul", {"dbp_centered", "softmax"}, t});
   // d(features) = through loss + through backprop
-  b.Return("features", b.Add({{"dfeatures"}, "AddV2", {"through_loss", "through_backprop"}, t}));
+  const std::string dfeatures =
+      b.Add({{"dfeatures"}, "AddV2", {"through_loss", "through_backprop"}, t});
   if (op == "SparseSoftmaxCrossEntropyWithLogits") {
+    b.Return("features", dfeatures);
     b.NotDifferentiable("labels");
   } else {
     b.Add({{"log_softmax"}, "LogSoftmax", {"features"}, t});
     b.Add({{"neg_log_softmax"}, "Neg", {"log_softmax"}, t});
     b.Add({{"labels_through_loss"}, "Mul", {"dloss_col", "neg_log_softmax"}, t});
     // d(labels) = d(loss)[:, None] * -log_softmax(features) - d(backprop)
-    b.Return("labels", b.Add({{"dlabels"}, "Sub", {"labels_through_loss", GradName("backprop")}, t}));
+    const std::string dlabels =
+        b.Add({{"dlabels"}, "Sub", {"labels_through_loss", GradName("backprop")}, t});
+    // Both shaped like backprop: summed over the axes each operand was broadcast along.
+    const auto [df, dl] = b.ReduceForBroadcast("features", "labels", dfeatures, dlabels);
+    b.Return("features", df).Return("labels", dl);
   }
   return b.Build(g);
 }
@@ -884,7 +892,8 @@ TF_EXT_DECLARE_OP("SoftmaxCrossEntropyWithLogits")
     .Gradient(&SoftmaxCrossEntropyGrad,
               "d(features) = d(loss)[:, None] * backprop + (d(backprop) - "
               "sum(d(backprop) * softmax, -1)) * softmax; d(labels) = d(loss)[:, None] * "
-              "-log_softmax(features) - d(backprop)")
+              "-log_softmax(features) - d(backprop); each summed back to its operand's shape "
+              "where features and labels broadcast")
     .Overrides("TensorFlow 2.21's only gradient, a client one (cc/gradients/nn_grad.cc), "
                "builds a float32 node: it fails for float64 (and half)")
     .Register();
