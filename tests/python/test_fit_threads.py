@@ -5,7 +5,8 @@ threads (N, also above the core count; the core count by default), and a run wit
 uses about one core (its CPU time within 1.3x its wall time). Two workers with --threads=1 each
 report one thread; each step all-reduces the gradients and the loss, one pack for float32, of
 exactly the trainable variables' bytes plus the loss's 4 (no extra copy). Negative and
-non-integer values are refused naming the value, by the flag and by the C API's key."""
+non-integer values are refused naming the value (the C API's key goes through the same
+option table entry, options.cc)."""
 import os
 import re
 import resource
