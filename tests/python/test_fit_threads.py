@@ -4,7 +4,8 @@
 threads (N, also above the core count; the core count by default), and a run with --threads=1
 uses about one core (its CPU time within 1.3x its wall time). Two workers with --threads=1 each
 report one thread; each step all-reduces the gradients and the loss, one pack for float32, of
-exactly the trainable variables' bytes plus the loss's 4 (no extra copy). Negative and
+exactly the trainable variables' bytes plus the loss's 4 (no extra copy), an Embedding's table
+too (its gradient made dense). Negative and
 non-integer values are refused naming the value (the C API's key goes through the same
 option table entry, options.cc)."""
 import os
@@ -36,6 +37,23 @@ def setup(tmp_path, n=64, width=16, batch=8, features=5):
              t=rng.normal(size=(n, 2)).astype(np.float32))
     flags = [f"--library={LIBRARY}", f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
              "--inputs=x", "--targets=t", "--loss=mse", "--optimizer=adam", f"--batch_size={batch}"]
+    return flags, sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights), len(model.trainable_weights)
+
+
+def setup_embedding(tmp_path, n=64, vocab=20):
+    """A model whose table is only gathered by rows (a sparse gradient, made dense on a cluster)."""
+    import keras
+    keras.utils.set_random_seed(0)
+    x = keras.Input(shape=(4,), dtype="int32", name="x")
+    h = keras.layers.Flatten()(keras.layers.Embedding(vocab, 3)(x))
+    model = keras.Model(x, keras.layers.Dense(2)(h))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, vocab, size=(n, 4)).astype(np.int32),
+             t=rng.normal(size=(n, 2)).astype(np.float32))
+    flags = [f"--library={LIBRARY}", f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}",
+             "--inputs=x", "--targets=t", "--loss=mse", "--optimizer=sgd", "--batch_size=8"]
     return flags, sum(int(np.prod(w.shape)) * 4 for w in model.trainable_weights), len(model.trainable_weights)
 
 
@@ -78,8 +96,9 @@ def free_ports(count):
     return ports
 
 
-def test_workers_threads_and_all_reduced_bytes(tmp_path):
-    flags, variable_bytes, variables = setup(tmp_path)
+@pytest.mark.parametrize("model", ["mlp", "embedding"])
+def test_workers_threads_and_all_reduced_bytes(tmp_path, model):
+    flags, variable_bytes, variables = (setup if model == "mlp" else setup_embedding)(tmp_path)
     cluster = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     procs = [subprocess.Popen([TOOL] + flags + ["--threads=1", f"--cluster={cluster}", f"--task_index={i}",
