@@ -138,11 +138,13 @@ def assert_matches(steps, epochs, history, batches, flag_names):
 BINARY = ["accuracy", "binary_accuracy", "auc", "precision", "recall"]
 
 
-@pytest.mark.parametrize("from_logits,rank", [(False, 2), (False, 1), (True, 2)],
-                         ids=["probabilities", "rank-1", "logits"])
+@pytest.mark.parametrize("from_logits,rank", [(False, 2), (False, 1), (True, 2), (False, "targets-1")],
+                         ids=["probabilities", "rank-1", "logits", "targets-rank-1"])
 def test_binary_metrics_match_model_fit(from_logits, rank, tmp_path):
-    """Output and targets [N, 1], or both [N]; with logits, binary_accuracy, precision and
-    recall threshold the logits at 0.5 and AUC clips them to [0, 1], as Keras's do."""
+    """Output and targets [N, 1], or both [N], or targets [N] against the output [N, 1] (brought
+    to the output's rank, as Keras's losses and metrics do); with logits, binary_accuracy,
+    precision and recall threshold the logits at 0.5 and AUC clips them to [0, 1], as Keras's
+    do."""
     import keras
     rng = np.random.default_rng(12)
     shape = (N, 1) if rank == 2 else (N,)

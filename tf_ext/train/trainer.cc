@@ -837,15 +837,17 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
     }
     return absl::OkStatus();
   };
+  // The targets as the loss and the metrics read them (the output's rank).
+  const Tensor matched = has_targets_ ? MatchTargetsRank(targets) : targets;
   if (has_targets_) {
     TF_RETURN_IF_ERROR(check(targets, "targets"));
-    feeds.push_back({inference ? eval_->targets : targets_tensor_, MatchTargetsRank(targets)});
+    feeds.push_back({inference ? eval_->targets : targets_tensor_, matched});
   }
   if (sample_weights_) {
     TF_RETURN_IF_ERROR(check(weights, "sample weights"));
     feeds.push_back({inference ? eval_->weights : weights_tensor_, weights});
   }
-  if (!metrics_.specs.empty()) TF_RETURN_IF_ERROR(AddMetricUpdate(targets, inference));
+  if (!metrics_.specs.empty()) TF_RETURN_IF_ERROR(AddMetricUpdate(matched, inference));
   std::vector<Tensor> out;
   std::vector<std::string> targets_run;
   if (train) targets_run.push_back(step_op_);
