@@ -37,11 +37,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FREEZE = os.path.join(ROOT, "scripts", "freeze_keras_model.py")
 
 # name:batch[:size[:memory budget]]. The BERT-base-sized encoder: 12 layers, hidden 768, sequence 128.
-# LSTM128: a Keras LSTM(128) over `size` steps (200, 1000) of 32 features, batch 16, frozen with
-# its loop functional (a StatelessWhile: Python's gradient differentiates it once imported; it
-# cannot differentiate the v1 frames of the default freeze).
+# LSTM128: a Keras LSTM(128) over `size` steps (200, 1000, 2000) of 32 features, batch 16, frozen
+# with its loop functional (a StatelessWhile: Python's gradient differentiates it once imported;
+# it cannot differentiate the v1 frames of the default freeze). With a budget (any: the loop
+# saves its carried state and recomputes its body, docs/memory.md) against none at 2000 steps.
 DEFAULT_MODELS = ["MobileNetV2:1:224", "MobileNetV2:8:224", "ResNet50:1:224", "ResNet50:8:224",
                   "BertBaseEncoder:8:128", "LSTM128:16:200", "LSTM128:16:1000",
+                  "LSTM128:16:2000", "LSTM128:16:2000:64M",
                   "ResNet50:8:224:0.5", "ResNet50:16:224:0.5", "BertBaseEncoder:8:256:0.5"]
 
 

@@ -196,7 +196,8 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
       }
     }
   }
-  auto control_flow = PrepareControlFlowForGradients(g, ys, xs, options.name_prefix + "_cf");
+  auto control_flow = PrepareControlFlowForGradients(g, ys, xs, options.name_prefix + "_cf",
+                                                     options.recompute_loop_bodies);
   if (!control_flow.ok()) return control_flow.status();
   const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
   TF_RETURN_IF_ERROR(CheckPathHasGradients(*g, path));

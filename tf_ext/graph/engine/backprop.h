@@ -35,6 +35,9 @@ struct BackpropOptions {
   // Every node added is named "<name_prefix>/...": pick one no node of the graph uses (a graph
   // differentiated once already holds the first pass's "tf_ext_grad/..." nodes).
   std::string name_prefix = "tf_ext_grad";
+  // Loops save only their carried state per iteration and recompute the rest of their body
+  // in the gradient loop (PrepareControlFlowForGradients; a memory budget sets it).
+  bool recompute_loop_bodies = false;
 };
 
 struct BackpropStats {

@@ -102,10 +102,156 @@ absl::StatusOr<Node*> ReplaceNode(Graph* g, Node* n, NodeDef def,
   return m;
 }
 
+// A loop body under a memory budget (RewriteWhile's recompute_body): instead of a list per
+// forward tensor the gradient reads, the loop saves per iteration only what recomputing
+// them needs (the loop variables' values at the iteration's start, and the outputs of nodes
+// that cannot be recomputed), and the backward body recomputes the rest from those. A node is
+// recomputed when it is stateless (random ops are stateful, or take their seed as an input),
+// a registered op (no function call, no nested loop or conditional), without control inputs,
+// and every input it reads is recomputed too, a loop invariant (captured), a loop variable
+// that is not a variant or resource (a TensorList saved every iteration would be copied once
+// the loop updates it), or a tensor the loop saved anyway. So the loop saves at most what it
+// saved before plus its carried state.
+struct BodyRecomputation {
+  std::vector<Needed> leaves;                      // saved per iteration instead
+  GraphDef copies;                                 // recomputing nodes for the backward body
+  std::map<std::string, std::string> recomputed;   // forward tensor -> its copy
+  std::vector<std::pair<std::string, int>> invariant_args;  // (tensor, arg) the copies read
+};
+
+absl::StatusOr<BodyRecomputation> PlanBodyRecomputation(const FunctionLibraryDefinition& flib,
+                                                        const FunctionGradient& fg,
+                                                        const std::vector<const Needed*>& saved) {
+  std::map<std::string, const NodeDef*> forward;
+  for (const NodeDef& nd : fg.graph.node()) {
+    if (!fg.IsGradient(nd.name())) forward[nd.name()] = &nd;
+  }
+  const std::string copy_prefix = fg.prefix + "/bwd/recompute/";
+  // The dtype of output `index` of forward node `nd`.
+  auto output_type = [&flib](const NodeDef& nd, int index) -> DataType {
+    if (nd.op() == "_Arg") {
+      DataType t = DT_INVALID;
+      (void)GetNodeAttr(AttrSlice(nd), "T", &t);
+      return t;
+    }
+    const OpDef* op_def = nullptr;
+    DataTypeVector types;
+    if (!flib.LookUpOpDef(nd.op(), &op_def).ok() ||
+        !OutputTypesForNode(nd, *op_def, &types).ok() || index >= static_cast<int>(types.size())) {
+      return DT_INVALID;
+    }
+    return types[index];
+  };
+  auto arg_index = [](const NodeDef& nd) {
+    int index = -1;
+    (void)GetNodeAttr(AttrSlice(nd), "index", &index);
+    return index;
+  };
+  auto invariant_arg = [&](const NodeDef& nd) {
+    const int a = arg_index(nd);
+    return a >= 0 && a < static_cast<int>(fg.ret_source.size()) && fg.ret_source[a] == a;
+  };
+  auto savable = [](DataType t) { return t != DT_INVALID && t != DT_VARIANT && t != DT_RESOURCE; };
+  std::set<std::string> saved_anyway;
+  for (const Needed* need : saved) saved_anyway.insert(need->tensor);
+  std::map<std::string, bool> memo;
+  std::function<bool(const std::string&)> recomputable = [&](const std::string& name) -> bool {
+    auto m = memo.find(name);
+    if (m != memo.end()) return m->second;
+    memo[name] = false;  // a cycle (none in a body) stays unrecomputed
+    auto it = forward.find(name);
+    if (it == forward.end()) return false;
+    const NodeDef& nd = *it->second;
+    bool ok = true;
+    const OpDef* op_def = nullptr;
+    if (nd.op() == "_Arg" || nd.op() == "_Retval" || flib.Find(nd.op()) != nullptr ||
+        IsFunctionalControlFlow(nd.op()) || IsV1ControlFlow(nd.op()) ||
+        !OpRegistry::Global()->LookUpOpDef(nd.op(), &op_def).ok() || op_def->is_stateful()) {
+      ok = false;
+    }
+    const bool is_const = ok && nd.op() == "Const";
+    for (int i = 0; ok && !is_const && i < nd.input_size(); ++i) {
+      const TensorId id = ParseTensorName(nd.input(i));
+      if (id.second < 0) {
+        ok = false;  // a control input: keep the order it asks for by not recomputing
+        break;
+      }
+      const std::string src(id.first);
+      auto s = forward.find(src);
+      if (s == forward.end()) {
+        ok = false;
+        break;
+      }
+      if (s->second->op() == "_Arg") {
+        ok = invariant_arg(*s->second) || savable(output_type(*s->second, id.second));
+      } else if (!recomputable(src)) {
+        // Only what the loop saved anyway: a stateful node's output no gradient read (a
+        // variable read inside the body) must not become a list of weights.
+        ok = saved_anyway.count(TensorName(src, id.second)) > 0;
+      }
+    }
+    memo[name] = ok;
+    return ok;
+  };
+  BodyRecomputation plan;
+  std::set<std::string> leaf_seen, copied, invariant_seen;
+  auto add_leaf = [&](const std::string& tensor, DataType dtype, int arg) {
+    if (!leaf_seen.insert(tensor).second) return;
+    Needed need{Needed::kSaved, tensor, dtype};
+    need.arg = arg;
+    plan.leaves.push_back(need);
+  };
+  std::function<void(const std::string&)> copy = [&](const std::string& name) {
+    if (!copied.insert(name).second) return;
+    const NodeDef& nd = *forward.at(name);
+    NodeDef c = nd;
+    c.set_name(copy_prefix + name);
+    c.clear_input();
+    if (nd.op() != "Const") {
+      for (const std::string& in : nd.input()) {
+        const TensorId id = ParseTensorName(in);
+        const std::string src(id.first);
+        const std::string t = TensorName(src, id.second);
+        const NodeDef& s = *forward.at(src);
+        if (s.op() == "_Arg" && invariant_arg(s)) {
+          if (invariant_seen.insert(t).second) plan.invariant_args.push_back({t, arg_index(s)});
+          c.add_input(t);
+        } else if (s.op() == "_Arg") {
+          add_leaf(t, output_type(s, id.second), arg_index(s));
+          c.add_input(t);
+        } else if (recomputable(src)) {
+          copy(src);
+          c.add_input(TensorName(copy_prefix + src, id.second));
+        } else {
+          add_leaf(t, output_type(s, id.second), -1);
+          c.add_input(t);
+        }
+      }
+    }
+    *plan.copies.add_node() = std::move(c);
+  };
+  for (const Needed* need : saved) {
+    const TensorId id = ParseTensorName(need->tensor);
+    const std::string src(id.first);
+    if (need->kind == Needed::kSaved && recomputable(src)) {
+      copy(src);
+      plan.recomputed[need->tensor] = TensorName(copy_prefix + src, id.second);
+    } else {
+      add_leaf(need->tensor, need->dtype, need->arg);
+    }
+  }
+  for (const Needed& leaf : plan.leaves) {
+    if (leaf.dtype == DT_INVALID) {
+      return absl::InternalError(absl::StrCat("no dtype for the saved tensor ", leaf.tensor));
+    }
+  }
+  return plan;
+}
+
 // `wanted` (per loop variable; empty: all): whether its gradient is needed, i.e. its initial
 // value carries one (DifferentiateFunction's wanted_args).
 absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlFlowStats* stats,
-                          const std::vector<bool>& wanted) {
+                          const std::vector<bool>& wanted, bool recompute_body) {
   NameAttrList body, cond;
   DataTypeVector types;
   TF_RETURN_IF_ERROR(GetNodeAttr(n->attrs(), "body", &body));
@@ -151,6 +297,26 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
             "', which changes between iterations (only loop-invariant resources are supported)"));
       }
       saved.push_back(&need);
+    }
+  }
+  BodyRecomputation recompute;
+  if (recompute_body) {
+    auto plan = PlanBodyRecomputation(g->flib_def(), fg, saved);
+    if (!plan.ok()) return plan.status();
+    recompute = std::move(*plan);
+    saved.clear();
+    for (const Needed& leaf : recompute.leaves) saved.push_back(&leaf);
+    for (const auto& [tensor, arg] : recompute.invariant_args) {
+      if (capture_of.count(tensor)) continue;
+      int pos = -1;
+      for (size_t c = 0; c < captures.size(); ++c) {
+        if (captures[c] == arg) pos = c;
+      }
+      if (pos < 0) {
+        pos = captures.size();
+        captures.push_back(arg);
+      }
+      capture_of[tensor] = pos;
     }
   }
   const int num_saved = saved.size();
@@ -235,6 +401,16 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   for (const auto& [tensor, pos] : capture_of) {
     replacement[tensor] = absl::StrCat(bp, "/bwd/capture_", pos, ":0");
   }
+  // The recomputing copies read the popped and captured values; the gradient reads the copies.
+  for (const NodeDef& node : recompute.copies.node()) {
+    NodeDef c = node;
+    for (std::string& in : *c.mutable_input()) {
+      auto it = replacement.find(in);
+      if (it != replacement.end()) in = it->second;
+    }
+    *extra.add_node() = std::move(c);
+  }
+  for (const auto& [tensor, copy] : recompute.recomputed) replacement[tensor] = copy;
   GraphDef bwd = GradientNodes(fg, replacement);
   for (const NodeDef& node : extra.node()) *bwd.add_node() = node;
   for (int m = 0; m < num_diff; ++m) SetIndex(&bwd, fg.d_rets[m], 1 + m);
@@ -551,7 +727,7 @@ bool IsPreparedControlFlow(const Node& n, const std::string& pass) {
 
 absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     Graph* g, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
-    const std::string& name_prefix) {
+    const std::string& name_prefix, bool recompute_loop_bodies) {
   ControlFlowStats stats;
   const DifferentiablePath path = FindDifferentiablePath(*g, ys, xs);
   std::vector<std::string> todo;
@@ -580,7 +756,7 @@ absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
                                  path.Carries(src, e->src_output());
       }
     }
-    absl::Status s = IsWhile(n->type_string()) ? RewriteWhile(g, n, name_prefix, &stats, wanted)
+    absl::Status s = IsWhile(n->type_string()) ? RewriteWhile(g, n, name_prefix, &stats, wanted, recompute_loop_bodies)
                                                : RewriteConditional(g, n, name_prefix, &stats);
     if (!s.ok()) return s;
   }

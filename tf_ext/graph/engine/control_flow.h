@@ -80,9 +80,15 @@ struct ControlFlowStats {
 // and feeds by name still work; the ys and xs must not be outputs of control-flow nodes
 // (read them through an Identity), as the nodes they point at are replaced. `name_prefix`
 // names the nodes added to `g` (pick one no node of g uses).
+//
+// `recompute_loop_bodies` (a memory budget, docs/memory.md): each While on the path saves per
+// iteration only what recomputing its body's tensors needs (the loop variables at the
+// iteration's start and the outputs of nodes it cannot recompute: stateful ones, nested
+// control flow, function calls), and its gradient loop recomputes the rest, one more forward
+// body per iteration. Nested loops inside a body keep saving what they read.
 absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     Graph* g, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
-    const std::string& name_prefix);
+    const std::string& name_prefix, bool recompute_loop_bodies = false);
 
 // The pass over a graph's functions: every (monomorphic) function of g's library that holds a
 // loop or conditional is rewritten in place (same name and signature), as the pass rewrites a

@@ -178,7 +178,6 @@ struct Model {
   int unknown_tensors = 0;
   int unknown_forward = 0;         // of those, outputs of forward nodes
   std::string unknown_example;     // one of them
-  bool has_control_flow = false;
 };
 
 Model Build(const Graph& g, const std::string& prefix, const std::set<std::string>& keep,
@@ -212,7 +211,6 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
                n->type_string() == "PlaceholderWithDefault" || n->IsArg() ||
                n->type_string() == "HostConst";
     a.alias = IsAliasOp(n->type_string());
-    m.has_control_flow |= IsLoopOrConditional(n);
     shape_inference::InferenceContext* c = refiner.GetContext(n);
     for (int o = 0; o < n->num_outputs(); ++o) {
       int64_t bytes = 0;
@@ -482,11 +480,6 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
   plan->budget_bytes = budget.fraction > 0
                            ? static_cast<int64_t>(std::llround(budget.fraction * base.peak))
                            : budget.bytes;
-  if (m.has_control_flow) {
-    return absl::UnimplementedError(
-        "memory budget: the graph has loops or conditionals (While/If), which the "
-        "rematerialisation does not handle yet; run it without a budget");
-  }
   if (m.unknown_forward > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory budget: shape inference leaves the size of ", m.unknown_forward,

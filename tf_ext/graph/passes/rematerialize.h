@@ -20,8 +20,10 @@
 // control inputs also keep TensorFlow's common-subexpression passes from merging a copy back
 // into its original. k is the one of the fewest recomputed FLOPs whose estimate meets the
 // budget. Stateful ops (random ones among them), constants, placeholders, control flow and
-// the nodes named in `keep` are never recomputed. Graphs with loops or conditionals are
-// refused a budget.
+// the nodes named in `keep` are never recomputed. Loops and conditionals are kept whole here;
+// under a budget the control-flow pass has already made each loop save only its carried state
+// (engine/control_flow.h, PrepareControlFlowForGradients' recompute_loop_bodies), memory the
+// estimate does not see.
 //
 // Tests: tests/python/test_memory_budget.py.
 #ifndef TF_EXT_GRAPH_PASSES_REMATERIALIZE_H_
@@ -70,9 +72,8 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 
 // EstimateMemory, then, with a budget, the recomputation that meets it (above). Backward
 // nodes are the ones named "<prefix>/...". A budget it cannot meet is refused
-// (ResourceExhausted naming the smallest estimate it reaches); a graph with loops or
-// conditionals is refused a budget (Unimplemented), and so is one where a forward tensor's
-// size stays unknown (InvalidArgument).
+// (ResourceExhausted naming the smallest estimate it reaches), and so is one where a forward
+// tensor's size stays unknown (InvalidArgument).
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::map<std::string, TensorShape>& feed_shapes,
                         const MemoryBudget& budget, MemoryPlan* plan);

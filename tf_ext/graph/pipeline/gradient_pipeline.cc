@@ -207,6 +207,7 @@ absl::Status GradientPipeline::AddBackward(Graph* g, const std::vector<GraphTens
   BackpropOptions backprop;
   backprop.inline_gradients = options_.inline_gradients;
   backprop.name_prefix = options_.name_prefix;
+  backprop.recompute_loop_bodies = options_.backward_memory_budget.set();
   TF_RETURN_IF_ERROR(AddGradients(g, ys, dys, xs, dxs, backprop, &stats_.backprop));
   if (options_.inline_gradients) TF_RETURN_IF_ERROR(SimplifyInlined(g));
   // 6. The memory the run needs, and what is recomputed to fit a budget.
