@@ -5,8 +5,11 @@
 // convolution's input gradient with a constant filter becomes a forward convolution (every
 // padding, odd and even kernels), others stay, and each gradient matches a direct sum: dilated
 // and explicitly padded convolutions too, whose TensorFlow gradient drops those attrs. A
-// MatMul input gradient reads a constant weight pretransposed.
+// MatMul input gradient reads a constant weight pretransposed. A shape node reading another
+// shape node gets the value of the tensor it reads, not of a node the pass removed before (the
+// graph reuses a removed node's memory; TopKV2's gradient takes Size(Shape(input))).
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +21,9 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/protobuf.h"
 #include "tensorflow/core/public/session.h"
+#include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/graph/graph.h"
+#include "tf_ext/graph/passes/simplify_backward.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/runtime/graph_gradients.h"
 #include "tf_ext/graph/runtime/session_options.h"
@@ -351,6 +357,92 @@ TEST(SimplifyBackward, ConstantWeightsOfInputGradientMatMulsArePretransposed) {
   ExpectMatMulGradient(/*constant_weight=*/true, /*hoist_constants=*/false);
   ExpectMatMulGradient(/*constant_weight=*/false, /*hoist_constants=*/false);
   ExpectMatMulGradient(/*constant_weight=*/true, /*hoist_constants=*/true);
+}
+
+// g/rank = Size(g/shape), g/shape = Shape(x) with x [3, 4], after g/empty = Shape(c) of a scalar
+// c ([0]): the pass makes each a constant, the next one in the memory the last one freed.
+TEST(SimplifyBackward, ShapeOfAShapeNodeIsItsValueNotARemovedNodes) {
+  GraphDef def;
+  ASSERT_TRUE(protobuf::TextFormat::ParseFromString(R"pb(
+    node { name: "c" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "value" value { tensor { dtype: DT_FLOAT float_val: 1 } } } }
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 3 } dim { size: 4 } } } } }
+    node { name: "g/empty" op: "Shape" input: "c" attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "g/shape" op: "Shape" input: "x" attr { key: "T" value { type: DT_FLOAT } }
+           attr { key: "out_type" value { type: DT_INT64 } } }
+    node { name: "g/rank" op: "Size" input: "g/shape" attr { key: "T" value { type: DT_INT64 } } }
+    node { name: "g/read_empty" op: "Identity" input: "g/empty"
+           attr { key: "T" value { type: DT_INT32 } } }
+    node { name: "g/read_shape" op: "Identity" input: "g/shape"
+           attr { key: "T" value { type: DT_INT64 } } }
+    node { name: "g/read_rank" op: "Identity" input: "g/rank"
+           attr { key: "T" value { type: DT_INT32 } } }
+  )pb", &def));
+  Graph g(OpRegistry::Global());
+  ASSERT_TRUE(ConvertGraphDefToGraph(GraphConstructorOptions(), def, &g).ok());
+  auto simplified = SimplifyBackward(&g, "g", {"g/read_empty", "g/read_shape", "g/read_rank"});
+  ASSERT_TRUE(simplified.ok()) << simplified.status();
+  EXPECT_EQ(simplified->constant_shapes, 3);
+  std::map<std::string, Tensor> read;  // what each reader's input became
+  for (const tensorflow::Node* n : g.op_nodes()) {
+    if (!absl::StartsWith(n->name(), "g/read_")) continue;
+    const Edge* in = nullptr;
+    ASSERT_TRUE(n->input_edge(0, &in).ok());
+    ASSERT_TRUE(in->src()->IsConstant()) << n->name() << " reads " << in->src()->name();
+    const TensorProto* proto = nullptr;
+    ASSERT_TRUE(TryGetNodeAttr(in->src()->attrs(), "value", &proto));
+    ASSERT_TRUE(read[n->name()].FromProto(*proto));
+  }
+  ASSERT_EQ(read.size(), 3u);
+  EXPECT_EQ(read["g/read_empty"].NumElements(), 0);
+  ASSERT_EQ(read["g/read_shape"].NumElements(), 2);
+  EXPECT_EQ(read["g/read_shape"].vec<int64_t>()(0), 3);
+  EXPECT_EQ(read["g/read_shape"].vec<int64_t>()(1), 4);
+  EXPECT_EQ(read["g/read_rank"].scalar<int32_t>()(), 2);
+}
+
+// s = sum(top_k(x, 2).values ^ 2), x [3, 4]: d s / d x = 2 x at each row's two largest, else 0.
+// Pow's gradient takes Shape of the scalar exponent ([0]) before TopKV2's takes
+// Size(Shape(x)): the rank once read 0 there, and the run failed in a GatherV2 at index -1.
+TEST(SimplifyBackward, TopKV2GradientThroughStaticShapes) {
+  GraphDef forward;
+  ASSERT_TRUE(protobuf::TextFormat::ParseFromString(R"pb(
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 3 } dim { size: 4 } } } } }
+    node { name: "k" op: "Const" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "value" value { tensor { dtype: DT_INT32 int_val: 2 } } } }
+    node { name: "top" op: "TopKV2" input: "x" input: "k"
+           attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "two" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "value" value { tensor { dtype: DT_FLOAT float_val: 2 } } } }
+    node { name: "p" op: "Pow" input: "top" input: "two" attr { key: "T" value { type: DT_FLOAT } } }
+    node { name: "axes" op: "Const" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { dim { size: 2 } }
+                                                int_val: 0 int_val: 1 } } } }
+    node { name: "s" op: "Sum" input: "p" input: "axes" attr { key: "T" value { type: DT_FLOAT } }
+           attr { key: "Tidx" value { type: DT_INT32 } } }
+  )pb", &forward));
+  GradientGraphSpec spec;
+  spec.ys = {*TensorRef::Parse("s")};
+  spec.xs = {*TensorRef::Parse("x")};
+  GradientGraph graph;
+  GradientResult result;
+  absl::Status s = BuildGradientGraph(&forward, spec, GradientOptions(), &result, &graph);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_GE(result.simplifications.constant_shapes, 4);
+  std::unique_ptr<Session> session(NewSession(BackwardSessionOptions(true)));
+  ASSERT_TRUE(session->Create(graph.graph).ok());
+  Tensor x(DT_FLOAT, TensorShape({3, 4}));
+  const float values[] = {0.5f, -1.0f, 2.0f, 1.5f, -0.25f, 3.0f, -2.0f, 1.0f, 0.75f, 0.1f, -0.5f, 0.2f};
+  for (int i = 0; i < 12; ++i) x.flat<float>()(i) = values[i];
+  std::vector<Tensor> out;
+  s = session->Run({{"x", x}}, {graph.dx_names[0]}, {}, &out);
+  ASSERT_TRUE(s.ok()) << s;
+  const bool top[] = {0, 0, 1, 1, 0, 1, 0, 1, 1, 0, 0, 1};
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_FLOAT_EQ(out[0].flat<float>()(i), top[i] ? 2 * values[i] : 0.0f) << i;
+  }
 }
 
 }  // namespace

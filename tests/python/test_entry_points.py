@@ -117,6 +117,10 @@ CORPUS = {
     "cond_branches": ((3, 4), lambda x: tf.cond(
         tf.reduce_sum(x) > -100.0, lambda: tf.sin(x) * x + tf.reduce_max(x, -1, keepdims=True),
         lambda: tf.cos(x))),
+    # TopKV2's gradient reads Size(Shape(input)); Pow's reads Shape of its scalar exponent
+    # ([0]) just before. The default pipeline once made the rank constant from that removed
+    # node's shape (0): the run failed at a GatherV2 of index -1 (keras-hub's Mixtral routing).
+    "top_k_of_softmax": ((3, 4), lambda x: tf.math.top_k(tf.nn.softmax(x), k=2).values ** 2),
     # A frozen Keras model (its variables made constants): Conv2D, BatchNormalization in
     # inference mode, pooling, Dense.
     "keras_frozen_cnn": ((2, 6, 6, 3), lambda x: KERAS_CNN()(x)),

@@ -269,8 +269,13 @@ absl::StatusOr<BackwardSimplifications> SimplifyBackward(Graph* g, const std::st
     if (op == "Shape" || op == "Size" || op == "Rank") shape_nodes.push_back(n);
   }
   if (shape_nodes.empty()) return stats;
+  // Every value is read before the graph changes: the refiner keys its contexts by Node*, and
+  // the graph gives a removed node's memory to the next node added, so a constant made for one
+  // shape node would otherwise read a removed node's shape when another shape node reads it
+  // (TopKV2's gradient takes Size(Shape(input)): its rank was the scalar Shape's [0], 0).
   ShapeRefiner refiner(g->versions(), g->op_registry());
   InferShapes(g, {}, &refiner);
+  std::vector<std::pair<Node*, Tensor>> values;
   for (Node* n : shape_nodes) {
     auto x = SourceOf(n, 0);
     if (!x.has_value()) continue;
@@ -278,11 +283,13 @@ absl::StatusOr<BackwardSimplifications> SimplifyBackward(Graph* g, const std::st
     if (n->type_string() != "Rank" && !GetNodeAttr(n->attrs(), "out_type", &out_type).ok()) continue;
     std::optional<Tensor> value =
         StaticShapeValue(refiner, x->first, x->second, n->type_string(), out_type);
-    if (!value.has_value()) continue;
+    if (value.has_value()) values.push_back({n, *std::move(value)});
+  }
+  for (auto& [n, value] : values) {
     Node* constant = nullptr;
     TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(n->name() + "/static"), "Const")
-                           .Attr("dtype", out_type)
-                           .Attr("value", *value)
+                           .Attr("dtype", value.dtype())
+                           .Attr("value", value)
                            .Finalize(g, &constant));
     TF_RETURN_IF_ERROR(Replace(g, n, constant));
     ++stats.constant_shapes;
