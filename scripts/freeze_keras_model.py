@@ -5,7 +5,9 @@
 
 MODEL is a tf.keras.applications name (e.g. MobileNetV2, ResNet50, ConvNeXtTiny) built with
 weights=None (nothing is downloaded), `TransformerEncoder` (a Keras MultiHeadAttention
-encoder block), `BertBaseEncoder` (12 such blocks at BERT-base size) or `LSTM` (a recurrent model: its frozen graph keeps a while loop). The frozen function is
+encoder block), `BertBaseEncoder` (12 such blocks at BERT-base size), `LSTM` (a recurrent
+model: its frozen graph keeps a while loop) or `MixtralBackbone` (keras-hub's sparse mixture of
+experts at a tiny size; keras-hub comes from requirements-nodeps.txt). The frozen function is
 
     y = sum(model(x, training) * r)          r: a fixed random [batch, classes] projection
 
@@ -146,6 +148,21 @@ def build_model(name, size, classes):
         # A Transformer decoder block that decodes `size` tokens greedily in a tf.while_loop
         # (the argmax token fed back), attending to the input as encoder memory [tokens, 32].
         return GreedyDecoder(dim=32, vocab=classes, steps=size), (8, 32)
+    if name == "MixtralBackbone":
+        # keras-hub's Mixtral (sparse mixture of experts: top-k routing, gathers by expert) at a
+        # tiny size, on float embeddings of `size` tokens: its decoder layers and final norm.
+        import keras_hub
+        backbone = keras_hub.models.MixtralBackbone(
+            vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+            hidden_dim=32, intermediate_dim=64, num_experts=4, top_k=2)
+        seq, dim = size, 32
+        inp = keras.Input((seq, dim))
+        h = inp
+        for layer in backbone.transformer_layers:
+            h = layer(h)
+        h = backbone.layer_norm(h)
+        out = keras.layers.Dense(classes)(keras.layers.GlobalAveragePooling1D()(h))
+        return keras.Model(inp, out), (seq, dim)
     if name == "LSTM128":
         # make bench-models' recurrent rows: LSTM(128) over `size` steps of 32 features.
         seq, dim = size, 32

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: Debian packages for Bazel + googletest,
-# and a virtualenv (.venv) with the pinned requirements. Quiet when nothing to do.
+# and a virtualenv (.venv) with the pinned requirements (requirements-nodeps.txt's without their
+# dependencies). Quiet when nothing to do.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -20,7 +21,9 @@ fi
 
 venv="$root/.venv"
 stamp="$venv/.requirements.sha256"
-want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+# Both files: requirements-nodeps.txt's packages are installed without their dependencies
+# (keras-hub's would replace the pinned tensorflow-cpu), after requirements.txt's.
+want="$(cat requirements.txt requirements-nodeps.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating virtualenv $venv"
   python3 -m venv "$venv"
@@ -31,5 +34,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # but does not have)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    -r requirements-nodeps.txt 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
 fi

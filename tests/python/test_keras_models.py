@@ -5,9 +5,11 @@ compared with TensorFlow's Python gradient of the same frozen function.
 The models cover what breaks C++ gradients in practice: padding and depthwise convolutions
 (client-only gradients in TensorFlow), BatchNorm in training mode with dropout and
 tf.custom_gradient (IdentityN), StatefulPartitionedCall nodes, grouped convolutions and
-negative reduction axes (ConvNeXt), Einsum/Erfc attention (a Transformer encoder block), and a
-while loop (LSTM, lowered to v1 frames by the default freeze). `make models` runs every
-image model in tf.keras.applications.
+negative reduction axes (ConvNeXt), Einsum/Erfc attention (a Transformer encoder block), a
+while loop (LSTM, lowered to v1 frames by the default freeze), and keras-hub's Mixtral (sparse
+mixture-of-experts routing: TopKV2, OneHot, gathers by expert; keras-hub is installed without
+its dependencies, requirements-nodeps.txt). `make models` runs every image model in
+tf.keras.applications.
 """
 import json
 import os
@@ -113,3 +115,25 @@ def test_lstm_while_loop_gradient_matches_python(tmp_path):
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4)
     rel = np.abs(got["d_x"] - ref["dy_dx"]).max() / np.abs(ref["dy_dx"]).max()
     assert rel <= 1e-4, rel
+
+
+def test_mixtral_backbone_gradient_every_pipeline_matches_python(tmp_path):
+    # keras-hub's MixtralBackbone (two decoder layers of four experts, top-2 routing) on float
+    # embeddings. Its router's TopKV2 gradient reads Size(Shape(input)): the default pipeline
+    # (each op's gradient inlined, static shapes made constants) once failed at run time there
+    # ("indices = -1 is not in [0, 2)") while --symbolic_gradients ran. Every pipeline now gives
+    # Python's gradient of the same frozen function.
+    out, info = freeze(tmp_path, "MixtralBackbone", 8, False)
+    assert "TopKV2" in info["op_types"], info["op_types"]
+    ref = np.load(os.path.join(out, "expected.npz"))
+    scale = np.abs(ref["dy_dx"]).max()
+    assert scale > 0
+    for flags in ([], ["--symbolic_gradients"], ["--optimize=false"]):
+        grad = os.path.join(out, "grad_%s.npz" % "".join(flags).strip("-"))
+        r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
+                        "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad, *flags)
+        assert r.returncode == 0, (flags, r.stderr[-3000:])
+        got = np.load(grad)
+        np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-5)
+        rel = np.abs(got["d_x"] - ref["dy_dx"]).max() / scale
+        assert rel <= 1e-4, "%s: max relative error %.3g" % (flags, rel)
