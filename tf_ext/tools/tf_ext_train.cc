@@ -139,7 +139,7 @@ int Main(int argc, char** argv) {
     const train::Distributed* d = (*trainer)->distributed();
     const int64_t batch = options.fit.batch_size / (d != nullptr ? d->cluster().size() : 1);
     std::printf("estimated peak: %.1f MB above the feeds (the step's forward, loss and backward "
-                "at batch %lld, each variable read counted at its variable's size)\n",
+                "at batch %lld; the variables' reads share their buffers and are not counted)\n",
                 memory->estimated_peak_bytes / 1048576.0, static_cast<long long>(batch));
     std::printf("memory budget %.1f MB (unbudgeted estimate %.1f MB): ", memory->budget_bytes / 1048576.0,
                 memory->unbudgeted_peak_bytes / 1048576.0);

@@ -163,8 +163,9 @@ class Trainer {
   // What the user should know before training: BatchNormalization run in inference mode.
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::vector<std::string>& trainable_names() const { return trainable_names_; }
-  // With a memory budget: the step's estimated peak (forward, loss and backward, above the
-  // variables and feeds) and what the backward pass recomputes to meet it; null without one.
+  // With a memory budget: the step's estimated peak (forward, loss and backward above the
+  // variables and feeds: a variable's read shares its buffer) and what the backward pass
+  // recomputes to meet it; null without one.
   const MemoryPlan* memory_plan() const {
     return memory_plan_.has_value() ? &*memory_plan_ : nullptr;
   }

@@ -32,7 +32,7 @@ struct AbstractNode {
   std::vector<std::pair<int, int>> in;    // data inputs (node, output)
   std::vector<int> control;               // control inputs
   std::vector<int64_t> out_bytes;         // per output; 0 when unknown
-  bool loaded = false;                    // constants and placeholders: in memory before the run
+  bool loaded = false;                    // constants, placeholders, variable reads: in memory before the run
   bool alias = false;                     // output 0 shares input 0's buffer
   bool backward = false;                  // "<prefix>/..." (copies included)
   bool recomputable = false;
@@ -207,9 +207,10 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
     // "Func/<prefix>/...".
     a.backward = !prefix.empty() && (absl::StartsWith(n->name(), prefix + "/") ||
                                      absl::StartsWith(n->name(), absl::StrCat("Func/", prefix, "/")));
+    // A variable's read shares the variable's buffer: resident before the run, as a constant.
     a.loaded = n->IsConstant() || n->type_string() == "Placeholder" ||
                n->type_string() == "PlaceholderWithDefault" || n->IsArg() ||
-               n->type_string() == "HostConst";
+               n->type_string() == "HostConst" || n->type_string() == "ReadVariableOp";
     a.alias = IsAliasOp(n->type_string());
     shape_inference::InferenceContext* c = refiner.GetContext(n);
     for (int o = 0; o < n->num_outputs(); ++o) {
