@@ -1,7 +1,8 @@
 /* A C program training a SavedModel through TfExtTrainerFit (tf_ext/train/c_trainer.h): model.fit's
  * loop with the options given as KEY=VALUE arguments (the keys of tf_ext_train's flags), as
  * tf_ext_train runs it. Prints the epochs run and the last epoch's logs; then hostile calls.
- * Run by //tests:fit_c_api_py_test.
+ * Run by //tests:fit_c_api_py_test, and by //tests:fit_distributed_py_test as each worker of a
+ * data-parallel job (cluster=HOST:PORT,... and task_index=N among the keys).
  *
  *   train_fit_c_test SAVED_MODEL KEY=VALUE... */
 #include <stdint.h>

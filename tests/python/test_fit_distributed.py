@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import free_ports
 
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
 WORKSPACE = os.path.join(RUNFILES, "tf_ext") if RUNFILES else os.getcwd()
@@ -34,16 +35,6 @@ TOOL = os.path.join(WORKSPACE, "tf_ext", "tf_ext_train")
 LIBRARY = os.path.join(WORKSPACE, "tf_ext", "_tf_ext_ops.so")
 N, BATCH, EPOCHS = 48, 12, 2
 TIMEOUT = 10  # --collective_timeout in every case
-
-
-def free_ports(count):
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def setup(tmp_path, seed=3):
@@ -513,7 +504,8 @@ def test_shard_by_files(tmp_path, files):
         assert "'files' needs at least one file per worker; " in stderr and "has 1 for 2 workers" in stderr, stderr
 
 
-C_RUNNER = os.path.join(WORKSPACE, "tests", "train_fit_distributed_c_test")
+# tests/train_fit_c_test.c, one process per worker (the cluster in its keys).
+C_RUNNER = os.path.join(WORKSPACE, "tests", "train_fit_c_test")
 
 
 def test_c_api_workers_equal_the_tool(tmp_path):

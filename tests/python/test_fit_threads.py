@@ -11,12 +11,12 @@ option table entry, options.cc)."""
 import os
 import re
 import resource
-import socket
 import subprocess
 import time
 
 import numpy as np
 import pytest
+from conftest import free_ports
 
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
 WORKSPACE = os.path.join(RUNFILES, "tf_ext") if RUNFILES else os.getcwd()
@@ -84,16 +84,6 @@ def test_one_thread_uses_one_core(tmp_path):
     assert r.returncode == 0, r.stderr
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert cpu <= 1.3 * wall, (cpu, wall)
-
-
-def free_ports(count):
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.mark.parametrize("model", ["mlp", "embedding"])
