@@ -79,6 +79,27 @@ def resnet18():
 MODELS = {"mlp": mlp, "cnn": cnn, "resnet18": resnet18}
 
 
+def prepare_model(name, work, steps):
+    """MODELS[name] built (seed 0), exported with tf_ext.export_for_training to WORK/model, and
+    `steps` batches of seeded data written to WORK/data.npz (WORK emptied first). Returns
+    (model, shape, batch, export, data, x, y)."""
+    import keras
+    import tf_ext
+    keras.utils.set_random_seed(0)
+    model, shape, batch = MODELS[name]()
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    export = os.path.join(work, "model")
+    tf_ext.export_for_training(model, export)
+    rng = np.random.default_rng(0)
+    n = batch * steps
+    x = rng.normal(size=(n,) + shape).astype(np.float32)
+    y = rng.integers(0, 10, size=(n,)).astype(np.int32)
+    data = os.path.join(work, "data.npz")
+    np.savez(data, x=x, y=y)
+    return model, shape, batch, export, data, x, y
+
+
 def run_cpp(tool, library, export, data, batch, steps):
     cmd = [tool, "--library=" + library, "--saved_model=" + export, "--signature=train",
            "--data=" + data, "--inputs=x", "--targets=y",
@@ -327,19 +348,9 @@ def main(argv=None) -> int:
 
     rows = []
     for name in args.models.split(","):
-        keras.utils.set_random_seed(0)
-        model, shape, batch = MODELS[name]()
         work = os.path.join(args.work, "train_" + name)
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-        export = os.path.join(work, "model")
-        tf_ext.export_for_training(model, export)
-        rng = np.random.default_rng(0)
+        model, shape, batch, export, data, x, y = prepare_model(name, work, args.steps)
         n = batch * args.steps
-        x = rng.normal(size=(n,) + shape).astype(np.float32)
-        y = rng.integers(0, 10, size=(n,)).astype(np.int32)
-        data = os.path.join(work, "data.npz")
-        np.savez(data, x=x, y=y)
         model.compile(optimizer=keras.optimizers.Adam(),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       jit_compile=False)

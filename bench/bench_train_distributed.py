@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import MODELS  # noqa: E402  (the same models, built once, here)
+from bench_train import prepare_model  # noqa: E402  (the same models, built once, here)
 
 
 def free_ports(count):
@@ -100,26 +99,14 @@ def main(argv=None) -> int:
         p.error("--rounds and --steps must be at least 3 (medians of the rounds, steady-state steps)")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     os.environ.setdefault("TF_EXT_LIBRARY", args.library)
-    import keras
-    import tf_ext
 
     rows = []
     print("%-9s %5s  %12s  %12s  %12s  %14s  %9s"
           % ("model", "batch", "1 x 2 threads", "2 workers", "control", "bytes/step", "all-reduce"),
           flush=True)
     for name in args.models.split(","):
-        keras.utils.set_random_seed(0)
-        model, shape, batch = MODELS[name]()
-        work = os.path.join(args.work, "distributed_" + name)
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-        export = os.path.join(work, "model")
-        tf_ext.export_for_training(model, export)
-        rng = np.random.default_rng(0)
-        n = batch * args.steps
-        data = os.path.join(work, "data.npz")
-        np.savez(data, x=rng.normal(size=(n,) + shape).astype(np.float32),
-                 y=rng.integers(0, 10, size=(n,)).astype(np.int32))
+        model, _, batch, export, data, _, _ = prepare_model(
+            name, os.path.join(args.work, "distributed_" + name), args.steps)
         one, two, control, sizes = [], [], [], None
         for _ in range(args.rounds):
             a, b, c, sizes = one_round(args, export, data, batch)
