@@ -16,6 +16,9 @@
 // while the last epoch's iterator is torn down (7 ms without it: ResNet-18 of bench-train,
 // 20 steps an epoch, lost 35 ms a step to it). The parallelism it would tune is set instead:
 // one parse call per core, the prefetch buffer grown by the prefetch's own (legacy) autotuner.
+// tf.data's static graph rewrites are off too (each MakeIterator ran Grappler over the dataset
+// graph), and the per-file read function is instantiated as a single-device function (a
+// multi-device one runs Grappler at every instantiation): about 7 ms an epoch together.
 // The pipeline's threads run at a lower priority than the trainer's (nice +10 on Linux): they
 // fill the gaps between the step's kernels instead of preempting them (the CNN of bench-train
 // lost 1 ms of its 11 ms step to that).
@@ -58,6 +61,7 @@
 #include "tensorflow/core/framework/attr_value_util.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/full_type.pb.h"
+#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -284,6 +288,16 @@ class TFRecordSource : public BatchSource {
       return absl::InternalError(absl::StrCat("TFRecord pipeline of ", description(), ": ",
                                               created.message()));
     }
+    // Each slot's batch as a callable, made once: a Run by names re-resolves its feeds and
+    // fetches every batch.
+    for (int slot = 0; slot < 2; ++slot) {
+      for (bool in_caller_thread : {false, true}) {
+        CallableOptions callable;
+        for (const std::string& fetch : fetches_[slot]) callable.add_fetch(fetch);
+        if (in_caller_thread) callable.mutable_run_options()->set_inter_op_thread_pool(-1);
+        TF_RETURN_IF_ERROR(session_->MakeCallable(callable, &fetch_callables_[slot][in_caller_thread]));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -457,6 +471,9 @@ class TFRecordSource : public BatchSource {
     B::AddTo(f->add_node_def(), "read", "TFRecordDataset",
              {"filename", "compression:output:0", "buffer_size:output:0"}, {{"metadata", B::Attr("")}});
     (*f->mutable_ret())["dataset"] = "read:handle:0";
+    // A single-device function: without this attr tf.data instantiates it as a multi-device
+    // function, running Grappler over it for every iterator (4.5 ms an epoch).
+    (*f->mutable_attr())[FunctionLibraryDefinition::kIntsOnDeviceAttr].set_b(true);
   }
 
   absl::Status BuildGraph(GraphDef* graph) {
@@ -556,6 +573,7 @@ class TFRecordSource : public BatchSource {
                     {"buffer_size_min", B::Attr(0)}, {"metadata", B::Attr("")}}));
     data::Options options;
     options.mutable_autotune_options()->set_enabled(false);
+    options.mutable_optimization_options()->set_apply_default_optimizations(false);
     const std::string tuned =
         g.Add("options", "OptionsDataset", {prefetched},
               with(structure(types, batched),
@@ -608,10 +626,7 @@ class TFRecordSource : public BatchSource {
   // run (they keep the runner of the GetNext that started them): one thread hand-off less
   // a batch (0.35 -> 0.18 ms on this machine).
   absl::Status Fetch(int slot, bool in_caller_thread, std::vector<Tensor>* out) {
-    RunOptions run_options;
-    if (in_caller_thread) run_options.set_inter_op_thread_pool(-1);
-    RunMetadata metadata;
-    return session_->Run(run_options, {}, fetches_[slot], {}, out, &metadata);
+    return session_->RunCallable(fetch_callables_[slot][in_caller_thread], {}, out, nullptr);
   }
 
   // Makes the other slot's iterator for the next epoch in the background and takes its first
@@ -674,6 +689,7 @@ class TFRecordSource : public BatchSource {
   std::vector<Parsed> parsed_;
   std::vector<Feed> feeds_;  // inputs in order, then targets, then weights
   std::vector<std::string> fetches_[2];  // per iterator slot
+  Session::CallableHandle fetch_callables_[2][2] = {};  // [slot][in the caller's thread]
   std::unique_ptr<Session> session_;
   int current_ = 0;  // the slot serving the epoch
   int64_t epoch_ = 0, batches_ = 0;
