@@ -269,7 +269,8 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
   PipelineOptions pipeline_options;
   pipeline_options.name_prefix = UnusedPrefix(g);
   pipeline_options.inline_gradients = options.inline_gradients;
-  pipeline_options.fold_weight_layouts = options.optimize_graph && !options.hoist_constants;
+  pipeline_options.fold_weight_layouts =
+      options.optimize_graph && !HoistsConstants(options, spec.backward_memory_budget);
   pipeline_options.keep = spec.named_nodes;
   pipeline_options.plan_memory = true;
   pipeline_options.feed_shapes = spec.feed_shapes;
@@ -293,10 +294,16 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
     auto y = FindNode(nodes, ref, role + "y");
     if (!y.ok()) return y.status();
     const DataType dtype = (*y)->output_type(ref.index);
-    if (!IsFloatingPoint(dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(role, "y '", ref.ToString(), "' is ",
-                                                     DataTypeString(dtype),
-                                                     "; only floating-point tensors have gradients"));
+    // A complex y with a fed incoming gradient dy: sum Re(conj(dy) y) is real, as through
+    // TfExtAddGradients and Python's tf.gradients (the audit's doors differentiate every op's
+    // complex rows so).
+    const bool fed = !spec.incoming_gradients.empty() && spec.incoming_gradients[i];
+    if (!IsFloatingPoint(dtype) && !(fed && DataTypeIsComplex(dtype))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          role, "y '", ref.ToString(), "' is ", DataTypeString(dtype),
+          fed ? "; only floating-point and complex tensors have gradients"
+              : "; only floating-point tensors have gradients (a complex one with a fed "
+                "incoming gradient)"));
     }
     Node* y_ret = nullptr;
     TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(prefix + "/y"), "Identity")
@@ -304,7 +311,7 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
                            .Finalize(&g, &y_ret));
     y_reads.push_back({y_ret, 0});
     out->y_names.push_back(ref.ToString());
-    if (!spec.incoming_gradients.empty() && spec.incoming_gradients[i]) {
+    if (fed) {
       std::string name;
       auto dy = AddCheckedIncomingGradient(
           &g, prefix, *y, ref.index,
@@ -376,6 +383,10 @@ NodeDef PlaceholderLike(const NodeDef& n, const TensorShape& shape) {
 }
 
 }  // namespace
+
+bool HoistsConstants(const GradientOptions& options, const MemoryBudget& budget) {
+  return options.optimize_graph && (options.hoist_constants || budget.set());
+}
 
 std::vector<std::pair<std::string, Tensor>> HoistConstants(const std::set<std::string>& keep,
                                                            GraphDef* graph) {

@@ -137,6 +137,14 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
                                 const GradientOptions& options, GradientResult* result,
                                 GradientGraph* out);
 
+// Whether the backward graph's Session is fed the frozen weights (HoistConstants below):
+// with optimize_graph, when asked (options.hoist_constants) or under a memory budget. Under a
+// budget Grappler would otherwise fold and copy the weights (ResNet50 at 224x224, batch 8: 1.7
+// GB above the loaded graph instead of 0.5 GB, which no recomputation can win back), and fold
+// them into an original convolution but not into its recomputed copy, whose output then
+// differs by round-off (a max pool's choice among near-equal inputs with it).
+bool HoistsConstants(const GradientOptions& options, const MemoryBudget& budget);
+
 // Floating-point Const nodes of at least 4096 elements become Placeholders, their values
 // returned as feeds ("node:0", value): Grappler (GradientOptions::optimize_graph) copies the
 // GraphDef it optimizes, constants included, and folds and reorders constants into new ones; a

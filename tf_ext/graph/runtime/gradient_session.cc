@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   std::set<std::string> keep = input_nodes;
   for (const TensorRef& y : spec.ys) keep.insert(y.node);
   for (const TensorRef& x : spec.xs) keep.insert(x.node);
-  if (options.optimize_graph && options.hoist_constants) {
+  if (HoistsConstants(build_options, options.backward_memory_budget)) {
     gs->constant_feeds_ = HoistConstants(keep, &built.graph);
   }
   {

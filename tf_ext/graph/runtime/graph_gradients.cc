@@ -55,7 +55,7 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   result->build_seconds = Seconds() - start;
 
   const double run_start = Seconds();
-  if (options.optimize_graph && options.hoist_constants) {
+  if (HoistsConstants(options, spec.backward_memory_budget)) {
     std::set<std::string> keep = spec.named_nodes;
     keep.insert(req.y.node);
     for (const TensorRef& x : req.xs) keep.insert(x.node);
