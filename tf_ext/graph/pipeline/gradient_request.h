@@ -43,7 +43,8 @@ struct GradientOptions {
   // saves memory (Keras ResNet50, batch 1: 0.2 GB above the loaded size instead of about 1.2 GB;
   // Python's tf.function gradient: 1.7 GB) and costs time: Grappler folds only constants, so a
   // batch normalisation's multiply is no longer folded into the convolution before it
-  // (ResNet50 at batch 1 ran 1.25x slower so). Off by default (docs/performance.md).
+  // (ResNet50 at batch 1 ran 1.25x slower so). Off by default (docs/performance.md); a
+  // backward memory budget turns it on (HoistsConstants, gradient_pipeline.h).
   bool hoist_constants = false;
   // Inline each op's gradient FunctionDef as plain ops (backprop.h); off: one SymbolicGradient
   // node per op, resolved at run time.
