@@ -89,8 +89,7 @@ void DeclareFlags(FlagParser* p, Flags* f) {
   p->Bool("hoist_constants", &f->hoist_constants,
           "with --optimize: feed the frozen weights to the Session instead of holding them in\n"
           "Const nodes, so no optimization copies them: less memory, more time (TensorFlow's\n"
-          "optimizer folds only constants, e.g. a batch norm's multiply into its convolution);
-"
+          "optimizer folds only constants, e.g. a batch norm's multiply into its convolution);\n"
           "on whenever --memory_budget is given");
   p->Bool("symbolic_gradients", &f->symbolic_gradients,
           "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
