@@ -34,7 +34,9 @@ absl::Status PatchesGrad(const std::string& op, const std::string& in, int spati
   const NodeAttrs i64 = {{"T", DT_INT64}};
   b.Add(FDH::Const<int32>("axis0", 0));
   b.Add(FDH::Const<int32>("one", 1));
-  b.Add(FDH::Const<int32>("minus_one", -1));
+  // [-1], not -1: a Reshape's shape is a vector to shape inference (TfExtAddGradients and the
+  // Python bridge build this body in a graph that infers shapes; the kernel takes either).
+  b.Add(FDH::Const<int32>("minus_one", std::vector<int32>{-1}));
   b.Add(FDH::Const<int64_t>("one64", 1));
   b.Add(FDH::Const<int32>("batch_at", 0));
   b.Add(FDH::Const<int32>("channels_at", spatial + 1));
