@@ -78,7 +78,8 @@ TEST(GradientOverrides, EveryDeclaredOverrideIsInstalledInBothRegistries) {
                 "DivNoNan", "Exp", "Expm1", "GatherV2", "Imag", "Inv", "LRN", "Log", "Log1p",
                 "MatMul", "Max", "MaxPool", "MaxPoolGrad", "Mean", "Min", "Pow", "Prod", "Real",
                 "RealDiv", "Reciprocal", "Rsqrt", "Sigmoid", "Sin", "Sinh", "Slice",
-                "SoftmaxCrossEntropyWithLogits", "Split", "Sqrt", "Square", "Sum", "Tan", "Tanh"}));
+                "SoftmaxCrossEntropyWithLogits", "Split", "Sqrt", "Square", "SquaredDifference",
+                "Sum", "Tan", "Tanh"}));
   EXPECT_EQ(OverriddenTfGradientOps(), declared);
   for (const std::string& op : declared) {
     ops::GradFunc client = nullptr;

@@ -262,6 +262,28 @@ TF_EXT_DECLARE_OP("Complex")
     .Overrides("TensorFlow 2.21's function gradient types d(out) as the real parts: it fails "
                "to instantiate for every dtype ('expected type double != float')")
     .Register();
+// SquaredDifference computes conj(x - y) (x - y), real-valued for a complex T: TensorFlow's
+// function gradient (as Python's) is 2 d(z) (x - y), the derivative for a real d(z); its client
+// one conjugates x - y as for a holomorphic op, so TF_AddGradients disagreed with every other
+// door (found by the audit's doors, scripts/audit_gradients.py). tf_ext's entry is TensorFlow's
+// function gradient, now in both registries.
+absl::Status SquaredDifferenceGrad(const AttrSlice& attrs, FunctionDef* g) {
+  gradient::Creator tensorflows;
+  if (!FindReplacedTfGradient("SquaredDifference", &tensorflows)) {
+    return absl::NotFoundError(
+        "SquaredDifference: TensorFlow's gradient, which tf_ext's builds on, is missing");
+  }
+  return tensorflows(attrs, g);
+}
+
+TF_EXT_DECLARE_OP("SquaredDifference")
+    .Doc("conj(x - y) (x - y), element-wise with broadcasting (TensorFlow's op).")
+    .Gradient(&SquaredDifferenceGrad, "TensorFlow's function gradient: d(x) = 2 d(z) (x - y), "
+                                      "d(y) = -d(x), each reduced to its input's shape")
+    .Overrides("TensorFlow 2.21's client gradient (cc/gradients/math_grad.cc, TF_AddGradients) "
+               "conjugates x - y: for a complex T it is 2 d(z) conj(x - y), not its function "
+               "gradient's (and Python's) 2 d(z) (x - y)")
+    .Register();
 TF_EXT_DECLARE_OP("Atan2")
     .Doc("The angle of (x, y), element-wise with broadcasting (TensorFlow's op).")
     .Gradient(&Atan2Grad, "d(y) = d(z) x / (x^2 + y^2), d(x) = -d(z) y / (x^2 + y^2), each "
