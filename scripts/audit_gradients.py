@@ -1,6 +1,6 @@
-"""Attribute-sweep audit (issue 35, `make audit`): every op with both a C++ gradient and a
-Python gradient function, on configurations generated from its OpDef, C++'s gradient against
-Python's on the same inputs and the same incoming gradient.
+"""Attribute-sweep audit (`make audit`): every op with both a C++ gradient and a Python
+gradient function, on configurations generated from its OpDef, C++'s gradient against Python's
+on the same inputs and the same incoming gradient, and through every entry point (the doors).
 
   audit_gradients.py --gradcheck=bazel-bin/tf_ext/tf_ext_gradcheck \
       --library=bazel-bin/tf_ext/_tf_ext_ops.so --spec=tf_ext/tools/tf_core_gradcheck_spec.txt \
@@ -24,9 +24,25 @@ accept; skipped, counted). A PY-FAILS row's C++ gradient is checked against cent
 row is classified by BOTH_FAIL. Exit status 1 on a MISMATCH or CPP-FAILS row that EXPLAINED
 does not name, a PY-FAILS row whose C++ gradient is not the derivative, or an unclassified
 both-fail row.
+
+The doors (--doors, all by default): each row whose forward runs is differentiated again
+through tf_ext's other entry points, with the same inputs and incoming gradient, and compared
+with the SymbolicGradient node's gradient (Python's where that node fails): tf_ext_grad's
+pipeline by default (each op's gradient inlined), --symbolic_gradients, --optimize=false,
+--hoist_constants, TfExtAddGradients and TensorFlow's TF_AddGradients (tests/audit_doors.cc: one
+process per door over every row, a crash costing only its row), and the Python bridge
+(tf.gradients under tf_ext.use_cpp_gradients(), in this process). A door's row: agrees (within
+the tolerance above), DIFFERS, FAILS (the reference runs), cannot take it (TF_AddGradients: no
+gradient of the op in TensorFlow's C++ registry; the bridge: Python's gradient used), or has no
+reference (both gradients fail). DOOR_EXPLAINED names the door rows whose difference is
+TensorFlow's, DOOR_KNOWN the open defects (reported as KNOWN); any other DIFFERS or FAILS row
+fails the audit. The doors take a row's float and complex outputs but the ignored ones (zero
+incoming gradients) and those whose run-time shape is not their shape function's.
 """
 
 import argparse
+import concurrent.futures
+import contextlib
 import fnmatch
 import json
 import os
@@ -36,6 +52,8 @@ import sys
 import tempfile
 import time
 
+if os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tf_ext")):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the per-row kernel errors are classified
 
 import numpy as np
@@ -211,8 +229,10 @@ def _error(got, want):
     return worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf"))
 
 
-def replay(row, directory, seed):
-    """(class, detail) of one row."""
+def replay(row, directory, seed, door_inputs=None):
+    """(class, detail) of one row. With door_inputs (a dict), the row's forward graph with its
+    incoming gradients as Const nodes is written for the doors, and what they need (the tensors,
+    the two reference gradients) is put there."""
     graph_def = tf.compat.v1.GraphDef()
     with open(os.path.join(directory, row["graph"]), "rb") as f:
         graph_def.ParseFromString(f.read())
@@ -262,6 +282,10 @@ def replay(row, directory, seed):
             if py_error and not cpp_error:
                 row["numeric"], row["numeric_detail"] = numeric_check(
                     row, graph_def, sess, op, xs, sess.run(dys), cpp_values, seed)
+            if door_inputs is not None:
+                door_inputs.update(_door_inputs(
+                    row, directory, graph_def, op, xs, sess.run(dys),
+                    None if cpp_error else cpp_values, None if py_error else py_values))
     if py_error and cpp_error:
         return "both fail", f"py: {py_error} | cpp: {cpp_error}"
     if cpp_error:
@@ -280,6 +304,52 @@ def replay(row, directory, seed):
             worst = err / TOLERANCE.get(x.dtype, 1e-4)
             where = f"d({name}) {x.dtype.name}{list(x.shape)}: error {err:.2e}"
     return ("MISMATCH", where) if worst > 1 else ("match", "")
+
+
+def _compared_inputs(row, op, xs):
+    """(index, name) of the inputs whose gradients are compared: float or complex, not one the
+    op declares non-differentiable."""
+    names = [a.name for a in op.op_def.input_arg]
+    names = names if len(names) == len(xs) else [str(i) for i in range(len(xs))]
+    return [(k, names[k]) for k, x in enumerate(xs)
+            if (x.dtype.is_floating or x.dtype.is_complex) and names[k] not in row["nondiff"]]
+
+
+def _door_inputs(row, directory, graph_def, op, xs, dy_values, cpp_values, py_values):
+    """The row's graph for the doors (its incoming gradients the Const nodes audit_dy_K, one
+    per float or complex output), and what comparing them needs."""
+    compared = _compared_inputs(row, op, xs)
+    if not compared:
+        return {}
+    augmented = tf.compat.v1.GraphDef()
+    augmented.CopyFrom(graph_def)
+    ys, dys = [], []
+    out_names = _output_names(op)
+    for i, (t, dy) in enumerate(zip(op.outputs, dy_values)):
+        if not (t.dtype.is_floating or t.dtype.is_complex) or out_names[i] in row["ignore_outputs"]:
+            continue  # an ignored output's incoming gradient is zeros: it adds nothing
+        if t.shape.is_fully_defined() and t.shape.as_list() != list(np.shape(dy)):
+            # A placeholder output whose run-time shape the kernel picks against its shape
+            # function (Svd's u, v without compute_uv: [0] declared, [] run; FusedBatchNorm's
+            # reserve spaces), which may differ between Sessions: the doors check an incoming
+            # gradient's shape against the output's in their own run.
+            continue
+        node = augmented.node.add(name=f"audit_dy_{i}", op="Const")
+        node.attr["dtype"].type = t.dtype.as_datatype_enum
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(dy)))
+        ys.append(t.name)
+        dys.append(f"audit_dy_{i}:0")
+    if not ys:
+        return {}
+    path = os.path.join(directory, "doors", row["graph"].replace("/", "_"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(augmented.SerializeToString())
+    pick = lambda values: None if values is None else [np.asarray(values[k]) for k, _ in compared]
+    return {"graph": path, "ys": ys, "dys": dys, "xs": [xs[k].name for k, _ in compared],
+            "names": [n for _, n in compared], "dtypes": [xs[k].dtype for k, _ in compared],
+            "shapes": [xs[k].shape.as_list() for k, _ in compared],
+            "cpp": pick(cpp_values), "py": pick(py_values)}
 
 
 # The central-difference check of C++'s gradient where Python's fails (PY-FAILS rows):
@@ -413,6 +483,195 @@ def numeric_check(row, graph_def, sess, op, xs, dys, cpp_values, seed):
     return "C++ = numeric", detail
 
 
+# The doors (module docstring): tests/audit_doors.cc's, then the Python bridge.
+CPP_DOORS = ["pipeline", "symbolic_gradients", "no_optimize", "hoist_constants",
+             "tf_ext_add_gradients", "tf_add_gradients"]
+DOORS = CPP_DOORS + ["bridge"]
+DOOR_CLASSES = ["agree", "DIFFERS", "FAILS", "cannot take", "no reference"]
+
+# (door, op, variant glob, dtype glob) -> (text the door's error must hold, why): a door that
+# fails where the reference runs, for a reason that is TensorFlow's, not the door's. Listed in
+# docs/registries.md ("Attribute-sweep audit"), each with the test that shows it.
+DOOR_EXPLAINED = {
+    ("symbolic_gradients", "MaxPool3D", "data_format=NCDHW", "*"): (
+        "only supports NDHWC",
+        "as the SymbolicGradient node (EXPLAINED above): the function runtime, which resolves "
+        "each gradient by itself, runs TensorFlow's default CPU MaxPool3DGrad, NDHWC only"),
+    ("pipeline", "BiasAddGrad", "*", "*"): (
+        "Incompatible shapes",
+        "TensorFlow's gradient of an NCHW BiasAddGrad is BiasAdd(zeros_like(x), d(bias)), which "
+        "Grappler (TensorFlow's, on in these Sessions; a tf.function fails the same) rewrites "
+        "into an Add that broadcasts the bias as NHWC: tests/python/test_audit_gradients.py"
+        "::test_grappler_breaks_an_nchw_bias_add_of_zeros"),
+}
+DOOR_EXPLAINED[("hoist_constants", "BiasAddGrad", "*", "*")] = \
+    DOOR_EXPLAINED[("pipeline", "BiasAddGrad", "*", "*")]
+
+# Door rows known to differ or fail and not yet fixed: open defects, listed in
+# docs/registries.md. Reported as KNOWN; the audit does not fail on them.
+DOOR_KNOWN = {
+    ("bridge", "SoftmaxCrossEntropyWithLogits", "*", "*"): (
+        "Input to reshape",
+        "features and labels that broadcast against each other: the bridge's call of C++'s "
+        "gradient (its FunctionDef, which a SymbolicGradient node runs) fails in a Reshape "
+        "(python/tf_ext/_bridge.py)"),
+}
+
+# A door that cannot take a row (counted as such, never as a pass): the text its error holds.
+CANNOT_TAKE = {
+    "tf_add_gradients": "No gradient defined for op",  # TensorFlow's C++ registry lacks it
+}
+
+
+def _read_gradients(path, count):
+    """The gradients audit_doors wrote (its header): None for a missing one."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out, at = [], 0
+    for _ in range(count):
+        dtype, rank = np.frombuffer(data, np.int32, 2, at)
+        at += 8
+        dims = np.frombuffer(data, np.int64, rank, at).tolist() if rank else []
+        at += 8 * int(rank)
+        size = int(np.frombuffer(data, np.int64, 1, at)[0])
+        at += 8
+        if dtype == 0:
+            out.append(None)
+        else:
+            out.append(np.frombuffer(data[at:at + size], tf.as_dtype(int(dtype)).as_numpy_dtype)
+                       .reshape(dims))
+        at += size
+    return out
+
+
+def run_cpp_door(binary, library, door, manifest, entries):
+    """{row index: ("grads", list) | ("error", text)} of one door over every manifest row, in
+    one process; a crash (a TensorFlow CHECK) is its row's error and the next row goes on."""
+    results, crashed, first = {}, {}, 0
+    env = dict(os.environ, TF_EXT_LIBRARY=library, TF_CPP_MIN_LOG_LEVEL="3")
+    while first < len(entries):
+        r = subprocess.run([binary, door, manifest, str(first)], capture_output=True, text=True,
+                           env=env, check=False)
+        started = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("row ")]
+        if r.returncode == 0:
+            break
+        if r.returncode != 3 and started:  # killed by a signal (or aborted) in that row
+            crashed[started[-1]] = ("error", f"{door} crashed (exit status {r.returncode}): "
+                                              + _first_line(r.stderr.strip()[-400:] or "no output"))
+            first = started[-1] + 1
+            continue
+        raise RuntimeError(f"audit_doors {door} failed (exit status {r.returncode}): "
+                           + r.stderr[-2000:])
+    for n, (index, entry) in enumerate(entries):
+        if n in crashed:
+            results[index] = crashed[n]
+            continue
+        prefix = os.path.join(os.path.dirname(manifest), f"r{index}.{door}")
+        if os.path.exists(prefix + ".err"):
+            with open(prefix + ".err", encoding="utf-8", errors="replace") as f:
+                results[index] = ("error", _first_line(f.read()))
+        else:
+            results[index] = ("grads", _read_gradients(prefix + ".grad", len(entry["xs"])))
+    return results
+
+
+def run_bridge(entries):
+    """{row index: result} of the Python bridge: tf.gradients under use_cpp_gradients (each
+    op's C++ gradient as TfExt>GradientFunctionDef); ("cannot take", ...) where it used
+    Python's gradient (a fallback)."""
+    import tf_ext  # noqa: PLC0415 - after the op library is loaded, by the same path
+    results = {}
+    tf_ext.enable_cpp_gradients()
+    try:
+        for index, entry in entries:
+            graph_def = tf.compat.v1.GraphDef()
+            with open(entry["graph"], "rb") as f:
+                graph_def.ParseFromString(f.read())
+            with tf.Graph().as_default() as g:
+                tf.import_graph_def(graph_def, name="")
+                before = tf_ext.gradient_counts()
+                try:
+                    grads = tf.gradients([g.get_tensor_by_name(n) for n in entry["ys"]],
+                                         [g.get_tensor_by_name(n) for n in entry["xs"]],
+                                         grad_ys=[g.get_tensor_by_name(n) for n in entry["dys"]])
+                    counts = tf_ext.gradient_counts() - before
+                    if counts.python:
+                        results[index] = ("cannot take", "the bridge used Python's gradient of "
+                                          + ", ".join(sorted(counts.python)))
+                        continue
+                    with tf.compat.v1.Session(config=_SESSION_CONFIG) as sess:
+                        values = sess.run([tf.convert_to_tensor(d) for d in grads if d is not None])
+                    values = iter(values)
+                    results[index] = ("grads", [None if d is None else next(values) for d in grads])
+                except Exception as e:  # noqa: BLE001
+                    results[index] = ("error", _first_line(e))
+    finally:
+        tf_ext.disable_cpp_gradients()
+    return results
+
+
+def run_doors(args, directory, door_inputs, doors):
+    """{(row index, door): result} of every door over every row with door inputs."""
+    entries = sorted((i, e) for i, e in door_inputs.items() if e)
+    manifest = os.path.join(directory, "doors", "manifest.tsv")
+    os.makedirs(os.path.dirname(manifest), exist_ok=True)
+    with open(manifest, "w", encoding="utf-8") as f:
+        for index, e in entries:
+            f.write("\t".join([e["graph"], os.path.join(os.path.dirname(manifest), f"r{index}"),
+                               ",".join(e["ys"]), ",".join(e["dys"]), ",".join(e["xs"])]) + "\n")
+    results = {}
+    cpp = [d for d in doors if d in CPP_DOORS]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, len(cpp)))) as pool:
+        futures = {pool.submit(run_cpp_door, args.doors_binary, args.library, d, manifest,
+                               entries): d for d in cpp}
+        if "bridge" in doors:
+            for index, r in run_bridge(entries).items():
+                results[(index, "bridge")] = r
+        for future, door in futures.items():
+            for index, r in future.result().items():
+                results[(index, door)] = r
+    return results
+
+
+def classify_door(row, entry, door, result):
+    """(class, detail) of one row through one door, against the SymbolicGradient node's
+    gradient (Python's where that node fails)."""
+    reference = entry["cpp"] if entry["cpp"] is not None else entry["py"]
+    kind, value = result
+    if reference is None:
+        return "no reference", value if kind == "error" else "both gradients fail; the door runs"
+    if kind == "cannot take":
+        return "cannot take", value
+    if kind == "error":
+        if door in CANNOT_TAKE and CANNOT_TAKE[door] in value:
+            return "cannot take", value
+        why = _door_explained(row, door, value)
+        return (f"FAILS ({why[0]})", f"{value} -- {why[1]}") if why else ("FAILS", value)
+    worst, where = 0.0, ""
+    for name, dtype, shape, got, want in zip(entry["names"], entry["dtypes"], entry["shapes"],
+                                             value, reference):
+        if got is None:  # no path from x, as Python's None
+            got = np.zeros(np.shape(want), dtype.as_numpy_dtype)
+        err = _error(got, want) / TOLERANCE.get(dtype, 1e-4)
+        if err > worst:
+            worst, where = err, (f"d({name}) {dtype.name}{shape}: error "
+                                 f"{err * TOLERANCE.get(dtype, 1e-4):.2e}")
+    if worst > 1:
+        why = _door_explained(row, door, where)
+        return (f"DIFFERS ({why[0]})", f"{where} -- {why[1]}") if why else ("DIFFERS", where)
+    return "agree", ""
+
+
+def _door_explained(row, door, text):
+    """(suffix, why) of a door row that DOOR_EXPLAINED or DOOR_KNOWN names, else None."""
+    for suffix, table in (("explained", DOOR_EXPLAINED), ("KNOWN", DOOR_KNOWN)):
+        for (d, op, variant, dtype), (holds, why) in table.items():
+            if (d == door and row["op"] == op and fnmatch.fnmatchcase(row["variant"], variant)
+                    and fnmatch.fnmatchcase(row["dtype"], dtype) and holds in text):
+                return suffix, why
+    return None
+
+
 def _output_names(op):
     """The OpDef output arg name of each of op's outputs."""
     names = []
@@ -450,20 +709,39 @@ def main(argv=None):
     parser.add_argument("--quiet", action="store_true", help="the summary and defects only")
     parser.add_argument("--trace", action="store_true",
                         help="print each row before replaying it (to find one that crashes)")
+    parser.add_argument("--doors", default=",".join(DOORS),
+                        help="the entry points each row also goes through (A,B; 'none')")
+    parser.add_argument("--doors_binary", default="",
+                        help="tests/audit_doors (default: bazel-bin/tests/audit_doors beside "
+                             "--gradcheck's bazel-bin)")
+    parser.add_argument("--workdir", default="",
+                        help="keep the rows' graphs and the doors' results here (a temporary "
+                             "directory otherwise)")
     args = parser.parse_args(argv)
+    doors = [] if args.doors == "none" else [d for d in args.doors.split(",") if d]
+    unknown = sorted(set(doors) - set(DOORS))
+    if unknown:
+        parser.error(f"unknown doors {unknown}: the doors are {DOORS}")
+    if not args.doors_binary:
+        args.doors_binary = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(args.gradcheck))), "tests", "audit_doors")
     start = time.time()
     # Unifies the C++ registries and installs the overrides. By its real path, as tf_ext's
     # loader does: one library under two paths would be two libraries.
     args.library = os.path.realpath(args.library)
+    os.environ["TF_EXT_LIBRARY"] = args.library  # the bridge's tf_ext loads this one
     tf.load_op_library(args.library)
     python_ops = python_gradient_ops()
-    with tempfile.TemporaryDirectory() as directory:
+    with contextlib.ExitStack() as stack:
+        directory = args.workdir or stack.enter_context(tempfile.TemporaryDirectory())
+        os.makedirs(directory, exist_ok=True)
         rows = emit(args, directory)
         skipped_ops = {r["op"] for r in rows if "skip" in r or r["op"] not in python_ops}
         rows = [r for r in rows if "skip" not in r and r["op"] in python_ops]
         if args.subset:
             rows = sorted(random.Random(args.seed).sample(rows, min(args.subset, len(rows))),
                           key=lambda r: r["graph"] or "")
+        door_inputs = {}
         for i, row in enumerate(rows):
             if args.trace:
                 print(f"replaying {row['op']} config {row['config']} [{row['variant']}] "
@@ -471,7 +749,9 @@ def main(argv=None):
             if row["problem"] or lookup(ABORTS, row):
                 row["class"], row["detail"] = "invalid", row["problem"] or lookup(ABORTS, row)
             else:
-                row["class"], row["detail"] = replay(row, directory, args.seed + i)
+                door_inputs[i] = {} if doors else None
+                row["class"], row["detail"] = replay(row, directory, args.seed + i,
+                                                     door_inputs[i])
             known = lookup(EXPLAINED, row) or lookup(KNOWN, row)
             if row["class"] == "PY-FAILS" and row["numeric"] == "C++ != numeric":
                 row["class"] = "PY-FAILS, C++ != numeric"
@@ -481,7 +761,11 @@ def main(argv=None):
                 row["why"] = known
             if row["class"] == "both fail":
                 row["both"] = classify_both_fail(row)
-    return report(rows, skipped_ops, args, time.time() - start)
+        door_results = run_doors(args, directory, door_inputs, doors) if doors else {}
+        for (i, door), result in door_results.items():
+            rows[i].setdefault("doors", {})[door] = classify_door(
+                rows[i], door_inputs[i], door, result)
+    return report(rows, skipped_ops, args, time.time() - start, doors)
 
 
 def classify_both_fail(row):
@@ -509,7 +793,60 @@ COLUMNS = ["match", "MISMATCH", "CPP-FAILS"] + [f"PY-FAILS, {v}" for v in NUMERI
     + ["both fail", "invalid"]
 
 
-def report(rows, skipped_ops, args, seconds):
+def _door_cell(results):
+    """A door's cell of the per-op table: rows that agree, then any other class counted."""
+    counts = {c: sum(r[0].split(" (")[0] == c for r in results) for c in DOOR_CLASSES}
+    explained = sum("(explained)" in r[0] for r in results)
+    known = sum("(KNOWN)" in r[0] for r in results)
+    rest = [f"{n} {c}" for c, n in counts.items() if n and c != "agree"]
+    notes = [f"{n} {w}" for n, w in ((explained, "explained"), (known, "KNOWN")) if n]
+    return ", ".join([str(counts["agree"])] + rest) + (f" ({', '.join(notes)})" if notes else "")
+
+
+def report_doors(rows, doors, quiet):
+    """The doors' table per op and summary per door; the rows that fail the audit."""
+    through = [r for r in rows if r.get("doors")]
+    if not doors:
+        return []
+    if not quiet:
+        print()
+        print("| op | rows through the doors | " + " | ".join(doors) + " |")
+        print("|---|---|" + "---|" * len(doors))
+        by_op = {}
+        for r in through:
+            by_op.setdefault(r["op"], []).append(r)
+        for op, rs in sorted(by_op.items()):
+            print(f"| {op} | {len(rs)} | " + " | ".join(
+                _door_cell([r["doors"][d] for r in rs if d in r["doors"]]) for d in doors) + " |")
+    defects = []
+    for r in through:
+        for door in doors:
+            cls, detail = r["doors"].get(door, ("", ""))
+            if cls in ("DIFFERS", "FAILS"):
+                defects.append(r)
+            if cls in ("DIFFERS", "FAILS") or "(" in cls or (not quiet and cls == "cannot take"):
+                print(f"door {door}: {cls}: {r['op']} config {r['config']} [{r['variant']}] "
+                      f"{r['dtype']}: {detail}")
+    untaken = [r for r in rows if r["class"] != "invalid" and not r.get("doors")]
+    print(f"doors: {len(through)} rows through every door; {len(untaken)} rows whose forward runs "
+          "give the doors nothing to differentiate (no float or complex input, or no output "
+          "they take)"
+          + (" (" + ", ".join(sorted({r["op"] for r in untaken})) + ")" if untaken else ""))
+    for door in doors:
+        results = [r["doors"][door] for r in through if door in r["doors"]]
+        counts = {c: sum(x[0].split(" (")[0] == c for x in results) for c in DOOR_CLASSES}
+        noted = {(c, w): sum(x[0] == f"{c} ({w})" for x in results)
+                 for c in ("DIFFERS", "FAILS") for w in ("explained", "KNOWN")}
+        print(f"door {door}: {len(results)} rows, {counts['agree']} agree, "
+              f"{counts['DIFFERS']} DIFFERS ({noted['DIFFERS', 'explained']} explained, "
+              f"{noted['DIFFERS', 'KNOWN']} KNOWN), "
+              f"{counts['FAILS']} FAILS ({noted['FAILS', 'explained']} explained, "
+              f"{noted['FAILS', 'KNOWN']} KNOWN), "
+              f"{counts['cannot take']} cannot take, {counts['no reference']} no reference")
+    return defects
+
+
+def report(rows, skipped_ops, args, seconds, doors=()):
     by_op = {}
     for r in rows:
         by_op.setdefault(r["op"], []).append(r)
@@ -535,6 +872,7 @@ def report(rows, skipped_ops, args, seconds):
             elif r["class"] == "both fail" and r.get("both"):
                 print(f"both fail, {r['both']}: {r['op']} config {r['config']} [{r['variant']}] "
                       f"{r['dtype']}: {r['why']}")
+    door_defects = report_doors(rows, list(doors), args.quiet)
     py_fails = sum(total[c] for c in COLUMNS if c.startswith("PY-FAILS"))
     both = [r for r in rows if r["class"] == "both fail"]
     kinds = {}
@@ -547,12 +885,14 @@ def report(rows, skipped_ops, args, seconds):
           + ", ".join(f"{total['PY-FAILS, ' + v]} {v}" for v in NUMERIC_VERDICTS) + "), "
           f"{len(both)} both fail ("
           + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + f"), {total['invalid']} invalid"
-          + f"; {len(known)} explained or known; {len(defects)} unexplained; "
+          + (f"; through {len(doors)} doors, {len(door_defects)} door rows differing or "
+             "failing unexplained" if doors else "")
+          + f"; {len(known)} explained or known; {len(defects) + len(door_defects)} unexplained; "
           f"{len(skipped_ops)} ops without both gradients skipped; {seconds:.0f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
-    return 1 if defects else 0
+    return 1 if defects or door_defects else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The attribute-sweep audit (scripts/audit_gradients.py, `make audit`): a seeded subset of its
 rows (C++'s gradient against Python's on configurations tf_ext_gradcheck --emit_configs
-generates from each OpDef) has no unexplained mismatch; every explanation is in the docs; and
+generates from each OpDef, and every row through the other entry points, the doors) has no
+unexplained mismatch, and a door that differs or fails is caught; every explanation is in the
+docs; and
 where the audit explains a mismatch by Python's gradient not being the derivative, a test here
 (or the one the explanation names) shows it against central differences. Where Python's gradient
 fails and C++'s runs (PY-FAILS), the audit's own central-difference check of C++'s gradient
@@ -20,7 +22,7 @@ RUNFILES = os.environ.get("TEST_SRCDIR", "")
 ROOT = os.path.join(RUNFILES, os.environ.get("TEST_WORKSPACE", "tf_ext")) if RUNFILES \
     else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BIN = ROOT if RUNFILES else os.path.join(ROOT, "bazel-bin")
-SUBSET, SEED = 1000, 1  # of about 3,500 rows (`make audit` runs them all, about 30 s)
+SUBSET, SEED = 1000, 1  # of about 3,500 rows, through every door (`make audit`: all, ~3 min)
 
 
 def _audit_module():
@@ -45,6 +47,14 @@ def test_seeded_subset_has_no_unexplained_mismatch(capsys):
     assert summary.startswith("audit: ") and " 0 unexplained" in summary, summary
     assert int(summary.split(" configurations")[0].split()[-1]) == SUBSET, summary
     assert int(summary.split(" match")[0].split()[-1]) > SUBSET // 2, summary
+    # Every door took most rows, and none differs or fails unexplained (the summary's 0).
+    doors = {line.split(":")[0][len("door "):]: line for line in out.splitlines()
+             if line.startswith("door ") and " rows, " in line}
+    assert sorted(doors) == sorted(AUDIT.DOORS), doors
+    for door, line in doors.items():
+        rows, agree = (int(line.split(": ", 1)[1].split(" rows")[0]),
+                       int(line.split(" rows, ")[1].split(" agree")[0]))
+        assert rows > SUBSET // 2 and agree > rows * 0.9, line
 
 
 def test_every_explanation_is_in_the_docs():
@@ -54,6 +64,8 @@ def test_every_explanation_is_in_the_docs():
     section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
     for op, _, _ in list(AUDIT.EXPLAINED) + list(AUDIT.KNOWN):
         assert f"`{op}`" in section, op
+    for door, op, _, _ in list(AUDIT.DOOR_EXPLAINED) + list(AUDIT.DOOR_KNOWN):
+        assert f"`{op}`" in section and door in section, (door, op)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +118,46 @@ def test_mul_no_nan_complex_python_does_not_conjugate():
         num = _numeric(lambda a, b: fn(a, b), [x, y], k, [dz])
         np.testing.assert_allclose(cpp, num, atol=1e-8)
         assert np.max(np.abs(py - num)) > 0.1, "Python's gradient is the derivative"
+
+
+def test_squared_difference_complex_gradient_is_pythons_in_both_registries():
+    """SquaredDifference computes conj(x - y) (x - y). TensorFlow's client gradient (hence
+    TF_AddGradients) conjugated x - y, disagreeing with its function gradient and Python's,
+    2 d(z) (x - y), which is the derivative for a real d(z): tf_ext's override puts the function
+    gradient in both registries (the audit's tf_add_gradients door agrees on every row)."""
+    assert "SquaredDifference" in {o["op"] for o in tf_ext._c_api.gradient_overrides()}
+    rng = np.random.default_rng(10)
+    x, y = (rng.uniform(-1, 1, (2, 3)) + 1j * rng.uniform(-1, 1, (2, 3)) for _ in range(2))
+    dz = rng.uniform(-1, 1, (2, 3)).astype(np.complex128)  # real: the op's output is real
+    fn = lambda a, b: tf.raw_ops.SquaredDifference(x=a, y=b)
+    (cpp_dx, cpp_dy), (py_dx, py_dy) = _cpp_and_python(fn, [x, y], [dz])
+    np.testing.assert_allclose(cpp_dx, py_dx, rtol=1e-12)
+    np.testing.assert_allclose(cpp_dy, py_dy, rtol=1e-12)
+    np.testing.assert_allclose(cpp_dx, 2 * dz * (x - y), rtol=1e-12)
+    np.testing.assert_allclose(cpp_dx, _numeric(fn, [x, y], 0, [dz]), atol=1e-8)
+
+
+def test_grappler_breaks_an_nchw_bias_add_of_zeros():
+    """TensorFlow's gradient of an NCHW BiasAddGrad is BiasAdd(zeros_like(x), d(bias), NCHW).
+    Grappler (TensorFlow's graph optimizer, on in a tf.function as in tf_ext's pipeline
+    Sessions) rewrites that into an Add broadcasting the bias as NHWC: the run fails. Without
+    Grappler (the audit's own Sessions, tf_ext_grad --optimize=false) it runs. TensorFlow's
+    bug, which the pipeline door meets on BiasAddGrad's NCHW rows (DOOR_EXPLAINED)."""
+    x = tf.constant(np.random.default_rng(11).uniform(-1, 1, (2, 3, 4, 5)))
+    bias = tf.constant(np.arange(3.0))
+
+    @tf.function
+    def bias_add_of_zeros(x, bias):
+        return tf.raw_ops.BiasAdd(value=tf.zeros_like(x), bias=bias, data_format="NCHW")
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
+        bias_add_of_zeros(x, bias)
+    with tf.Graph().as_default():
+        y = tf.raw_ops.BiasAdd(value=tf.zeros_like(x), bias=tf.constant(np.arange(3.0)),
+                               data_format="NCHW")
+        with tf.compat.v1.Session(config=AUDIT._SESSION_CONFIG) as sess:
+            got = sess.run(y)
+    np.testing.assert_array_equal(got, np.broadcast_to(np.arange(3.0)[:, None, None], (2, 3, 4, 5)))
 
 
 def test_softmax_cross_entropy_python_drops_the_backprop_term_of_labels():
@@ -326,3 +378,60 @@ def test_softmax_cross_entropy_broadcast_is_the_derivative(features_shape, label
     for k, x in enumerate((features, labels)):
         assert cpp[k].shape == x.shape
         np.testing.assert_allclose(cpp[k], _numeric(fn, [features, labels], k, dys), atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# The doors: every row through tf_ext's other entry points. A door that gives another gradient,
+# or fails where the reference runs, fails the audit; one that cannot take a row is counted so.
+
+def test_a_wrong_or_failing_door_fails_the_audit(monkeypatch, capsys, tmp_path):
+    """A fake door: tf_ext_grad's pipeline 1% off, TfExtAddGradients failing every row; the
+    others as they are. The audit names both and exits 1; TF_AddGradients still agrees."""
+    real = AUDIT.run_cpp_door
+
+    def doctored(binary, library, door, manifest, entries):
+        results = real(binary, library, door, manifest, entries)
+        if door == "pipeline":
+            return {i: (kind, [None if g is None else g * 1.01 for g in value])
+                    if kind == "grads" else (kind, value) for i, (kind, value) in results.items()}
+        if door == "tf_ext_add_gradients":
+            return {i: ("error", "a broken door") for i in results}
+        return results
+
+    monkeypatch.setattr(AUDIT, "run_cpp_door", doctored)
+    rc, rows = _run_audit(tmp_path, "--ops=Tanh,MatMul",
+                          "--doors=pipeline,tf_ext_add_gradients,tf_add_gradients")
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "door pipeline: DIFFERS: Tanh config" in out, out
+    assert "door tf_ext_add_gradients: FAILS: MatMul config" in out, out
+    through = [r for r in rows if r.get("doors")]
+    assert len(through) > 10
+    for r in through:  # 1% off is caught but on an empty gradient
+        assert r["doors"]["pipeline"][0] == ("agree" if r["variant"] == "dim0=0" else "DIFFERS"), r
+        assert r["doors"]["tf_ext_add_gradients"][0] == "FAILS", r
+        assert r["doors"]["tf_add_gradients"][0] == "agree", r
+
+
+def test_door_classes():
+    """Against the SymbolicGradient node's gradient (Python's where it fails): agree within the
+    tolerance, DIFFERS beyond it or on another shape, FAILS where the reference runs, cannot
+    take (TF_AddGradients without the op's gradient, the bridge's fallback to Python), no
+    reference where both gradients fail."""
+    row = {"op": "Tanh", "variant": "base", "dtype": "double", "config": "1"}
+    want = np.linspace(-1, 1, 6).reshape(2, 3)
+    entry = {"names": ["x"], "dtypes": [tf.float64], "shapes": [[2, 3]], "cpp": [want], "py": None}
+    classify = lambda door, result, e=entry: AUDIT.classify_door(row, e, door, result)[0]
+    assert classify("pipeline", ("grads", [want * (1 + 1e-12)])) == "agree"
+    assert classify("pipeline", ("grads", [want * (1 + 1e-6)])) == "DIFFERS"
+    assert classify("pipeline", ("grads", [want[:1]])) == "DIFFERS"
+    assert classify("pipeline", ("grads", [None])) == "DIFFERS"  # zeros
+    assert classify("pipeline", ("error", "boom")) == "FAILS"
+    assert classify("tf_add_gradients", ("error", "No gradient defined for op: Tanh")) \
+        == "cannot take"
+    assert classify("pipeline", ("error", "No gradient defined for op: Tanh")) == "FAILS"
+    assert classify("bridge", ("cannot take", "the bridge used Python's gradient of Tanh")) \
+        == "cannot take"
+    py_only = dict(entry, cpp=None, py=[want])
+    assert classify("pipeline", ("grads", [want]), py_only) == "agree"
+    assert classify("pipeline", ("grads", [want]), dict(entry, cpp=None)) == "no reference"
