@@ -1,6 +1,7 @@
 #include "tf_ext/graph/engine/control_flow.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -248,6 +249,164 @@ absl::StatusOr<BodyRecomputation> PlanBodyRecomputation(const FunctionLibraryDef
   return plan;
 }
 
+// Checkpoints of the carried state (RewriteWhile under a memory budget; docs/memory.md, Loops).
+// Instead of the loop variables' values at every iteration's start, the forward loop keeps them
+// at the iterations of a stride that grows as the square root of the iteration. The backward
+// loop takes a segment (the iterations between two checkpoints) at a time: a step loop runs the
+// segment forward from its checkpoint, pushing what each iteration's gradient reads, and the
+// iterations' gradients then run backwards over it, popping. That needs the state's next value,
+// and every tensor the gradient reads but the loop does not save, to be computable from the
+// state and the loop invariants alone: `step` is that part of the body, and `state` grows with
+// every loop variable it reads; what the gradient reads and the step cannot compute (a
+// stateful node's output) is saved every iteration. Where the state's next value has no such
+// part (a random op, a nested loop or a function call on the way, a variant or resource loop
+// variable that changes) there is no plan, and the loop saves its carried state every
+// iteration.
+struct SegmentList {
+  DataType dtype;
+  std::string value;               // the step's tensor, pushed every iteration
+  std::vector<std::string> reads;  // the forward tensors the gradient reads, it holds
+};
+struct SegmentPlan {
+  std::vector<int> state;           // the checkpointed loop variables
+  std::vector<int> invariants;      // the loop invariants the step reads
+  GraphDef step;                    // copies of body nodes reading the args below
+  std::vector<std::string> next;    // per state: the step's tensor of its next value
+  std::vector<SegmentList> lists;   // what the step loop pushes for the gradient
+  std::set<std::string> covered;    // the reads the lists hold
+};
+
+// The step's args: a checkpointed loop variable (by position in SegmentPlan::state) and a loop
+// invariant (by loop variable).
+std::string StepStateArg(const std::string& bp, int position) {
+  return absl::StrCat(bp, "/step/state_", position);
+}
+std::string StepInvariantArg(const std::string& bp, int arg) {
+  return absl::StrCat(bp, "/step/invariant_", arg);
+}
+
+// TF_EXT_LOOP_CHECKPOINTS=0 turns the checkpoints off: a loop under a budget then saves its
+// carried state every iteration (the comparison test_memory_budget_loops.py measures against).
+bool LoopCheckpointsEnabled() {
+  const char* value = std::getenv("TF_EXT_LOOP_CHECKPOINTS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+// `reads`: the forward tensors the body's gradient reads that are neither constants nor loop
+// invariants.
+std::optional<SegmentPlan> PlanSegments(const FunctionLibraryDefinition& flib,
+                                        const FunctionGradient& fg,
+                                        const std::vector<const Needed*>& reads,
+                                        const DataTypeVector& types) {
+  auto index_of = [](const NodeDef& nd) {
+    int index = -1;
+    (void)GetNodeAttr(AttrSlice(nd), "index", &index);
+    return index;
+  };
+  std::map<std::string, const NodeDef*> forward;
+  std::map<int, const NodeDef*> rets;
+  for (const NodeDef& nd : fg.graph.node()) {
+    if (fg.IsGradient(nd.name())) continue;
+    forward[nd.name()] = &nd;
+    if (nd.op() == "_Retval") rets[index_of(nd)] = &nd;
+  }
+  const int num_vars = types.size();
+  auto invariant = [&fg](int a) {
+    return a >= 0 && a < static_cast<int>(fg.ret_source.size()) && fg.ret_source[a] == a;
+  };
+  SegmentPlan plan;
+  std::map<int, int> position;  // loop variable -> position in plan.state
+  auto add_state = [&](int a) {
+    if (position.count(a)) return true;
+    if (a < 0 || a >= num_vars || invariant(a) || types[a] == DT_VARIANT ||
+        types[a] == DT_RESOURCE) {
+      return false;
+    }
+    position[a] = plan.state.size();
+    plan.state.push_back(a);
+    return true;
+  };
+  const std::string copy_prefix = fg.prefix + "/step/node/";
+  std::map<std::string, bool> copied;
+  std::set<int> invariant_seen;
+  std::function<bool(const std::string&)> copy;
+  // The step's tensor for forward tensor `t`, copying the nodes it needs; "" where it cannot.
+  std::function<std::string(const std::string&)> step_tensor =
+      [&](const std::string& t) -> std::string {
+    const TensorId id = ParseTensorName(t);
+    const std::string src(id.first);
+    auto it = forward.find(src);
+    if (id.second < 0 || it == forward.end()) return "";  // a control input keeps its order
+    const NodeDef& nd = *it->second;
+    if (nd.op() == "_Arg") {
+      const int a = index_of(nd);
+      if (invariant(a)) {
+        if (invariant_seen.insert(a).second) plan.invariants.push_back(a);
+        return StepInvariantArg(fg.prefix, a) + ":0";
+      }
+      if (!add_state(a)) return "";
+      return StepStateArg(fg.prefix, position.at(a)) + ":0";
+    }
+    if (!copy(src)) return "";
+    return TensorName(copy_prefix + src, id.second);
+  };
+  copy = [&](const std::string& name) -> bool {
+    auto m = copied.find(name);
+    if (m != copied.end()) return m->second;
+    copied[name] = false;
+    const NodeDef& nd = *forward.at(name);
+    const OpDef* op_def = nullptr;
+    if (nd.op() == "_Retval" || flib.Find(nd.op()) != nullptr || IsFunctionalControlFlow(nd.op()) ||
+        IsV1ControlFlow(nd.op()) || !OpRegistry::Global()->LookUpOpDef(nd.op(), &op_def).ok() ||
+        op_def->is_stateful()) {
+      return false;  // random ops among the stateful: their draws are the forward's
+    }
+    NodeDef c = nd;
+    c.set_name(copy_prefix + name);
+    c.clear_input();
+    if (nd.op() != "Const") {
+      for (const std::string& in : nd.input()) {
+        // A control input only orders: a stateless node's value does not depend on it (a
+        // frozen Keras body passes its loop variables on through Identity nodes that wait for
+        // its weights' reads; an inlined body's inputs wait for the call's input node).
+        if (absl::StartsWith(in, "^")) continue;
+        const std::string t = step_tensor(in);
+        if (t.empty()) return false;
+        c.add_input(t);
+      }
+    }
+    *plan.step.add_node() = std::move(c);
+    copied[name] = true;
+    return true;
+  };
+  std::map<std::string, int> list_of;  // step tensor -> position in plan.lists
+  for (const Needed* read : reads) {
+    std::string value;
+    if (read->arg >= 0) {
+      if (!add_state(read->arg)) continue;  // a list the loop writes: saved every iteration
+      value = StepStateArg(fg.prefix, position.at(read->arg)) + ":0";
+    } else {
+      // What the step cannot compute (a stateful node's output, or what reads one) is saved
+      // every iteration.
+      value = step_tensor(read->tensor);
+      if (value.empty()) continue;
+    }
+    auto [it, added] = list_of.emplace(value, plan.lists.size());
+    if (added) plan.lists.push_back({read->dtype, value, {}});
+    plan.lists[it->second].reads.push_back(read->tensor);
+    plan.covered.insert(read->tensor);
+  }
+  if (plan.state.empty()) return std::nullopt;  // nothing carried: nothing to checkpoint
+  for (size_t i = 0; i < plan.state.size(); ++i) {  // step_tensor may grow plan.state
+    auto r = rets.find(plan.state[i]);
+    if (r == rets.end() || r->second->input_size() < 1) return std::nullopt;
+    const std::string t = step_tensor(r->second->input(0));
+    if (t.empty()) return std::nullopt;
+    plan.next.push_back(t);
+  }
+  return plan;
+}
+
 // `wanted` (per loop variable; empty: all): whether its gradient is needed, i.e. its initial
 // value carries one (DifferentiateFunction's wanted_args).
 absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlFlowStats* stats,
@@ -277,19 +436,16 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   std::vector<const Needed*> saved;
   std::vector<int> captures;
   std::map<std::string, int> capture_of;  // tensor -> position in captures
+  auto capture_position = [&captures](int arg) {
+    for (size_t c = 0; c < captures.size(); ++c) {
+      if (captures[c] == arg) return static_cast<int>(c);
+    }
+    captures.push_back(arg);
+    return static_cast<int>(captures.size()) - 1;
+  };
   for (const Needed& need : fg.needed) {
     if (need.kind == Needed::kArg && fg.ret_source[need.arg] == need.arg) {
-      if (!capture_of.count(need.tensor)) {
-        int pos = -1;
-        for (size_t c = 0; c < captures.size(); ++c) {
-          if (captures[c] == need.arg) pos = c;
-        }
-        if (pos < 0) {
-          pos = captures.size();
-          captures.push_back(need.arg);
-        }
-        capture_of[need.tensor] = pos;
-      }
+      if (!capture_of.count(need.tensor)) capture_of[need.tensor] = capture_position(need.arg);
     } else if (need.kind != Needed::kConst) {
       if (need.dtype == DT_RESOURCE) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -299,6 +455,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
       saved.push_back(&need);
     }
   }
+  const std::vector<const Needed*> reads = saved;  // what the gradient reads
   BodyRecomputation recompute;
   if (recompute_body) {
     auto plan = PlanBodyRecomputation(g->flib_def(), fg, saved);
@@ -307,35 +464,118 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     saved.clear();
     for (const Needed& leaf : recompute.leaves) saved.push_back(&leaf);
     for (const auto& [tensor, arg] : recompute.invariant_args) {
-      if (capture_of.count(tensor)) continue;
-      int pos = -1;
-      for (size_t c = 0; c < captures.size(); ++c) {
-        if (captures[c] == arg) pos = c;
-      }
-      if (pos < 0) {
-        pos = captures.size();
-        captures.push_back(arg);
-      }
-      capture_of[tensor] = pos;
+      if (!capture_of.count(tensor)) capture_of[tensor] = capture_position(arg);
     }
   }
-  const int num_saved = saved.size();
+  // Under a budget the carried state is checkpointed where the body allows (PlanSegments).
+  std::optional<SegmentPlan> segments;
+  if (recompute_body && LoopCheckpointsEnabled()) {
+    segments = PlanSegments(g->flib_def(), fg, reads, types);
+  }
+  // What the loop saves every iteration: with checkpoints, what the gradient reads and the
+  // step cannot compute; without, the recomputation's leaves.
+  std::vector<const Needed*> per_iteration;
+  if (segments) {
+    for (int a : segments->invariants) capture_position(a);
+    for (const Needed* r : reads) {
+      if (!segments->covered.count(r->tensor)) per_iteration.push_back(r);
+    }
+  } else {
+    per_iteration = saved;
+  }
+  const int num_lists = per_iteration.size();
+  const int num_state = segments ? segments->state.size() : 0;
+  // The loop's new outputs after its iteration count: a list per tensor saved every iteration
+  // and, with checkpoints, the checkpoints' iterations and a list per checkpointed loop
+  // variable. All are variants, so the registered gradient (tf_ext/grads/tf/
+  // control_flow_grad.cc) passes them to the backward loop as it passes the lists.
+  DataTypeVector saved_types;  // element dtypes
+  for (const Needed* s : per_iteration) saved_types.push_back(s->dtype);
+  if (segments) {
+    saved_types.push_back(DT_INT32);
+    for (int a : segments->state) saved_types.push_back(types[a]);
+  }
+  const int num_saved = saved_types.size();
   const int num_diff = fg.diff_args.size();
 
   // Forward body: the body, an iteration counter, and a TensorListPushBack per saved tensor.
   GraphDef fwd = ForwardNodes(fg);
+  std::map<int, std::string> arg_names;  // the body's loop variables
+  for (const NodeDef& nd : fwd.node()) {
+    int index = -1;
+    if (nd.op() == "_Arg" && GetNodeAttr(AttrSlice(nd), "index", &index).ok()) {
+      arg_names[index] = nd.name();
+    }
+  }
   *fwd.add_node() = ArgNode(bp + "_acc/counter", DT_INT32, num_vars);
   *fwd.add_node() = ScalarConst(bp + "_acc/one", 1);
   *fwd.add_node() = MakeNode(bp + "_acc/next", "AddV2", {bp + "_acc/counter", bp + "_acc/one"});
   AddNodeAttr("T", DT_INT32, fwd.mutable_node(fwd.node_size() - 1));
   *fwd.add_node() = RetNode(bp + "_acc/counter_out", bp + "_acc/next", DT_INT32, num_vars);
-  for (int j = 0; j < num_saved; ++j) {
+  for (int j = 0; j < num_lists; ++j) {
     const std::string list = absl::StrCat(bp, "_acc/list_", j);
     *fwd.add_node() = ArgNode(list, DT_VARIANT, num_vars + 1 + j);
-    NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list, saved[j]->tensor});
-    AddNodeAttr("element_dtype", saved[j]->dtype, &push);
+    NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list, per_iteration[j]->tensor});
+    AddNodeAttr("element_dtype", per_iteration[j]->dtype, &push);
     *fwd.add_node() = push;
     *fwd.add_node() = RetNode(list + "/out", list + "/push", DT_VARIANT, num_vars + 1 + j);
+  }
+  if (segments) {
+    // Iteration t appends its carried state, first dropping the previous iteration's unless
+    // t - 1 is a checkpoint: a multiple of its stride max(1, floor(sqrt(t - 1))) (0 is one; so
+    // is "-1", which has no entry). The last entry (iteration T - 1) thus stays too: the
+    // backward loop's first segment. No loop variable counts: it must not depend on the trip
+    // count, which only the loop's end knows.
+    const std::string ck = bp + "_ckpt/";
+    auto scalar_op = [&](const std::string& name, const std::string& op,
+                         const std::vector<std::string>& in, DataType t) {
+      NodeDef nd = MakeNode(ck + name, op, in);
+      AddNodeAttr("T", t, &nd);
+      *fwd.add_node() = std::move(nd);
+    };
+    auto cast = [&](const std::string& name, const std::string& in, DataType from, DataType to) {
+      NodeDef nd = MakeNode(ck + name, "Cast", {in});
+      AddNodeAttr("SrcT", from, &nd);
+      AddNodeAttr("DstT", to, &nd);
+      *fwd.add_node() = std::move(nd);
+    };
+    *fwd.add_node() = ScalarConst(ck + "zero", 0);
+    scalar_op("previous", "Sub", {bp + "_acc/counter", bp + "_acc/one"}, DT_INT32);
+    scalar_op("nonnegative", "Maximum", {ck + "previous", ck + "zero"}, DT_INT32);
+    cast("as_double", ck + "nonnegative", DT_INT32, DT_DOUBLE);
+    scalar_op("sqrt", "Sqrt", {ck + "as_double"}, DT_DOUBLE);
+    scalar_op("floor", "Floor", {ck + "sqrt"}, DT_DOUBLE);
+    cast("root", ck + "floor", DT_DOUBLE, DT_INT32);
+    scalar_op("stride", "Maximum", {ck + "root", bp + "_acc/one"}, DT_INT32);
+    scalar_op("remainder", "FloorMod", {ck + "previous", ck + "stride"}, DT_INT32);
+    scalar_op("is_checkpoint", "Equal", {ck + "remainder", ck + "zero"}, DT_INT32);
+    cast("keep", ck + "is_checkpoint", DT_BOOL, DT_INT32);
+    const int first = num_vars + 1 + num_lists;
+    const std::string positions = ck + "positions";
+    *fwd.add_node() = ArgNode(positions, DT_VARIANT, first);
+    *fwd.add_node() = MakeNode(ck + "length", "TensorListLength", {positions});
+    scalar_op("last", "Sub", {ck + "length", bp + "_acc/one"}, DT_INT32);
+    scalar_op("kept", "AddV2", {ck + "last", ck + "keep"}, DT_INT32);
+    // Resize to `kept` entries, then append `value`.
+    auto append = [&](const std::string& list, const std::string& value, DataType dtype,
+                      int index) {
+      *fwd.add_node() = MakeNode(list + "/kept", "TensorListResize", {list, ck + "kept"});
+      NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list + "/kept", value});
+      AddNodeAttr("element_dtype", dtype, &push);
+      *fwd.add_node() = std::move(push);
+      *fwd.add_node() = RetNode(list + "/out", list + "/push", DT_VARIANT, index);
+    };
+    append(positions, bp + "_acc/counter", DT_INT32, first);
+    for (int i = 0; i < num_state; ++i) {
+      const int a = segments->state[i];
+      auto name = arg_names.find(a);
+      if (name == arg_names.end()) {
+        return absl::InternalError(absl::StrCat(what, ": no arg ", a));
+      }
+      const std::string list = absl::StrCat(ck, "state_", i);
+      *fwd.add_node() = ArgNode(list, DT_VARIANT, first + 1 + i);
+      append(list, name->second, types[a], first + 1 + i);
+    }
   }
   auto fwd_name = AddFunction(g, fwd, body.name() + "_tf_ext_fwd", fg.control_rets);
   if (!fwd_name.ok()) return fwd_name.status();
@@ -356,79 +596,272 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   auto cond_name = AddFunction(g, cond_def, cond.name() + "_tf_ext_fwd", cond_control);
   if (!cond_name.ok()) return cond_name.status();
 
-  // Backward body. Loop variables: counter, d(loop variable) per differentiable one, the
-  // lists, the captured invariants.
-  std::map<std::string, std::string> replacement;
-  GraphDef extra;
-  *extra.add_node() = ArgNode(bp + "/bwd/counter", DT_INT32, 0);
-  *extra.add_node() = ScalarConst(bp + "/bwd/one", 1);
-  *extra.add_node() = MakeNode(bp + "/bwd/next", "Sub", {bp + "/bwd/counter", bp + "/bwd/one"});
-  AddNodeAttr("T", DT_INT32, extra.mutable_node(extra.node_size() - 1));
-  *extra.add_node() = RetNode(bp + "/bwd/counter_out", bp + "/bwd/next", DT_INT32, 0);
-  NodeDef unknown = MakeNode(bp + "/bwd/unknown_shape", "Const", {});
-  {
-    Tensor minus_one(DT_INT32, TensorShape({}));
-    minus_one.scalar<int32_t>()() = -1;
-    AddNodeAttr("dtype", DT_INT32, &unknown);
-    AddNodeAttr("value", minus_one, &unknown);
-  }
-  *extra.add_node() = unknown;
-  std::vector<DataType> bwd_types = {DT_INT32};
-  for (int m = 0; m < num_diff; ++m) {
-    const DataType t = types[fg.diff_args[m]];
-    bwd_types.push_back(t);
-    *extra.add_node() = RetNode(absl::StrCat(bp, "/bwd/d_out_", m), fg.d_args[m], t, 1 + m);
-  }
-  for (int j = 0; j < num_saved; ++j) {
-    const std::string list = absl::StrCat(bp, "/bwd/list_", j);
-    const int index = 1 + num_diff + j;
-    *extra.add_node() = ArgNode(list, DT_VARIANT, index);
-    NodeDef pop = MakeNode(list + "/pop", "TensorListPopBack", {list, bp + "/bwd/unknown_shape"});
-    AddNodeAttr("element_dtype", saved[j]->dtype, &pop);
-    *extra.add_node() = pop;
-    *extra.add_node() = RetNode(list + "/out", list + "/pop:0", DT_VARIANT, index);
-    replacement[saved[j]->tensor] = list + "/pop:1";
-    bwd_types.push_back(DT_VARIANT);
-  }
-  for (size_t c = 0; c < captures.size(); ++c) {
-    const std::string arg = absl::StrCat(bp, "/bwd/capture_", c);
-    const int index = 1 + num_diff + num_saved + c;
-    const DataType t = types[captures[c]];
-    *extra.add_node() = ArgNode(arg, t, index);
-    *extra.add_node() = RetNode(arg + "/out", arg, t, index);
-    bwd_types.push_back(t);
-  }
-  for (const auto& [tensor, pos] : capture_of) {
-    replacement[tensor] = absl::StrCat(bp, "/bwd/capture_", pos, ":0");
-  }
-  // The recomputing copies read the popped and captured values; the gradient reads the copies.
-  for (const NodeDef& node : recompute.copies.node()) {
-    NodeDef c = node;
-    for (std::string& in : *c.mutable_input()) {
-      auto it = replacement.find(in);
-      if (it != replacement.end()) in = it->second;
+  // The backward body of one iteration. Its loop variables: the counter, with checkpoints the
+  // segment's first iteration (where it stops), d(loop variable) per differentiable one, the
+  // lists it pops (each value replaces the forward tensors named with it) and the captured
+  // invariants. Without checkpoints it recomputes what the gradient reads from the popped
+  // values (`recompute`); with them, it pops it.
+  struct PoppedList {
+    DataType dtype;
+    std::vector<std::string> tensors;
+  };
+  auto iteration_body = [&](int base, const std::vector<PoppedList>& lists,
+                            DataTypeVector* arg_types) {
+    const bool with_copies = base == 1;
+    std::map<std::string, std::string> replacement;
+    GraphDef extra;
+    *extra.add_node() = ArgNode(bp + "/bwd/counter", DT_INT32, 0);
+    *extra.add_node() = ScalarConst(bp + "/bwd/one", 1);
+    *extra.add_node() = MakeNode(bp + "/bwd/next", "Sub", {bp + "/bwd/counter", bp + "/bwd/one"});
+    AddNodeAttr("T", DT_INT32, extra.mutable_node(extra.node_size() - 1));
+    *extra.add_node() = RetNode(bp + "/bwd/counter_out", bp + "/bwd/next", DT_INT32, 0);
+    NodeDef unknown = MakeNode(bp + "/bwd/unknown_shape", "Const", {});
+    {
+      Tensor minus_one(DT_INT32, TensorShape({}));
+      minus_one.scalar<int32_t>()() = -1;
+      AddNodeAttr("dtype", DT_INT32, &unknown);
+      AddNodeAttr("value", minus_one, &unknown);
     }
-    *extra.add_node() = std::move(c);
+    *extra.add_node() = unknown;
+    *arg_types = {DT_INT32};
+    if (base == 2) {
+      *extra.add_node() = ArgNode(bp + "/bwd/stop", DT_INT32, 1);
+      *extra.add_node() = RetNode(bp + "/bwd/stop_out", bp + "/bwd/stop", DT_INT32, 1);
+      arg_types->push_back(DT_INT32);
+    }
+    for (int m = 0; m < num_diff; ++m) {
+      const DataType t = types[fg.diff_args[m]];
+      arg_types->push_back(t);
+      *extra.add_node() = RetNode(absl::StrCat(bp, "/bwd/d_out_", m), fg.d_args[m], t, base + m);
+    }
+    const int num_popped = lists.size();
+    for (int j = 0; j < num_popped; ++j) {
+      const std::string list = absl::StrCat(bp, "/bwd/list_", j);
+      const int index = base + num_diff + j;
+      *extra.add_node() = ArgNode(list, DT_VARIANT, index);
+      NodeDef pop = MakeNode(list + "/pop", "TensorListPopBack", {list, bp + "/bwd/unknown_shape"});
+      AddNodeAttr("element_dtype", lists[j].dtype, &pop);
+      *extra.add_node() = pop;
+      *extra.add_node() = RetNode(list + "/out", list + "/pop:0", DT_VARIANT, index);
+      for (const std::string& tensor : lists[j].tensors) replacement[tensor] = list + "/pop:1";
+      arg_types->push_back(DT_VARIANT);
+    }
+    for (size_t c = 0; c < captures.size(); ++c) {
+      const std::string arg = absl::StrCat(bp, "/bwd/capture_", c);
+      const int index = base + num_diff + num_popped + c;
+      const DataType t = types[captures[c]];
+      *extra.add_node() = ArgNode(arg, t, index);
+      *extra.add_node() = RetNode(arg + "/out", arg, t, index);
+      arg_types->push_back(t);
+    }
+    for (const auto& [tensor, pos] : capture_of) {
+      replacement[tensor] = absl::StrCat(bp, "/bwd/capture_", pos, ":0");
+    }
+    // The recomputing copies read the popped and captured values; the gradient reads the copies.
+    for (const NodeDef& node : recompute.copies.node()) {
+      if (!with_copies) break;
+      NodeDef c = node;
+      for (std::string& in : *c.mutable_input()) {
+        auto it = replacement.find(in);
+        if (it != replacement.end()) in = it->second;
+      }
+      *extra.add_node() = std::move(c);
+    }
+    if (with_copies) {
+      for (const auto& [tensor, copy] : recompute.recomputed) replacement[tensor] = copy;
+    }
+    GraphDef bwd = GradientNodes(fg, replacement);
+    for (const NodeDef& node : extra.node()) *bwd.add_node() = node;
+    for (int m = 0; m < num_diff; ++m) SetIndex(&bwd, fg.d_rets[m], base + m);
+    BypassIdentities(&bwd);
+    return bwd;
+  };
+  // A loop's cond over `arg_types`: arg 0 `op` (Greater, Less) arg 1, or 0 when `zero`.
+  auto compare_cond = [](const DataTypeVector& arg_types, const std::string& op, bool zero) {
+    GraphDef def;
+    for (size_t i = 0; i < arg_types.size(); ++i) {
+      *def.add_node() = ArgNode(absl::StrCat("arg_", i), arg_types[i], i);
+    }
+    if (zero) *def.add_node() = ScalarConst("zero", 0);
+    NodeDef compare = MakeNode("compare", op, {"arg_0", zero ? "zero" : "arg_1"});
+    AddNodeAttr("T", DT_INT32, &compare);
+    *def.add_node() = compare;
+    *def.add_node() = RetNode("out", "compare", DT_BOOL, 0);
+    return def;
+  };
+  // A While node of a generated function, lowered as the gradient loop is, one iteration at a
+  // time: a segment's iterations are a chain anyway (through the state, or its gradient), and
+  // with the loop's parallel_iterations the executor ran ahead of it (LSTM(128), batch 16, 2000
+  // steps: a VmHWM rise of 110 MB instead of 67).
+  auto while_node = [](const std::string& name, const std::vector<std::string>& inputs,
+                               const DataTypeVector& loop_types, const std::string& body_name,
+                               const std::string& cond_name) {
+    NodeDef nd = MakeNode(name, "While", inputs);
+    NameAttrList body_attr, cond_attr;
+    body_attr.set_name(body_name);
+    cond_attr.set_name(cond_name);
+    AddNodeAttr("T", loop_types, &nd);
+    AddNodeAttr("body", body_attr, &nd);
+    AddNodeAttr("cond", cond_attr, &nd);
+    AddNodeAttr("output_shapes", std::vector<TensorShapeProto>(loop_types.size(), UnknownShape()),
+                &nd);
+    AddNodeAttr("parallel_iterations", 1, &nd);
+    AddNodeAttr("_lower_using_switch_merge", true, &nd);
+    return nd;
+  };
+
+  // Backward body. Loop variables: counter, d(loop variable) per differentiable one, the saved
+  // lists, the captured invariants.
+  DataTypeVector bwd_types;
+  absl::StatusOr<std::string> bwd_name;
+  if (!segments) {
+    std::vector<PoppedList> lists;
+    for (const Needed* s : per_iteration) lists.push_back({s->dtype, {s->tensor}});
+    bwd_name = AddFunction(g, iteration_body(1, lists, &bwd_types), body.name() + "_tf_ext_grad");
+    if (!bwd_name.ok()) return bwd_name.status();
+  } else {
+    // With checkpoints, one iteration of the backward loop is a segment [s, counter), s its
+    // checkpoint's iteration: a step loop runs the segment's iterations forward from the
+    // checkpoint, pushing what each one's gradient reads, then a loop runs the iterations'
+    // gradients backwards, popping it. The backward loop's counter goes from the trip count T
+    // down to 0 a segment at a time.
+    const SegmentPlan& plan = *segments;
+    const int num_segment_lists = plan.lists.size();
+    const int num_invariants = plan.invariants.size();
+    std::vector<PoppedList> lists;
+    for (const Needed* s : per_iteration) lists.push_back({s->dtype, {s->tensor}});
+    for (const SegmentList& list : plan.lists) lists.push_back({list.dtype, list.reads});
+    DataTypeVector iteration_types;
+    auto iteration_name = AddFunction(g, iteration_body(2, lists, &iteration_types),
+                                      body.name() + "_tf_ext_grad_segment");
+    if (!iteration_name.ok()) return iteration_name.status();
+    auto iteration_cond = AddFunction(g, compare_cond(iteration_types, "Greater", false),
+                                      cond.name() + "_tf_ext_grad_segment");
+    if (!iteration_cond.ok()) return iteration_cond.status();
+
+    // The step loop. Loop variables: m (from 0), the segment's length, the state, the lists
+    // it pushes, the invariants the step reads.
+    GraphDef step = plan.step;
+    DataTypeVector step_types = {DT_INT32, DT_INT32};
+    const std::string sp = bp + "/step/";
+    *step.add_node() = ArgNode(sp + "m", DT_INT32, 0);
+    *step.add_node() = ArgNode(sp + "length", DT_INT32, 1);
+    *step.add_node() = ScalarConst(sp + "one", 1);
+    *step.add_node() = MakeNode(sp + "m_next", "AddV2", {sp + "m", sp + "one"});
+    AddNodeAttr("T", DT_INT32, step.mutable_node(step.node_size() - 1));
+    *step.add_node() = RetNode(sp + "m_out", sp + "m_next", DT_INT32, 0);
+    *step.add_node() = RetNode(sp + "length_out", sp + "length", DT_INT32, 1);
+    for (int i = 0; i < num_state; ++i) {
+      const DataType t = types[plan.state[i]];
+      *step.add_node() = ArgNode(StepStateArg(bp, i), t, 2 + i);
+      *step.add_node() = RetNode(absl::StrCat(sp, "state_out_", i), plan.next[i], t, 2 + i);
+      step_types.push_back(t);
+    }
+    for (int k = 0; k < num_segment_lists; ++k) {
+      const std::string list = absl::StrCat(sp, "segment_", k);
+      const int index = 2 + num_state + k;
+      *step.add_node() = ArgNode(list, DT_VARIANT, index);
+      NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list, plan.lists[k].value});
+      AddNodeAttr("element_dtype", plan.lists[k].dtype, &push);
+      *step.add_node() = std::move(push);
+      *step.add_node() = RetNode(list + "/out", list + "/push", DT_VARIANT, index);
+      step_types.push_back(DT_VARIANT);
+    }
+    for (int c = 0; c < num_invariants; ++c) {
+      const int a = plan.invariants[c];
+      const int index = 2 + num_state + num_segment_lists + c;
+      *step.add_node() = ArgNode(StepInvariantArg(bp, a), types[a], index);
+      *step.add_node() = RetNode(absl::StrCat(sp, "invariant_out_", c), StepInvariantArg(bp, a),
+                                 types[a], index);
+      step_types.push_back(types[a]);
+    }
+    auto step_name = AddFunction(g, step, body.name() + "_tf_ext_recompute_segment");
+    if (!step_name.ok()) return step_name.status();
+    auto step_cond = AddFunction(g, compare_cond(step_types, "Less", false),
+                                 cond.name() + "_tf_ext_recompute_segment");
+    if (!step_cond.ok()) return step_cond.status();
+
+    // The backward loop's body: a segment.
+    GraphDef seg;
+    const std::string sb = bp + "/segment/";
+    auto arg = [&](const std::string& name, DataType t) {
+      *seg.add_node() = ArgNode(sb + name, t, bwd_types.size());
+      bwd_types.push_back(t);
+      return sb + name;
+    };
+    auto ret = [&](const std::string& input, int index) {
+      *seg.add_node() = RetNode(absl::StrCat(sb, "out_", index), input, bwd_types[index], index);
+    };
+    const std::string counter = arg("counter", DT_INT32);
+    std::vector<std::string> d, list_args, checkpoints, capture_args;
+    for (int m = 0; m < num_diff; ++m) d.push_back(arg(absl::StrCat("d_", m), types[fg.diff_args[m]]));
+    for (int j = 0; j < num_lists; ++j) list_args.push_back(arg(absl::StrCat("list_", j), DT_VARIANT));
+    const std::string positions = arg("positions", DT_VARIANT);
+    for (int i = 0; i < num_state; ++i) {
+      checkpoints.push_back(arg(absl::StrCat("checkpoints_", i), DT_VARIANT));
+    }
+    for (size_t c = 0; c < captures.size(); ++c) {
+      capture_args.push_back(arg(absl::StrCat("capture_", c), types[captures[c]]));
+    }
+    NodeDef unknown = MakeNode(sb + "unknown_shape", "Const", {});
+    {
+      Tensor minus_one(DT_INT32, TensorShape({}));
+      minus_one.scalar<int32_t>()() = -1;
+      AddNodeAttr("dtype", DT_INT32, &unknown);
+      AddNodeAttr("value", minus_one, &unknown);
+    }
+    *seg.add_node() = unknown;
+    *seg.add_node() = ScalarConst(sb + "zero", 0);
+    auto pop = [&](const std::string& list, DataType dtype) {
+      NodeDef nd = MakeNode(list + "/pop", "TensorListPopBack", {list, sb + "unknown_shape"});
+      AddNodeAttr("element_dtype", dtype, &nd);
+      *seg.add_node() = std::move(nd);
+      return list + "/pop";
+    };
+    const std::string start = pop(positions, DT_INT32) + ":1";
+    *seg.add_node() = MakeNode(sb + "length", "Sub", {counter, start});
+    AddNodeAttr("T", DT_INT32, seg.mutable_node(seg.node_size() - 1));
+    std::vector<std::string> step_in = {sb + "zero", sb + "length"};
+    for (int i = 0; i < num_state; ++i) {
+      step_in.push_back(pop(checkpoints[i], types[plan.state[i]]) + ":1");
+    }
+    for (int k = 0; k < num_segment_lists; ++k) {
+      const std::string list = absl::StrCat(sb, "segment_", k);
+      NodeDef empty = MakeNode(list, "EmptyTensorList", {sb + "unknown_shape", sb + "unknown_shape"});
+      AddNodeAttr("element_dtype", plan.lists[k].dtype, &empty);
+      AddNodeAttr("shape_type", DT_INT32, &empty);
+      *seg.add_node() = std::move(empty);
+      step_in.push_back(list);
+    }
+    for (int a : plan.invariants) step_in.push_back(capture_args[capture_position(a)]);
+    *seg.add_node() = while_node(sb + "recompute", step_in, step_types, *step_name, *step_cond);
+    std::vector<std::string> iteration_in = {counter, start};
+    for (const std::string& v : d) iteration_in.push_back(v);
+    for (const std::string& v : list_args) iteration_in.push_back(v);
+    for (int k = 0; k < num_segment_lists; ++k) {
+      iteration_in.push_back(absl::StrCat(sb, "recompute:", 2 + num_state + k));
+    }
+    for (const std::string& v : capture_args) iteration_in.push_back(v);
+    *seg.add_node() =
+        while_node(sb + "backward", iteration_in, iteration_types, *iteration_name, *iteration_cond);
+    // The next segment waits for this one's gradients (the counter is the inner loop's), so
+    // that one segment's recomputed tensors are held at a time.
+    int index = 0;
+    ret(sb + "backward:0", index++);
+    for (int m = 0; m < num_diff; ++m) ret(absl::StrCat(sb, "backward:", 2 + m), index++);
+    for (int j = 0; j < num_lists; ++j) {
+      ret(absl::StrCat(sb, "backward:", 2 + num_diff + j), index++);
+    }
+    ret(positions + "/pop:0", index++);
+    for (int i = 0; i < num_state; ++i) ret(checkpoints[i] + "/pop:0", index++);
+    for (const std::string& v : capture_args) ret(v, index++);
+    bwd_name = AddFunction(g, seg, body.name() + "_tf_ext_grad");
+    if (!bwd_name.ok()) return bwd_name.status();
   }
-  for (const auto& [tensor, copy] : recompute.recomputed) replacement[tensor] = copy;
-  GraphDef bwd = GradientNodes(fg, replacement);
-  for (const NodeDef& node : extra.node()) *bwd.add_node() = node;
-  for (int m = 0; m < num_diff; ++m) SetIndex(&bwd, fg.d_rets[m], 1 + m);
-  BypassIdentities(&bwd);
-  auto bwd_name = AddFunction(g, bwd, body.name() + "_tf_ext_grad");
-  if (!bwd_name.ok()) return bwd_name.status();
 
   // Backward cond: counter > 0.
-  GraphDef bcond;
-  for (size_t i = 0; i < bwd_types.size(); ++i) {
-    *bcond.add_node() = ArgNode(absl::StrCat("arg_", i), bwd_types[i], i);
-  }
-  *bcond.add_node() = ScalarConst("zero", 0);
-  NodeDef greater = MakeNode("more", "Greater", {"arg_0", "zero"});
-  AddNodeAttr("T", DT_INT32, &greater);
-  *bcond.add_node() = greater;
-  *bcond.add_node() = RetNode("out", "more", DT_BOOL, 0);
-  auto bcond_name = AddFunction(g, bcond, cond.name() + "_tf_ext_grad");
+  auto bcond_name = AddFunction(g, compare_cond(bwd_types, "Greater", true),
+                                cond.name() + "_tf_ext_grad");
   if (!bcond_name.ok()) return bcond_name.status();
 
   // The forward node: counter from 0, an empty list per saved tensor.
@@ -453,7 +886,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     TF_RETURN_IF_ERROR(NodeBuilder(g->NewName(prefix + "/accumulator"), "EmptyTensorList")
                            .Input(unknown_shape, 0)
                            .Input(unknown_shape, 0)
-                           .Attr("element_dtype", saved[j]->dtype)
+                           .Attr("element_dtype", saved_types[j])
                            .Finalize(g, &list));
     extra_inputs.push_back({list, 0});
   }
@@ -496,7 +929,9 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   if (!replaced.ok()) return replaced.status();
   stats->loops += 1 + fg.stats.loops;
   stats->conditionals += fg.stats.conditionals;
-  stats->accumulators += num_saved + fg.stats.accumulators;
+  // The tensors the loop keeps (a checkpointed one every k-th iteration); the checkpoints'
+  // iterations are bookkeeping.
+  stats->accumulators += num_lists + num_state + fg.stats.accumulators;
   return absl::OkStatus();
 }
 

@@ -81,11 +81,17 @@ struct ControlFlowStats {
 // (read them through an Identity), as the nodes they point at are replaced. `name_prefix`
 // names the nodes added to `g` (pick one no node of g uses).
 //
-// `recompute_loop_bodies` (a memory budget, docs/memory.md): each While on the path saves per
-// iteration only what recomputing its body's tensors needs (the loop variables at the
-// iteration's start and the outputs of nodes it cannot recompute: stateful ones, nested
-// control flow, function calls), and its gradient loop recomputes the rest, one more forward
-// body per iteration. Nested loops inside a body keep saving what they read.
+// `recompute_loop_bodies` (a memory budget, docs/memory.md): each While on the path saves
+// only what recomputing its body's tensors needs (the loop variables at the iteration's start
+// and the outputs of nodes it cannot recompute: stateful ones, nested control flow, function
+// calls), and its gradient loop recomputes the rest, one more forward body per iteration. The
+// loop variables (the carried state) are checkpointed: kept at iterations of a stride that
+// grows as sqrt(iteration), so about 3 sqrt(T) of T iterations, and the gradient loop
+// recomputes a segment's state from its checkpoint before it differentiates the segment (one
+// more step of the state per iteration). Where the state's next value depends on anything else
+// than the state and loop invariants (a random op, a nested loop, a call, a variant loop
+// variable), or with TF_EXT_LOOP_CHECKPOINTS=0, the state is saved every iteration instead.
+// Nested loops inside a body keep saving what they read.
 absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
     Graph* g, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
     const std::string& name_prefix, bool recompute_loop_bodies = false);
