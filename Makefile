@@ -51,7 +51,7 @@ registries: setup
 # of the doors and a summary; where Python's gradient fails (PY-FAILS), C++'s against central
 # differences; fails on an unexplained mismatch, a door that differs or fails unexplained, a C++
 # gradient that is not the derivative or an unclassified both-fail row (docs/registries.md).
-# ~3 min. `make test` runs a seeded subset and the PY-FAILS ops (//tests:audit_gradients_py_test).
+# 3-4 min. `make test` runs a seeded subset and the PY-FAILS ops (//tests:audit_gradients_py_test).
 audit: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so //tests:audit_doors
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/audit_gradients.py --gradcheck=$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck \
