@@ -10,6 +10,7 @@ fails and C++'s runs (PY-FAILS), the audit's own central-difference check of C++
 import importlib.util
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -378,6 +379,54 @@ def test_softmax_cross_entropy_broadcast_is_the_derivative(features_shape, label
     for k, x in enumerate((features, labels)):
         assert cpp[k].shape == x.shape
         np.testing.assert_allclose(cpp[k], _numeric(fn, [features, labels], k, dys), atol=1e-8)
+
+
+# The same with the batch unknown when the graph is built, through three doors with Grappler on.
+# The op's shape function merges features' and labels' shapes, so Grappler took their unknown
+# batch sizes for one symbolic dimension and folded "nothing to reduce" into the gradient: fed
+# [1, 3] and [2, 3], its Reshape failed (tf_ext_grad's default pipeline, the Python bridge).
+@pytest.mark.parametrize("door", ["tf_ext_grad", "symbolic_gradient", "bridge"])
+def test_softmax_cross_entropy_broadcast_with_an_unknown_batch(door, tmp_path):
+    rng = np.random.default_rng(10)
+    features, labels = rng.uniform(-2, 2, (1, 3)), rng.uniform(0.1, 1, (2, 3))
+    labels /= labels.sum(axis=-1, keepdims=True)
+    dys = [rng.uniform(-1, 1, (2,)), rng.uniform(-1, 1, (2, 3))]
+    fn = lambda f, l: tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=f, labels=l)
+    tf_ext.library()
+    with tf.Graph().as_default() as graph:
+        f = tf.compat.v1.placeholder(tf.float64, [None, 3], name="features")
+        l = tf.compat.v1.placeholder(tf.float64, [None, 3], name="labels")
+        loss, backprop = fn(f, l)
+        feeds = {f: features, l: labels}
+        if door == "tf_ext_grad":
+            tf.add(tf.reduce_sum(loss * dys[0]), tf.reduce_sum(backprop * dys[1]), name="y")
+            path = tmp_path / "sce.pb"
+            path.write_bytes(graph.as_graph_def().SerializeToString())
+            np.save(tmp_path / "f.npy", features)
+            np.save(tmp_path / "l.npy", labels)
+            subprocess.run([os.path.join(BIN, "tf_ext", "tf_ext_grad"), f"--graph={path}",
+                            "--y=y", "--x=features,labels", f"--feed=features=@{tmp_path}/f.npy",
+                            f"--feed=labels=@{tmp_path}/l.npy", f"--save={tmp_path}/g.npz",
+                            f"--library={tf_ext.library_path()}"], check=True)
+            saved = np.load(tmp_path / "g.npz")
+            got = [saved[k] for k in sorted(saved.files) if k != "y"]
+            assert sorted(saved.files) == ["d_features", "d_labels", "y"]
+        else:
+            if door == "symbolic_gradient":
+                attrs = attr_value_pb2.NameAttrList(name=loss.op.type)
+                for k, v in loss.op.node_def.attr.items():
+                    attrs.attr[k].CopyFrom(v)
+                grads = tf.raw_ops.SymbolicGradient(
+                    input=[f, l] + [tf.constant(d) for d in dys], Tout=[tf.float64] * 2, f=attrs)
+            else:
+                with tf_ext.use_cpp_gradients():
+                    grads = tf.gradients([loss, backprop], [f, l],
+                                         grad_ys=[tf.constant(d) for d in dys])
+            with tf.compat.v1.Session() as sess:  # Grappler on, as by default
+                got = sess.run(grads, feeds)
+    for k, x in enumerate((features, labels)):
+        assert got[k].shape == x.shape
+        np.testing.assert_allclose(got[k], _numeric(fn, [features, labels], k, dys), atol=1e-8)
 
 
 # ---------------------------------------------------------------------------------------------

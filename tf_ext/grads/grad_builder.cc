@@ -172,18 +172,23 @@ std::string GradBuilder::TypedConst(const std::string& name, double value,
 
 std::pair<std::string, std::string> GradBuilder::ReduceForBroadcast(
     const std::string& a, const std::string& b, const std::string& grad_a,
-    const std::string& grad_b, const std::string& type_attr) {
+    const std::string& grad_b, const std::string& type_attr, Shapes shapes) {
   const std::string p = absl::StrCat("bcast", counter_++, "_");
   const NodeAttrs t = {{"T", AttrFor(type_attr)}};
-  Add({{p + "sa"}, "Shape", {a}, t});
-  Add({{p + "sb"}, "Shape", {b}, t});
+  const std::string sa = p + "sa", sb = p + "sb";
+  if (shapes == Shapes::kMergedByShapeFn) {
+    Add({{sa, sb}, "ShapeN", {a, b}, {{"T", AttrFor(type_attr)}, {"N", 2}}});
+  } else {
+    Add({{sa}, "Shape", {a}, t});
+    Add({{sb}, "Shape", {b}, t});
+  }
   // ra, rb: the axes along which a and b were broadcast to the result's shape.
-  Add({{p + "ra", p + "rb"}, "BroadcastGradientArgs", {p + "sa", p + "sb"}});
+  Add({{p + "ra", p + "rb"}, "BroadcastGradientArgs", {sa, sb}});
   // d(a) = reshape(sum(grad_a, ra), shape(a)); same for b.
   Add({{p + "suma"}, "Sum", {grad_a, p + "ra"}, t});
   Add({{p + "sumb"}, "Sum", {grad_b, p + "rb"}, t});
-  std::string da = Add({{p + "da"}, "Reshape", {p + "suma", p + "sa"}, t});
-  std::string db = Add({{p + "db"}, "Reshape", {p + "sumb", p + "sb"}, t});
+  std::string da = Add({{p + "da"}, "Reshape", {p + "suma", sa}, t});
+  std::string db = Add({{p + "db"}, "Reshape", {p + "sumb", sb}, t});
   return {da, db};
 }
 

@@ -130,11 +130,21 @@ class GradBuilder {
   // Reduces `grad` (shaped like the broadcast result) back to the shape of `input`:
   // Sum over the axes BroadcastGradientArgs(shape(a), shape(b)) reports, then Reshape.
   // Returns the names of the reduced gradients for a and b.
+  //
+  // kMergedByShapeFn: for an op whose shape function Merges a and b although its kernel
+  // broadcasts them (SoftmaxCrossEntropyWithLogits). Grappler then takes a's and b's
+  // unknown dimensions for one symbolic dimension, and its constant folding, which
+  // materializes BroadcastGradientArgs of two Shape nodes from their symbolic shapes, would
+  // fold "nothing to reduce" into a graph that is fed [1, n] and [b, n]. The shapes are read
+  // by one ShapeN node instead, which that rewrite leaves alone (it still folds fully known
+  // shapes).
+  enum class Shapes { kIndependent, kMergedByShapeFn };
   std::pair<std::string, std::string> ReduceForBroadcast(const std::string& a,
                                                          const std::string& b,
                                                          const std::string& grad_a,
                                                          const std::string& grad_b,
-                                                         const std::string& type_attr = "T");
+                                                         const std::string& type_attr = "T",
+                                                         Shapes shapes = Shapes::kIndependent);
 
   // Element-wise unary op (one input x, one output y): d(x) = f(x, y, d(y)).
   // `body` may read the forward input and output by their OpDef names and the incoming gradient

@@ -819,7 +819,9 @@ absl::Status SoftmaxCrossEntropyGradOf(const std::string& op, const AttrSlice& a
     const std::string dlabels =
         b.Add({{"dlabels"}, "Sub", {"labels_through_loss", GradName("backprop")}, t});
     // Both shaped like backprop: summed over the axes each operand was broadcast along.
-    const auto [df, dl] = b.ReduceForBroadcast("features", "labels", dfeatures, dlabels);
+    // The op's shape function Merges features and labels (grad_builder.h, Shapes).
+    const auto [df, dl] = b.ReduceForBroadcast("features", "labels", dfeatures, dlabels, "T",
+                                               grad::GradBuilder::Shapes::kMergedByShapeFn);
     b.Return("features", df).Return("labels", dl);
   }
   return b.Build(g);
