@@ -509,13 +509,7 @@ DOOR_EXPLAINED[("hoist_constants", "BiasAddGrad", "*", "*")] = \
 
 # Door rows known to differ or fail and not yet fixed: open defects, listed in
 # docs/registries.md. Reported as KNOWN; the audit does not fail on them.
-DOOR_KNOWN = {
-    ("bridge", "SoftmaxCrossEntropyWithLogits", "*", "*"): (
-        "Input to reshape",
-        "features and labels that broadcast against each other: the bridge's call of C++'s "
-        "gradient (its FunctionDef, which a SymbolicGradient node runs) fails in a Reshape "
-        "(python/tf_ext/_bridge.py)"),
-}
+DOOR_KNOWN: dict = {}
 
 # A door that cannot take a row (counted as such, never as a pass): the text its error holds.
 CANNOT_TAKE = {
