@@ -34,8 +34,9 @@ struct AbstractNode {
   std::vector<int64_t> out_bytes;         // per output; 0 when unknown
   bool loaded = false;                    // constants, placeholders, variable reads: in memory before the run
   bool alias = false;                     // output 0 shares input 0's buffer
-  bool backward = false;                  // "<prefix>/..." (copies included)
+  bool backward = false;                  // "<prefix>/..." reached from an incoming gradient (copies included)
   bool recomputable = false;
+  bool deferred = false;                  // "<prefix>/..." that no incoming gradient reaches
   int64_t flops = 0;
   int segment = -1;                       // for a copy
 };
@@ -181,7 +182,8 @@ struct Model {
 };
 
 Model Build(const Graph& g, const std::string& prefix, const std::set<std::string>& keep,
-            const std::map<std::string, TensorShape>& feed_shapes) {
+            const std::map<std::string, TensorShape>& feed_shapes,
+            const std::set<std::string>& seeds = {}) {
   Model m;
   std::vector<Node*> order;
   GetReversePostOrder(g, &order);
@@ -228,13 +230,6 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
       a.out_bytes.push_back(bytes);
     }
     a.flops = Flops(n, c);
-    bool refs = false;
-    for (int o = 0; o < n->num_outputs(); ++o) refs |= IsRefType(n->output_type(o));
-    for (int i = 0; i < n->num_inputs(); ++i) refs |= IsRefType(n->input_type(i));
-    a.recomputable = !a.backward && !a.loaded && !refs && n->num_outputs() > 0 &&
-                     !n->op_def().is_stateful() && !n->IsControlFlow() &&
-                     !IsLoopOrConditional(n) && !n->IsFunctionCall() && !n->IsRetval() &&
-                     keep.count(n->name()) == 0;
     m.nodes.push_back(std::move(a));
   }
   for (size_t i = 0; i < m.nodes.size(); ++i) {
@@ -256,6 +251,47 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
                               [](const std::pair<int, int>& p) { return p.first < 0; }),
                a.in.end());
   }
+  // A gradient body's node that no incoming gradient reaches computes from forward tensors
+  // alone (SquaredDifference's 2 (x - y), a recomputed MaxPool output): the executor runs it
+  // during the forward pass and holds its output until the backward pass reads it. Under a
+  // budget it is deferred: recomputed where the backward pass reads it (Rewrite).
+  if (!seeds.empty()) {
+    const int count = static_cast<int>(m.nodes.size());
+    std::vector<std::vector<int>> consumers(count);
+    std::vector<int> stack;
+    for (int i = 0; i < count; ++i) {
+      for (const auto& [src, idx] : m.nodes[i].in) consumers[src].push_back(i);
+      for (int src : m.nodes[i].control) consumers[src].push_back(i);
+      if (seeds.count(m.graph_nodes[i]->name())) stack.push_back(i);
+    }
+    std::vector<char> reached(count, 0);
+    for (int i : stack) reached[i] = 1;
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      for (int y : consumers[x]) {
+        if (!reached[y]) {
+          reached[y] = 1;
+          stack.push_back(y);
+        }
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      AbstractNode& a = m.nodes[i];
+      if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
+    }
+  }
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    const Node* n = m.graph_nodes[i];
+    AbstractNode& a = m.nodes[i];
+    bool refs = false;
+    for (int o = 0; o < n->num_outputs(); ++o) refs |= IsRefType(n->output_type(o));
+    for (int j = 0; j < n->num_inputs(); ++j) refs |= IsRefType(n->input_type(j));
+    a.recomputable = !a.backward && !a.loaded && !refs && n->num_outputs() > 0 &&
+                     !n->op_def().is_stateful() && !n->IsControlFlow() &&
+                     !IsLoopOrConditional(n) && !n->IsFunctionCall() && !n->IsRetval() &&
+                     keep.count(n->name()) == 0;
+  }
   return m;
 }
 
@@ -276,6 +312,7 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
   const int n = static_cast<int>(base.size());
   std::vector<int> segment(n, -1);  // recomputed nodes: their segment
   int position = 0;
+  int next_own_segment = n;         // above every checkpoint interval's segment
   for (int i : order) {
     const AbstractNode& a = base[i];
     if (!a.recomputable) continue;
@@ -287,6 +324,13 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
     int64_t bytes = 0;
     for (int64_t b : a.out_bytes) bytes += b;
     if (bytes < kSmallBytes) continue;
+    if (a.deferred) {
+      // Never a checkpoint: recomputed with the segment of its inputs, or in one of its own.
+      int seg = -1;
+      for (const auto& [src, idx] : a.in) seg = std::max(seg, segment[src]);
+      segment[i] = seg >= 0 ? seg : next_own_segment++;
+      continue;
+    }
     if ((position + 1) % k != 0) segment[i] = position / k;
     ++position;
   }
@@ -326,6 +370,13 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
       nodes[i].in[j] = {c, idx};
       readers[segment[src]].insert(i);
     }
+  }
+  // A deferred original is read by nobody now (its readers read its copy): the run prunes it.
+  for (int i = 0; i < n; ++i) {
+    if (!base[i].deferred || segment[i] < 0) continue;
+    nodes[i].in.clear();
+    nodes[i].control.clear();
+    std::fill(nodes[i].out_bytes.begin(), nodes[i].out_bytes.end(), 0);
   }
   t.copies = static_cast<int>(nodes.size()) - n;
   // Each segment's copies wait for the backward tensors their readers take, except those
@@ -426,6 +477,16 @@ std::string Mb(int64_t bytes) { return absl::StrFormat("%.1f MB", bytes / 104857
 
 }  // namespace
 
+std::string DescribeBudget(const MemoryPlan& plan) {
+  if (plan.budget_bytes <= 0) return "";
+  std::string line = absl::StrCat("memory budget ", Mb(plan.budget_bytes), " (unbudgeted estimate ",
+                                  Mb(plan.unbudgeted_peak_bytes), "): ");
+  if (plan.recomputed_nodes == 0) return absl::StrCat(line, "met without recomputation");
+  return absl::StrCat(line, "recomputes ", plan.recomputed_nodes, " nodes (",
+                      absl::StrFormat("%.3g", static_cast<double>(plan.recomputed_flops)),
+                      " FLOPs added), keeping 1 forward tensor in ", plan.checkpoint_interval);
+}
+
 std::string MemoryBudget::ToString() const {
   if (fraction > 0) return absl::StrCat(fraction);
   return absl::StrCat(bytes);
@@ -470,10 +531,11 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 }
 
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
+                        const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
                         const MemoryBudget& budget, MemoryPlan* plan) {
   FixupSourceAndSinkEdges(g);
-  Model m = Build(*g, prefix, keep, feed_shapes);
+  Model m = Build(*g, prefix, keep, feed_shapes, seeds);
   const Schedule base = Simulate(m.nodes);
   plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = base.peak;
   plan->unknown_tensors = m.unknown_tensors;

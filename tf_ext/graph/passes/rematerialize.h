@@ -65,16 +65,23 @@ struct MemoryPlan {
   int checkpoint_interval = 0;        // k (0: nothing recomputed)
 };
 
+// "memory budget X MB (unbudgeted estimate Y MB): " and what meets it, the line tf_ext_grad
+// and tf_ext_train print (no newline); empty without a budget.
+std::string DescribeBudget(const MemoryPlan& plan);
+
 // Fills plan->estimated_peak_bytes (and unbudgeted_peak_bytes, equal) and unknown_tensors.
 // `feed_shapes`: placeholder node name -> the shape of its feed.
 void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& feed_shapes,
                     MemoryPlan* plan);
 
 // EstimateMemory, then, with a budget, the recomputation that meets it (above). Backward
-// nodes are the ones named "<prefix>/...". A budget it cannot meet is refused
+// nodes are the ones named "<prefix>/..." that the incoming gradients (the nodes named in
+// `seeds`; none given: every "<prefix>/..." node) reach; a gradient body's node computed from
+// forward tensors alone is planned as a forward node. A budget it cannot meet is refused
 // (ResourceExhausted naming the smallest estimate it reaches), and so is one where a forward
 // tensor's size stays unknown (InvalidArgument).
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
+                        const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
                         const MemoryBudget& budget, MemoryPlan* plan);
 

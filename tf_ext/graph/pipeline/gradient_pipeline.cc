@@ -212,8 +212,11 @@ absl::Status GradientPipeline::AddBackward(Graph* g, const std::vector<GraphTens
   if (options_.inline_gradients) TF_RETURN_IF_ERROR(SimplifyInlined(g));
   // 6. The memory the run needs, and what is recomputed to fit a budget.
   if (options_.plan_memory || options_.backward_memory_budget.set()) {
-    TF_RETURN_IF_ERROR(PlanMemory(g, options_.name_prefix, options_.keep, options_.feed_shapes,
-                                  options_.backward_memory_budget, &stats_.memory));
+    std::set<std::string> seeds;
+    for (const GraphTensor& dy : dys) seeds.insert(dy.node->name());
+    TF_RETURN_IF_ERROR(PlanMemory(g, options_.name_prefix, options_.keep, seeds,
+                                  options_.feed_shapes, options_.backward_memory_budget,
+                                  &stats_.memory));
   }
   return absl::OkStatus();
 }
