@@ -327,19 +327,7 @@ int Main(int argc, char** argv) {
     std::cout << " (" << memory.unknown_tensors << " tensors of unknown shape counted as 0)";
   }
   std::cout << "\n";
-  if (memory.budget_bytes > 0) {
-    std::cout << "memory budget " << absl::StrFormat("%.1f", memory.budget_bytes / 1048576.0)
-              << " MB (unbudgeted estimate "
-              << absl::StrFormat("%.1f", memory.unbudgeted_peak_bytes / 1048576.0) << " MB): ";
-    if (memory.recomputed_nodes == 0) {
-      std::cout << "met without recomputation\n";
-    } else {
-      std::cout << "recomputes " << memory.recomputed_nodes << " nodes ("
-                << absl::StrFormat("%.3g", static_cast<double>(memory.recomputed_flops))
-                << " FLOPs added), keeping every " << memory.checkpoint_interval
-                << "th forward tensor\n";
-    }
-  }
+  if (memory.budget_bytes > 0) std::cout << DescribeBudget(memory) << "\n";
   std::cout << "y = sum(" << request.y.ToString() << "): " << FormatTensor(result.y, flags.max_values)
             << "\n";
   for (size_t i = 0; i < request.xs.size(); ++i) {

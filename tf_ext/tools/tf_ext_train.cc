@@ -141,15 +141,7 @@ int Main(int argc, char** argv) {
     std::printf("estimated peak: %.1f MB above the feeds (the step's forward, loss and backward "
                 "at batch %lld; the variables' reads share their buffers and are not counted)\n",
                 memory->estimated_peak_bytes / 1048576.0, static_cast<long long>(batch));
-    std::printf("memory budget %.1f MB (unbudgeted estimate %.1f MB): ", memory->budget_bytes / 1048576.0,
-                memory->unbudgeted_peak_bytes / 1048576.0);
-    if (memory->recomputed_nodes == 0) {
-      std::printf("met without recomputation\n");
-    } else {
-      std::printf("recomputes %d nodes (%.3g FLOPs added), keeping every %dth forward tensor\n",
-                  memory->recomputed_nodes, static_cast<double>(memory->recomputed_flops),
-                  memory->checkpoint_interval);
-    }
+    if (memory->budget_bytes > 0) std::printf("%s\n", DescribeBudget(*memory).c_str());
   }
   for (const std::string& w : (*trainer)->warnings()) std::fprintf(stderr, "tf_ext_train: warning: %s\n", w.c_str());
   // Read from the device the kernels run on: --threads, or TensorFlow's default.
