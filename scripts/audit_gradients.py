@@ -29,12 +29,16 @@ The doors (--doors, all by default): each row whose forward runs is differentiat
 through tf_ext's other entry points, with the same inputs and incoming gradient, and compared
 with the SymbolicGradient node's gradient (Python's where that node fails): tf_ext_grad's
 pipeline by default (each op's gradient inlined), --symbolic_gradients, --optimize=false,
---hoist_constants, TfExtAddGradients and TensorFlow's TF_AddGradients (tests/audit_doors.cc: one
-process per door over every row, a crash costing only its row), and the Python bridge
-(tf.gradients under tf_ext.use_cpp_gradients(), in this process). A door's row: agrees (within
-the tolerance above), DIFFERS, FAILS (the reference runs), cannot take it (TF_AddGradients: no
-gradient of the op in TensorFlow's C++ registry; the bridge: Python's gradient used), or has no
-reference (both gradients fail). DOOR_EXPLAINED names the door rows whose difference is
+--hoist_constants, TfExtAddGradients, TensorFlow's TF_AddGradients, a SymbolicGradient node of a
+FunctionDef holding the op (run by a C++ Session, Grappler on), the C API's
+TfExtGradientFunctionDef called by a graph node, and tf_ext_grad --export's SavedModel
+(tests/audit_doors.cc: one process per door over every row, a crash costing only its row; the
+SavedModels then run by tf.saved_model.load in one fresh interpreter that never loads tf_ext,
+RUN_EXPORTS), and the Python bridge (tf.gradients under tf_ext.use_cpp_gradients(), in this
+process). A door's row: agrees (within the tolerance above), DIFFERS, FAILS (the reference
+runs), cannot take it (TF_AddGradients: no gradient of the op in TensorFlow's C++ registry;
+TfExtGradientFunctionDef: a gradient with list arguments; the bridge: Python's gradient used),
+or has no reference (both gradients fail). DOOR_EXPLAINED names the door rows whose difference is
 TensorFlow's, DOOR_KNOWN the open defects (reported as KNOWN); any other DIFFERS or FAILS row
 fails the audit. The doors take a row's float and complex outputs but the ignored ones (zero
 incoming gradients) and those whose run-time shape is not their shape function's.
@@ -47,6 +51,7 @@ import fnmatch
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -485,7 +490,8 @@ def numeric_check(row, graph_def, sess, op, xs, dys, cpp_values, seed):
 
 # The doors (module docstring): tests/audit_doors.cc's, then the Python bridge.
 CPP_DOORS = ["pipeline", "symbolic_gradients", "no_optimize", "hoist_constants",
-             "tf_ext_add_gradients", "tf_add_gradients"]
+             "tf_ext_add_gradients", "tf_add_gradients", "symbolic_gradient_node",
+             "gradient_function_def", "export"]
 DOORS = CPP_DOORS + ["bridge"]
 DOOR_CLASSES = ["agree", "DIFFERS", "FAILS", "cannot take", "no reference"]
 
@@ -506,6 +512,8 @@ DOOR_EXPLAINED = {
 }
 DOOR_EXPLAINED[("hoist_constants", "BiasAddGrad", "*", "*")] = \
     DOOR_EXPLAINED[("pipeline", "BiasAddGrad", "*", "*")]
+DOOR_EXPLAINED[("symbolic_gradient_node", "MaxPool3D", "data_format=NCDHW", "*")] = \
+    DOOR_EXPLAINED[("symbolic_gradients", "MaxPool3D", "data_format=NCDHW", "*")]
 
 # Door rows known to differ or fail and not yet fixed: open defects, listed in
 # docs/registries.md. Reported as KNOWN; the audit does not fail on them.
@@ -514,6 +522,9 @@ DOOR_KNOWN: dict = {}
 # A door that cannot take a row (counted as such, never as a pass): the text its error holds.
 CANNOT_TAKE = {
     "tf_add_gradients": "No gradient defined for op",  # TensorFlow's C++ registry lacks it
+    # A gradient whose signature has list arguments (ConcatV2's values: N*T), which
+    # TfExtGradientFunctionDef cannot specialise (the bridge then builds a SymbolicGradient).
+    "gradient_function_def": "specialising list argument",
 }
 
 
@@ -543,6 +554,10 @@ def run_cpp_door(binary, library, door, manifest, entries):
     one process; a crash (a TensorFlow CHECK) is its row's error and the next row goes on."""
     results, crashed, first = {}, {}, 0
     env = dict(os.environ, TF_EXT_LIBRARY=library, TF_CPP_MIN_LOG_LEVEL="3")
+    if door == "export":  # ExportGradientSavedModel writes only into a new directory
+        for index, _ in entries:
+            shutil.rmtree(os.path.join(os.path.dirname(manifest), f"r{index}.export"),
+                          ignore_errors=True)
     while first < len(entries):
         r = subprocess.run([binary, door, manifest, str(first)], capture_output=True, text=True,
                            env=env, check=False)
@@ -564,9 +579,75 @@ def run_cpp_door(binary, library, door, manifest, entries):
         if os.path.exists(prefix + ".err"):
             with open(prefix + ".err", encoding="utf-8", errors="replace") as f:
                 results[index] = ("error", _first_line(f.read()))
+        elif door == "export":
+            results[index] = ("export", (prefix, entry["xs"]))  # run_exports runs it
         else:
             results[index] = ("grads", _read_gradients(prefix + ".grad", len(entry["xs"])))
     return results
+
+
+# The export door's runner: a fresh interpreter that never loads tf_ext (neither its Python
+# package nor its op library) loads each SavedModel with tf.saved_model.load and runs its
+# signature "gradients" (no inputs: the row's tensors are constants and variables).
+RUN_EXPORTS = """
+import json, sys
+import numpy as np, tensorflow as tf
+with open(sys.argv[1], encoding="utf-8") as f:
+    rows = json.load(f)
+values, errors = {}, {}
+for row in rows:
+    try:
+        got = tf.saved_model.load(row["dir"]).signatures["gradients"]()
+        for k, key in enumerate(row["keys"]):
+            values[f"{row['index']}/{k}"] = got[key].numpy()
+    except Exception as e:  # noqa: BLE001 - the row's failure
+        errors[row["index"]] = str(e)
+assert not any("tf_ext" in m for m in sys.modules), "tf_ext was imported"
+with open("/proc/self/maps", encoding="utf-8") as f:
+    assert "_tf_ext_ops" not in f.read(), "tf_ext's op library was loaded"
+np.savez(sys.argv[2], **values)
+with open(sys.argv[3], "w", encoding="utf-8") as f:
+    json.dump(errors, f)
+"""
+
+
+def run_exports(results, directory):
+    """The export door's results: each ("export", prefix) of run_cpp_door replaced by the
+    gradients its SavedModel gives when run without tf_ext (RUN_EXPORTS), or its error."""
+    def key(x):  # the signature's output key of x's gradient (ExportGradientSavedModel)
+        node, _, index = x.partition(":")
+        return "".join(c if c.isalnum() or c == "_" else "_" for c in
+                       "d_" + node + ("" if index in ("", "0") else "_" + index))
+
+    rows = [{"index": index, "dir": value[0], "keys": [key(x) for x in value[1]]}
+            for index, (kind, value) in results.items() if kind == "export"]
+    if not rows:
+        return results
+    request = os.path.join(directory, "exports.json")
+    with open(request, "w", encoding="utf-8") as f:
+        json.dump(rows, f)
+    values, errors = os.path.join(directory, "exports.npz"), os.path.join(directory, "exports.err")
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_EXT_LIBRARY", "PYTHONPATH")}
+    r = subprocess.run([sys.executable, "-c", RUN_EXPORTS, request, values, errors],
+                       capture_output=True, text=True, env=env, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"running the exports failed (exit status {r.returncode}): "
+                           + r.stderr[-2000:])
+    with open(errors, encoding="utf-8") as f:
+        failed = json.load(f)
+    got = dict(np.load(values))
+    results = dict(results)
+    for row in rows:
+        index = row["index"]
+        results[index] = (("error", _first_line(failed[str(index)])) if str(index) in failed else
+                          ("grads", [got[f"{index}/{k}"] for k in range(len(row["keys"]))]))
+    return results
+
+
+def run_export_door(binary, library, door, manifest, entries):
+    """The export door: audit_doors writes each row's SavedModel, run_exports runs them."""
+    return run_exports(run_cpp_door(binary, library, door, manifest, entries),
+                       os.path.dirname(manifest))
 
 
 def run_bridge(entries):
@@ -604,19 +685,33 @@ def run_bridge(entries):
     return results
 
 
+def _write_manifest(path, entries):
+    """audit_doors' manifest: one row a line (tests/audit_doors.cc)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for index, e in entries:
+            f.write("\t".join([e["graph"], os.path.join(os.path.dirname(path), f"r{index}"),
+                               ",".join(e["ys"]), ",".join(e["dys"]), ",".join(e["xs"])]) + "\n")
+
+
 def run_doors(args, directory, door_inputs, doors):
-    """{(row index, door): result} of every door over every row with door inputs."""
+    """{(row index, door): result} of every door over every row with door inputs (the export
+    door: over a seeded sample of them with --export_rows)."""
     entries = sorted((i, e) for i, e in door_inputs.items() if e)
     manifest = os.path.join(directory, "doors", "manifest.tsv")
     os.makedirs(os.path.dirname(manifest), exist_ok=True)
-    with open(manifest, "w", encoding="utf-8") as f:
-        for index, e in entries:
-            f.write("\t".join([e["graph"], os.path.join(os.path.dirname(manifest), f"r{index}"),
-                               ",".join(e["ys"]), ",".join(e["dys"]), ",".join(e["xs"])]) + "\n")
+    _write_manifest(manifest, entries)
+    # The export door's per-row cost is mostly tf.saved_model.load (about 60 ms a row).
+    export_entries, export_manifest = entries, manifest
+    if args.export_rows and args.export_rows < len(entries):
+        export_entries = sorted(random.Random(args.seed).sample(entries, args.export_rows))
+        export_manifest = os.path.join(directory, "doors", "manifest_export.tsv")
+        _write_manifest(export_manifest, export_entries)
     results = {}
-    cpp = [d for d in doors if d in CPP_DOORS]
+    cpp = sorted((d for d in doors if d in CPP_DOORS), key=lambda d: d != "export")  # longest
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, len(cpp)))) as pool:
-        futures = {pool.submit(run_cpp_door, args.doors_binary, args.library, d, manifest,
+        futures = {pool.submit(run_export_door, args.doors_binary, args.library, d,
+                               export_manifest, export_entries) if d == "export" else
+                   pool.submit(run_cpp_door, args.doors_binary, args.library, d, manifest,
                                entries): d for d in cpp}
         if "bridge" in doors:
             for index, r in run_bridge(entries).items():
@@ -705,6 +800,8 @@ def main(argv=None):
                         help="print each row before replaying it (to find one that crashes)")
     parser.add_argument("--doors", default=",".join(DOORS),
                         help="the entry points each row also goes through (A,B; 'none')")
+    parser.add_argument("--export_rows", type=int, default=0,
+                        help="a seeded sample of N rows through the export door (0: all)")
     parser.add_argument("--doors_binary", default="",
                         help="tests/audit_doors (default: bazel-bin/tests/audit_doors beside "
                              "--gradcheck's bazel-bin)")

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +24,8 @@ RUNFILES = os.environ.get("TEST_SRCDIR", "")
 ROOT = os.path.join(RUNFILES, os.environ.get("TEST_WORKSPACE", "tf_ext")) if RUNFILES \
     else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BIN = ROOT if RUNFILES else os.path.join(ROOT, "bazel-bin")
-SUBSET, SEED = 1000, 1  # of about 3,500 rows, through every door (`make audit`: all, ~3 min)
+SUBSET, SEED = 1000, 1  # of about 3,500 rows, through every door (`make audit`: all, ~6 min)
+EXPORT_ROWS = 100  # of the subset's door rows through the export door (a SavedModel load each)
 
 
 def _audit_module():
@@ -41,21 +43,24 @@ def test_seeded_subset_has_no_unexplained_mismatch(capsys):
     rc = AUDIT.main([f"--gradcheck={os.path.join(BIN, 'tf_ext', 'tf_ext_gradcheck')}",
                      f"--library={os.environ['TF_EXT_LIBRARY']}",
                      f"--spec={os.path.join(ROOT, 'tf_ext', 'tools', 'tf_core_gradcheck_spec.txt')}",
-                     f"--subset={SUBSET}", f"--seed={SEED}", "--quiet"])
+                     f"--subset={SUBSET}", f"--seed={SEED}", f"--export_rows={EXPORT_ROWS}",
+                     "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
     summary = out.strip().splitlines()[-1]
     assert summary.startswith("audit: ") and " 0 unexplained" in summary, summary
     assert int(summary.split(" configurations")[0].split()[-1]) == SUBSET, summary
     assert int(summary.split(" match")[0].split()[-1]) > SUBSET // 2, summary
-    # Every door took most rows, and none differs or fails unexplained (the summary's 0).
+    # Every door took most rows (the export door its sample), and none differs or fails
+    # unexplained (the summary's 0).
     doors = {line.split(":")[0][len("door "):]: line for line in out.splitlines()
              if line.startswith("door ") and " rows, " in line}
     assert sorted(doors) == sorted(AUDIT.DOORS), doors
     for door, line in doors.items():
         rows, agree = (int(line.split(": ", 1)[1].split(" rows")[0]),
                        int(line.split(" rows, ")[1].split(" agree")[0]))
-        assert rows > SUBSET // 2 and agree > rows * 0.9, line
+        assert (rows == EXPORT_ROWS if door == "export" else rows > SUBSET // 2), line
+        assert agree > rows * 0.9, line
 
 
 def test_every_explanation_is_in_the_docs():
@@ -460,6 +465,66 @@ def test_a_wrong_or_failing_door_fails_the_audit(monkeypatch, capsys, tmp_path):
         assert r["doors"]["pipeline"][0] == ("agree" if r["variant"] == "dim0=0" else "DIFFERS"), r
         assert r["doors"]["tf_ext_add_gradients"][0] == "FAILS", r
         assert r["doors"]["tf_add_gradients"][0] == "agree", r
+
+
+def test_a_wrong_or_failing_new_door_fails_the_audit(monkeypatch, capsys, tmp_path):
+    """The same for the SymbolicGradient node, the C API's FunctionDef and the export: the node
+    1% off, TfExtGradientFunctionDef's call failing every row, the exported SavedModels'
+    gradients 1% off (as run without tf_ext). The audit names each and exits 1."""
+    real_door, real_exports = AUDIT.run_cpp_door, AUDIT.run_exports
+    off = lambda results: {i: (kind, [None if g is None else g * 1.01 for g in value])
+                           if kind == "grads" else (kind, value) for i, (kind, value) in results.items()}
+
+    def doctored(binary, library, door, manifest, entries):
+        results = real_door(binary, library, door, manifest, entries)
+        if door == "symbolic_gradient_node":
+            return off(results)
+        if door == "gradient_function_def":
+            return {i: ("error", "a broken door") for i in results}
+        return results
+
+    monkeypatch.setattr(AUDIT, "run_cpp_door", doctored)
+    monkeypatch.setattr(AUDIT, "run_exports", lambda *a: off(real_exports(*a)))
+    rc, rows = _run_audit(tmp_path, "--ops=Tanh,MatMul",
+                          "--doors=symbolic_gradient_node,gradient_function_def,export")
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "door symbolic_gradient_node: DIFFERS: Tanh config" in out, out
+    assert "door gradient_function_def: FAILS: MatMul config" in out, out
+    assert "door export: DIFFERS: MatMul config" in out, out
+    through = [r for r in rows if r.get("doors")]
+    assert len(through) > 10
+    for r in through:  # 1% off is caught but on an empty gradient
+        for door in ("symbolic_gradient_node", "export"):
+            assert r["doors"][door][0] == ("agree" if r["variant"] == "dim0=0" else "DIFFERS"), r
+        assert r["doors"]["gradient_function_def"][0] == "FAILS", r
+
+
+def test_gradient_function_def_cannot_take_a_list_argument(tmp_path):
+    """TfExtGradientFunctionDef refuses a gradient with list arguments (ConcatV2's N*T values):
+    the door counts such a row as one it cannot take, never as a pass; the other new doors
+    differentiate it and agree."""
+    rc, rows = _run_audit(tmp_path, "--ops=ConcatV2",
+                          "--doors=symbolic_gradient_node,gradient_function_def,export")
+    through = [r for r in rows if r.get("doors")]
+    assert rc == 0 and through
+    for r in through:
+        assert r["doors"]["gradient_function_def"][0] == "cannot take", r
+        assert "specialising list argument" in r["doors"]["gradient_function_def"][1], r
+        assert r["doors"]["symbolic_gradient_node"][0] == "agree", r
+        assert r["doors"]["export"][0] == "agree", r
+
+
+def test_the_export_runner_refuses_a_process_with_tf_ext_loaded(tmp_path):
+    """The export door's runner checks that its process has not loaded tf_ext's op library (as
+    the audit starts it, it has not: the doors' runs above pass)."""
+    rows = tmp_path / "rows.json"
+    rows.write_text("[]")
+    prelude = f"import tensorflow as tf; tf.load_op_library({os.environ['TF_EXT_LIBRARY']!r})\n"
+    r = subprocess.run([sys.executable, "-c", prelude + AUDIT.RUN_EXPORTS, str(rows),
+                        str(tmp_path / "v.npz"), str(tmp_path / "e.json")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode != 0 and "tf_ext's op library was loaded" in r.stderr, r.stderr[-2000:]
 
 
 def test_door_classes():
