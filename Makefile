@@ -47,11 +47,13 @@ registries: setup
 # Attribute-sweep audit: every op with both a C++ and a Python gradient, on configurations
 # generated from its OpDef (tf_ext_gradcheck --emit_configs), C++'s gradient against Python's,
 # and every row again through the other entry points (tf_ext_grad's pipeline modes,
-# TfExtAddGradients, TF_AddGradients: tests/audit_doors; the Python bridge); a table per op, one
-# of the doors and a summary; where Python's gradient fails (PY-FAILS), C++'s against central
+# TfExtAddGradients, TF_AddGradients, a SymbolicGradient node, TfExtGradientFunctionDef, the
+# exported SavedModel run without tf_ext: tests/audit_doors; the Python bridge); a table per op,
+# one of the doors and a summary; where Python's gradient fails (PY-FAILS), C++'s against central
 # differences; fails on an unexplained mismatch, a door that differs or fails unexplained, a C++
 # gradient that is not the derivative or an unclassified both-fail row (docs/registries.md).
-# 3-4 min. `make test` runs a seeded subset and the PY-FAILS ops (//tests:audit_gradients_py_test).
+# About 7 min. `make test` runs a seeded subset and the PY-FAILS ops
+# (//tests:audit_gradients_py_test).
 audit: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so //tests:audit_doors
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/audit_gradients.py --gradcheck=$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck \
