@@ -173,6 +173,23 @@ Schedule Simulate(const std::vector<AbstractNode>& nodes) {
   return s;
 }
 
+// Marks every node reachable from `from` along `out` (consumers per node), `from` included.
+std::vector<char> Reachable(const std::vector<std::vector<int>>& out, std::vector<int> from) {
+  std::vector<char> reached(out.size(), 0);
+  for (int i : from) reached[i] = 1;
+  while (!from.empty()) {
+    const int x = from.back();
+    from.pop_back();
+    for (int y : out[x]) {
+      if (!reached[y]) {
+        reached[y] = 1;
+        from.push_back(y);
+      }
+    }
+  }
+  return reached;
+}
+
 struct Model {
   std::vector<AbstractNode> nodes;
   std::vector<Node*> graph_nodes;  // per original abstract node
@@ -258,24 +275,13 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   if (!seeds.empty()) {
     const int count = static_cast<int>(m.nodes.size());
     std::vector<std::vector<int>> consumers(count);
-    std::vector<int> stack;
+    std::vector<int> seed_nodes;
     for (int i = 0; i < count; ++i) {
       for (const auto& [src, idx] : m.nodes[i].in) consumers[src].push_back(i);
       for (int src : m.nodes[i].control) consumers[src].push_back(i);
-      if (seeds.count(m.graph_nodes[i]->name())) stack.push_back(i);
+      if (seeds.count(m.graph_nodes[i]->name())) seed_nodes.push_back(i);
     }
-    std::vector<char> reached(count, 0);
-    for (int i : stack) reached[i] = 1;
-    while (!stack.empty()) {
-      const int x = stack.back();
-      stack.pop_back();
-      for (int y : consumers[x]) {
-        if (!reached[y]) {
-          reached[y] = 1;
-          stack.push_back(y);
-        }
-      }
-    }
+    const std::vector<char> reached = Reachable(consumers, seed_nodes);
     for (int i = 0; i < count; ++i) {
       AbstractNode& a = m.nodes[i];
       if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
@@ -393,19 +399,8 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
   }
   for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
     const int seg = it->first;
-    std::vector<char> below(total, 0);
-    std::vector<int> stack(it->second.begin(), it->second.end());
-    for (int r : stack) below[r] = 1;
-    while (!stack.empty()) {
-      const int x = stack.back();
-      stack.pop_back();
-      for (int y : out[x]) {
-        if (!below[y]) {
-          below[y] = 1;
-          stack.push_back(y);
-        }
-      }
-    }
+    const std::vector<char> below =
+        Reachable(out, std::vector<int>(it->second.begin(), it->second.end()));
     // A reader that is a view (an inlined gradient's argument Identity) passes the tensor
     // on: its consumers are the readers whose other inputs say the backward pass has come.
     std::set<int> expanded(it->second.begin(), it->second.end());
