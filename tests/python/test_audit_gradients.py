@@ -440,6 +440,12 @@ def test_softmax_cross_entropy_broadcast_with_an_unknown_batch(door, tmp_path):
 # The doors: every row through tf_ext's other entry points. A door that gives another gradient,
 # or fails where the reference runs, fails the audit; one that cannot take a row is counted so.
 
+def _one_percent_off(results):
+    """A door's results with every gradient 1% off (errors kept)."""
+    return {i: (kind, [None if g is None else g * 1.01 for g in value]) if kind == "grads"
+            else (kind, value) for i, (kind, value) in results.items()}
+
+
 def test_a_wrong_or_failing_door_fails_the_audit(monkeypatch, capsys, tmp_path):
     """A fake door: tf_ext_grad's pipeline 1% off, TfExtAddGradients failing every row; the
     others as they are. The audit names both and exits 1; TF_AddGradients still agrees."""
@@ -448,8 +454,7 @@ def test_a_wrong_or_failing_door_fails_the_audit(monkeypatch, capsys, tmp_path):
     def doctored(binary, library, door, manifest, entries):
         results = real(binary, library, door, manifest, entries)
         if door == "pipeline":
-            return {i: (kind, [None if g is None else g * 1.01 for g in value])
-                    if kind == "grads" else (kind, value) for i, (kind, value) in results.items()}
+            return _one_percent_off(results)
         if door == "tf_ext_add_gradients":
             return {i: ("error", "a broken door") for i in results}
         return results
@@ -474,8 +479,7 @@ def test_a_wrong_or_failing_new_door_fails_the_audit(monkeypatch, capsys, tmp_pa
     1% off, TfExtGradientFunctionDef's call failing every row, the exported SavedModels'
     gradients 1% off (as run without tf_ext). The audit names each and exits 1."""
     real_door, real_exports = AUDIT.run_cpp_door, AUDIT.run_exports
-    off = lambda results: {i: (kind, [None if g is None else g * 1.01 for g in value])
-                           if kind == "grads" else (kind, value) for i, (kind, value) in results.items()}
+    off = _one_percent_off
 
     def doctored(binary, library, door, manifest, entries):
         results = real_door(binary, library, door, manifest, entries)
