@@ -173,6 +173,17 @@ Schedule Simulate(const std::vector<AbstractNode>& nodes) {
   return s;
 }
 
+// Per node, the nodes that read it: through data edges, and with `control` control edges too.
+std::vector<std::vector<int>> Consumers(const std::vector<AbstractNode>& nodes, bool control) {
+  std::vector<std::vector<int>> out(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const auto& [src, idx] : nodes[i].in) out[src].push_back(static_cast<int>(i));
+    if (!control) continue;
+    for (int src : nodes[i].control) out[src].push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
 // Marks every node reachable from `from` along `out` (consumers per node), `from` included.
 std::vector<char> Reachable(const std::vector<std::vector<int>>& out, std::vector<int> from) {
   std::vector<char> reached(out.size(), 0);
@@ -274,14 +285,11 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   // budget it is deferred: recomputed where the backward pass reads it (Rewrite).
   if (!seeds.empty()) {
     const int count = static_cast<int>(m.nodes.size());
-    std::vector<std::vector<int>> consumers(count);
     std::vector<int> seed_nodes;
     for (int i = 0; i < count; ++i) {
-      for (const auto& [src, idx] : m.nodes[i].in) consumers[src].push_back(i);
-      for (int src : m.nodes[i].control) consumers[src].push_back(i);
       if (seeds.count(m.graph_nodes[i]->name())) seed_nodes.push_back(i);
     }
-    const std::vector<char> reached = Reachable(consumers, seed_nodes);
+    const std::vector<char> reached = Reachable(Consumers(m.nodes, true), seed_nodes);
     for (int i = 0; i < count; ++i) {
       AbstractNode& a = m.nodes[i];
       if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
@@ -388,15 +396,8 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
   // Each segment's copies wait for the backward tensors their readers take, except those
   // that depend on a reader (that would be a cycle). Latest segments first: the backward pass
   // reaches them first.
-  const int total = static_cast<int>(nodes.size());
-  std::vector<std::vector<int>> out(total), data_out(total);
-  for (int i = 0; i < total; ++i) {
-    for (const auto& [src, idx] : nodes[i].in) {
-      out[src].push_back(i);
-      data_out[src].push_back(i);
-    }
-    for (int src : nodes[i].control) out[src].push_back(i);
-  }
+  std::vector<std::vector<int>> out = Consumers(nodes, true);
+  const std::vector<std::vector<int>> data_out = Consumers(nodes, false);
   for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
     const int seg = it->first;
     const std::vector<char> below =
