@@ -38,6 +38,7 @@ struct AbstractNode {
   bool recomputable = false;
   bool deferred = false;                  // "<prefix>/..." that no incoming gradient reaches
   int64_t flops = 0;
+  bool expensive = false;                 // a matmul or convolution: >= 8 FLOPs an output element
   int segment = -1;                       // for a copy
 };
 
@@ -258,6 +259,10 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
       a.out_bytes.push_back(bytes);
     }
     a.flops = Flops(n, c);
+    if (c != nullptr && c->num_outputs() > 0) {
+      const int64_t elements = Elements(c, c->output(0));
+      a.expensive = elements > 0 && a.flops >= 8 * elements;
+    }
     m.nodes.push_back(std::move(a));
   }
   for (size_t i = 0; i < m.nodes.size(); ++i) {
@@ -318,7 +323,10 @@ struct Trial {
 };
 
 // Every k-th recomputable node of `order` kept, the others recomputed per segment.
-Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& order, int k) {
+// With keep_expensive, matrix products and convolutions are always checkpoints (they count in
+// no interval): only the cheap nodes between them are recomputed.
+Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& order, int k,
+              bool keep_expensive) {
   Trial t;
   t.k = k;
   t.nodes = base;
@@ -345,6 +353,7 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
       segment[i] = seg >= 0 ? seg : next_own_segment++;
       continue;
     }
+    if (keep_expensive && a.expensive) continue;
     if ((position + 1) % k != 0) segment[i] = position / k;
     ++position;
   }
@@ -553,11 +562,13 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
   for (int k = 2; k <= std::max(2, recomputable); k = k < 8 ? k + 1 : k + k / 4) ks.push_back(k);
   std::optional<Trial> best;
   int64_t smallest = base.peak;
-  for (int k : ks) {
-    Trial t = Rewrite(m.nodes, base.order, k);
-    smallest = std::min(smallest, t.peak);
-    if (t.peak <= plan->budget_bytes && (!best.has_value() || t.flops < best->flops)) {
-      best = std::move(t);
+  for (bool keep_expensive : {true, false}) {
+    for (int k : ks) {
+      Trial t = Rewrite(m.nodes, base.order, k, keep_expensive);
+      smallest = std::min(smallest, t.peak);
+      if (t.peak <= plan->budget_bytes && (!best.has_value() || t.flops < best->flops)) {
+        best = std::move(t);
+      }
     }
   }
   if (!best.has_value()) {

@@ -18,8 +18,11 @@
 // edges, for the backward tensors their readers take (the gradient arriving at the segment),
 // so they run when the backward pass reaches the segment, not during the forward pass; those
 // control inputs also keep TensorFlow's common-subexpression passes from merging a copy back
-// into its original. k is the one of the fewest recomputed FLOPs whose estimate meets the
-// budget. Stateful ops (random ones among them), constants, placeholders, control flow and
+// into its original. Two families of plans are tried: every k-th recomputable node a
+// checkpoint, and the same with every matrix product and convolution a checkpoint too (only
+// the cheap nodes between them recomputed: a batch norm and its ReLU from the convolution's
+// output). The plan of the fewest recomputed FLOPs whose estimate meets the budget wins.
+// Stateful ops (random ones among them), constants, placeholders, control flow and
 // the nodes named in `keep` are never recomputed. Loops and conditionals are kept whole here;
 // under a budget the control-flow pass has already made each loop save only its carried state
 // (engine/control_flow.h, PrepareControlFlowForGradients' recompute_loop_bodies), memory the
