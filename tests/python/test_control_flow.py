@@ -206,7 +206,20 @@ def sequence_read_every_other_step(x):
     return tf.reduce_sum(h)
 
 
+def sequence_of_unknown_shape_read_every_other_step(x):
+    # The same over a list of unknown element shape: elements 1 and 3 of the sequence's
+    # gradient are never written, and nothing else says their shape.
+    ta = tf.TensorArray(x.dtype, size=4, infer_shape=False, element_shape=tf.TensorShape(None),
+                        clear_after_read=False).unstack(tf.stack([x[0], x[1], -x[0], x[0] * x[1]]))
+    def body(t, h):
+        return t + 2, tf.tanh(h + ta.read(t))
+    _, h = tf.while_loop(lambda t, h: t < 4, body, [tf.constant(0), x[1]])
+    return tf.reduce_sum(h)
+
+
 CASES = {
+    "sequence_of_unknown_shape_read_every_other_step":
+        sequence_of_unknown_shape_read_every_other_step,
     "sequence_read_and_returned": sequence_read_and_returned,
     "sequence_read_at_two_steps": sequence_read_at_two_steps,
     "sequence_read_every_other_step": sequence_read_every_other_step,
@@ -323,6 +336,9 @@ def test_sequence_gradient_written_once_per_element(tmp_path, case, once):
     dump = tmp_path / "backward.pbtxt"
     tf_ext_grad(tmp_path, graph_def, X, "--dump_backward=" + str(dump))
     assert ("/fresh_list" in dump.read_text()) == once
+    # With nothing after the loop reading the list, no gradient comes in: the written list is
+    # the gradient, with no zeros of the sequence made and added to it.
+    assert ("/fresh_list_sum" in dump.read_text()) == (case == "sequence_read_and_returned")
 
 
 def test_random_ops_in_a_loop_run_once(tmp_path):

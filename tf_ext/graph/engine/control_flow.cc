@@ -1316,15 +1316,22 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
         continue;
       }
       // A list of uninitialised elements, as long as the incoming gradient and with its
-      // element shape, which the backward loop writes once per element.
+      // element shape, which the backward loop writes once per element. Where no gradient
+      // comes in (zeros of the forward list), the shape is read from the forward list, so
+      // that the zeros are never made (an LSTM's input sequence: a copy of it).
+      GraphTensor like = *d;
+      const Edge* zeros_of = nullptr;
+      if (d->node->type_string() == "ZerosLike" && d->node->input_edge(0, &zeros_of).ok()) {
+        like = {zeros_of->src(), zeros_of->src_output()};
+      }
       Node *shape = nullptr, *length = nullptr, *list = nullptr;
       const std::string base = g->NewName(absl::StrCat(name, "/fresh_list"));
       TF_RETURN_IF_ERROR(NodeBuilder(base + "/element_shape", "TensorListElementShape")
-                             .Input(d->node, d->index)
+                             .Input(like.node, like.index)
                              .Attr("shape_type", DT_INT32)
                              .Finalize(g, &shape));
       TF_RETURN_IF_ERROR(NodeBuilder(base + "/length", "TensorListLength")
-                             .Input(d->node, d->index)
+                             .Input(like.node, like.index)
                              .Finalize(g, &length));
       TF_RETURN_IF_ERROR(NodeBuilder(base, "TensorListReserve")
                              .Input(shape, 0)
@@ -1358,7 +1365,9 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
       result[inputs[m]] = {grad, 1 + static_cast<int>(m)};
       if (!fresh_type->count(m)) continue;
       // The incoming gradient plus what the loop wrote (an uninitialised element adds as
-      // zeros): one pass over the list, once.
+      // zeros): one pass over the list, once; nothing to add to zeros (list ops read an
+      // uninitialised element as zeros).
+      if (incoming[m].node->type_string() == "ZerosLike") continue;
       Node* sum = nullptr;
       TF_RETURN_IF_ERROR(
           NodeBuilder(g->NewName(absl::StrCat(name, "/fresh_list_sum")), "AddN")
