@@ -97,11 +97,13 @@ test-tf: setup
 	@test -n "$(VERSION)" || { echo "usage: make test-tf VERSION=2.20.0"; exit 2; }
 	env -u PYTHON_BIN_PATH bash $(ROOT)/scripts/test_tf.sh $(VERSION)
 
-# The op library with its CUDA kernels (in `bazel info --config=cuda bazel-bin`); it still loads on CPU-only
-# TensorFlow, where only the CPU kernels run.
+# The op library with its CUDA kernels, bazel-bin/tf_ext/_tf_ext_ops_cuda.so: the default
+# configuration, so only the kernels (nvcc and *_op.cc with GOOGLE_CUDA) are compiled beyond the
+# CPU build (`--config=cuda` builds the same library in its own tree, compiling everything
+# again). It still loads on CPU-only TensorFlow, where only the CPU kernels run.
 cuda: setup
-	$(BAZEL) build --config=cuda //tf_ext:_tf_ext_ops.so $(BAZEL_TEST_FLAGS)
-	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $$($(BAZEL) info --config=cuda bazel-bin 2>/dev/null)/tf_ext/_tf_ext_ops.so
+	$(BAZEL) build //tf_ext:_tf_ext_ops_cuda.so $(BAZEL_TEST_FLAGS)
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $(ROOT)/bazel-bin/tf_ext/_tf_ext_ops_cuda.so
 
 # The standalone CUDA harness (tests/gpu/gpu_harness.cu): plain nvcc, no TensorFlow, so it runs
 # on GPU machines that have CUDA but no TensorFlow. It runs the op library's own kernels on

@@ -121,10 +121,12 @@ def tf_ext_c_test(name, deps = [], **kwargs):
     )
 
 def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
-    """Compiles *.cu.cc files with nvcc into a static archive (only with --config=cuda).
+    """Compiles *.cu.cc files with nvcc into static objects linked with static cudart.
 
+    `name`: the objects under --config=cuda, an empty library otherwise, so CPU-only builds
+    need no CUDA at all. `<name>_nvcc`: the objects in every configuration (tagged manual,
+    so `bazel build //...` never runs nvcc); the CUDA variant of an op library links it.
     nvcc never sees op_kernel.h: a .cu.cc includes only functor headers and TF's GPU helpers.
-    Without --config=cuda this is an empty library, so CPU-only builds need no CUDA at all.
     """
     objs = []
     for src in srcs:
@@ -136,7 +138,7 @@ def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
                 "@local_config_tf//:cuda_include",
             ],
             outs = [obj],
-            # Built only as a dependency of the --config=cuda library (`make cuda`): `bazel
+            # Built only for a library with CUDA kernels (`make cuda`, --config=cuda): `bazel
             # build //...` would otherwise run nvcc over every kernel in the CPU build too.
             tags = ["manual"],
             cmd = " ".join([
@@ -152,15 +154,38 @@ def tf_ext_cuda_library(name, srcs, hdrs = [], deps_hdrs = []):
         )
         objs.append(obj)
     native.cc_library(
+        name = name + "_nvcc",
+        srcs = objs,
+        linkopts = ["-L%s/lib64" % CUDA_HOME, "-l:libcudart_static.a", "-ldl", "-lrt"],
+        tags = ["manual"],
+    )
+    native.cc_library(
         name = name,
-        srcs = select({
-            _CUDA_ENABLED: objs,
+        deps = select({
+            _CUDA_ENABLED: [":" + name + "_nvcc"],
             "//conditions:default": [],
         }),
-        linkopts = select({
-            _CUDA_ENABLED: ["-L%s/lib64" % CUDA_HOME, "-l:libcudart_static.a", "-ldl", "-lrt"],
-            "//conditions:default": [],
-        }),
+    )
+
+def _op_library(name, srcs, hdrs, deps, copts, visibility, tags = []):
+    native.cc_library(
+        name = name + "_lib",
+        srcs = srcs,
+        hdrs = hdrs,
+        copts = TF_EXT_COPTS + _sanitize_copts() + copts,
+        deps = deps + [TF_CC],
+        alwayslink = 1,
+        tags = tags,
+        visibility = visibility,
+    )
+    native.cc_binary(
+        name = name + ".so",
+        linkshared = 1,
+        linkstatic = 1,
+        linkopts = _sanitize_linkopts(),
+        deps = [":" + name + "_lib"],
+        tags = tags,
+        visibility = visibility,
     )
 
 def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visibility = None):
@@ -170,6 +195,13 @@ def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visi
     The .so links libtensorflow_framework and libtensorflow_cc: the latter carries the C++
     client gradient registry that tf_ext's gradient registration also fills (see
     tf_ext/grads/registry.h). Python's TensorFlow already has both loaded.
+
+    With gpu_srcs (*.cu.cc), `<name>.so` gets its CUDA kernels under --config=cuda, in that
+    configuration's own output tree. `<name>_cuda.so` (and `<name>_cuda_lib`) is the same
+    library with its CUDA kernels in the default configuration: only `srcs` are compiled
+    again (with GOOGLE_CUDA), `deps` are the CPU build's own objects. Those targets are tagged
+    manual, so `bazel build //...` runs no nvcc; `make cuda` builds one. Keep in `srcs` only
+    what reads GOOGLE_CUDA (the kernels) and put the rest in `deps`, or it is compiled twice.
     """
     gpu_deps = []
     if gpu_srcs:
@@ -179,29 +211,30 @@ def tf_ext_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visi
             hdrs = hdrs,
         )
         gpu_deps = [":" + name + "_gpu"]
-    native.cc_library(
-        name = name + "_lib",
+    _op_library(
+        name = name,
         srcs = srcs,
         hdrs = hdrs,
-        copts = TF_EXT_COPTS + _sanitize_copts() + select({
-            _CUDA_ENABLED: ["-DGOOGLE_CUDA=1"],
-            "//conditions:default": [],
-        }),
-        deps = deps + gpu_deps + [TF_CC] + select({
+        deps = deps + gpu_deps + select({
             _CUDA_ENABLED: ["@local_config_tf//:cuda_headers"],
             "//conditions:default": [],
         }),
-        alwayslink = 1,
+        copts = select({
+            _CUDA_ENABLED: ["-DGOOGLE_CUDA=1"],
+            "//conditions:default": [],
+        }),
         visibility = visibility,
     )
-    native.cc_binary(
-        name = name + ".so",
-        linkshared = 1,
-        linkstatic = 1,
-        linkopts = _sanitize_linkopts(),
-        deps = [":" + name + "_lib"],
-        visibility = visibility,
-    )
+    if gpu_srcs:
+        _op_library(
+            name = name + "_cuda",
+            srcs = srcs,
+            hdrs = hdrs,
+            deps = deps + [":" + name + "_gpu_nvcc", "@local_config_tf//:cuda_headers"],
+            copts = ["-DGOOGLE_CUDA=1"],
+            visibility = visibility,
+            tags = ["manual"],
+        )
 
 def tf_custom_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], visibility = None):
     """TensorFlow's documented rule for a custom-op library, for other Bazel workspaces:
@@ -215,7 +248,8 @@ def tf_custom_op_library(name, srcs = [], hdrs = [], gpu_srcs = [], deps = [], v
 
     `name` ends in .so, as in TensorFlow's macro. Builds `name` with tf_ext's flags (those of
     the TensorFlow that @local_config_tf found) plus `<stem>_lib`, the same code as a static
-    library for C++ tests; gpu_srcs (*.cu.cc) are compiled with nvcc under --config=cuda.
+    library for C++ tests; gpu_srcs (*.cu.cc) are compiled with nvcc under --config=cuda, and
+    into `<stem>_cuda.so` (built only when named: the CUDA variant, see tf_ext_op_library).
     """
     if not name.endswith(".so"):
         fail("tf_custom_op_library: name must end in .so (got %r)" % name)
