@@ -138,6 +138,10 @@ def test_keras_cnn_gradients_equal_with_budget(tmp_path):
     assert "recomputes" in budgeted.stdout, budgeted.stdout
     assert estimated(budgeted.stdout) <= 0.8 * estimated(base.stdout) + 0.1
     assert_equal_gradients(g0, g1, bitwise=True)
+    # The plan is the graph's, not the process's (the schedule's ties are broken by name).
+    again, _ = run(graph, y, "x", x, tmp_path, "again", "--optimize=false", "--memory_budget=0.8")
+    plan = lambda out: [l for l in out.splitlines() if l.startswith(("estimated", "memory budget"))]
+    assert plan(again.stdout) == plan(budgeted.stdout), (again.stdout, budgeted.stdout)
 
 
 def test_budget_honoured(tmp_path):

@@ -214,8 +214,10 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
             const std::map<std::string, TensorShape>& feed_shapes,
             const std::set<std::string>& seeds = {}) {
   Model m;
+  // Ties broken by name: the edge sets' own order is their pointers', which differs between
+  // processes, and with it the simulated schedule and the plan.
   std::vector<Node*> order;
-  GetReversePostOrder(g, &order);
+  GetReversePostOrder(g, &order, NodeComparatorName());
   ShapeRefiner refiner(g.versions(), g.op_registry());
   std::vector<int> index(g.num_node_ids(), -1);
   for (Node* n : order) {
