@@ -13,6 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow.python.framework import convert_to_constants
 
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
@@ -420,6 +421,33 @@ def assert_one_loop_saves(tmp_path, fn, x_val, saved, rtol):
     np.testing.assert_allclose(y, y_ref, rtol=1e-5)
     np.testing.assert_allclose(g, g_ref, rtol=rtol, atol=1e-6)
     assert f"1 loop and 0 conditionals saving {saved} tensors" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--memory_budget=64M"]], ids=["saved", "checkpointed"])
+def test_saved_tensors_share_one_list_per_dtype(tmp_path, flags):
+    # A Keras LSTM's gradient reads several float tensors a step and the step counter: the loop
+    # that saves them (the forward loop, or with a budget the step loop that recomputes a
+    # segment) pushes them onto one list per dtype, not one list each, so each lowered loop
+    # carries two more loop variables, not one per tensor. The values are checked by
+    # test_keras_recurrent_layer and test_memory_budget_loops.py.
+    graph_def = freeze(keras_model("LSTM"), RNN_X, False)
+    dump = tmp_path / "backward.pbtxt"
+    y, g, r = tf_ext_grad(tmp_path, graph_def, RNN_X, "--dump_backward=" + str(dump), *flags)
+    y_ref, g_ref = eager_gradient(keras_model("LSTM"), RNN_X)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-6)
+    backward = tf.compat.v1.GraphDef()
+    text_format.Parse(dump.read_text(), backward)
+    bodies = {f.signature.name: f for f in backward.library.function
+              if "while_body" in f.signature.name}
+    saver = [f for name, f in bodies.items()  # the loop that pushes what the gradient reads
+             if ("_tf_ext_recompute_segment" if flags else "_tf_ext_fwd") in name]
+    assert len(saver) == 1, list(bodies)
+    saver = saver[0]
+    pushes = [n for n in saver.node_def
+              if n.op == "TensorListPushBack" and "_ckpt/" not in n.name]
+    lists = {n.name.rsplit("/push_", 1)[0] for n in pushes}
+    dtypes = {n.attr["element_dtype"].type for n in pushes}
+    assert len(pushes) >= 4 and len(lists) == len(dtypes) <= 2, [n.name for n in pushes]
 
 
 def test_list_items_overwritten_in_a_loop_are_not_saved(tmp_path):

@@ -407,6 +407,33 @@ std::optional<SegmentPlan> PlanSegments(const FunctionLibraryDefinition& flib,
   return plan;
 }
 
+// The positions of `dtypes` grouped by dtype, groups in the order of their first position.
+std::vector<std::vector<int>> ByDtype(const DataTypeVector& dtypes) {
+  std::vector<std::vector<int>> groups;
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    size_t at = 0;
+    while (at < groups.size() && dtypes[groups[at][0]] != dtypes[k]) ++at;
+    if (at == groups.size()) groups.emplace_back();
+    groups[at].push_back(static_cast<int>(k));
+  }
+  return groups;
+}
+
+// Adds to `def` a TensorListPushBack of each of `values` onto `list`, in order; returns the
+// list after the last.
+std::string PushAll(GraphDef* def, const std::string& list, const std::vector<std::string>& values,
+                    DataType dtype) {
+  std::string pushed = list;
+  for (size_t k = 0; k < values.size(); ++k) {
+    const std::string name = absl::StrCat(list, "/push_", k);
+    NodeDef push = MakeNode(name, "TensorListPushBack", {pushed, values[k]});
+    AddNodeAttr("element_dtype", dtype, &push);
+    *def->add_node() = std::move(push);
+    pushed = name;
+  }
+  return pushed;
+}
+
 // `wanted` (per loop variable; empty: all): whether its gradient is needed, i.e. its initial
 // value carries one (DifferentiateFunction's wanted_args).
 absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlFlowStats* stats,
@@ -483,14 +510,22 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   } else {
     per_iteration = saved;
   }
-  const int num_lists = per_iteration.size();
+  // One list per dtype: each iteration pushes its tensors of that dtype in order, and the
+  // backward pops them in reverse. A list element's shape is its own, so one list holds
+  // tensors of any shapes; a loop variable per saved tensor would cost the lowered loops a
+  // Merge, Switch, Identity and NextIteration per iteration, in the forward and the backward
+  // loop alike (a Keras LSTM saves 7 tensors a step, all float).
+  DataTypeVector per_iteration_types;
+  for (const Needed* s : per_iteration) per_iteration_types.push_back(s->dtype);
+  const std::vector<std::vector<int>> groups = ByDtype(per_iteration_types);
+  const int num_lists = groups.size();
   const int num_state = segments ? segments->state.size() : 0;
-  // The loop's new outputs after its iteration count: a list per tensor saved every iteration
+  // The loop's new outputs after its iteration count: a list per dtype saved every iteration
   // and, with checkpoints, the checkpoints' iterations and a list per checkpointed loop
   // variable. All are variants, so the registered gradient (tf_ext/grads/tf/
   // control_flow_grad.cc) passes them to the backward loop as it passes the lists.
   DataTypeVector saved_types;  // element dtypes
-  for (const Needed* s : per_iteration) saved_types.push_back(s->dtype);
+  for (const std::vector<int>& group : groups) saved_types.push_back(per_iteration_types[group[0]]);
   if (segments) {
     saved_types.push_back(DT_INT32);
     for (int a : segments->state) saved_types.push_back(types[a]);
@@ -515,10 +550,10 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   for (int j = 0; j < num_lists; ++j) {
     const std::string list = absl::StrCat(bp, "_acc/list_", j);
     *fwd.add_node() = ArgNode(list, DT_VARIANT, num_vars + 1 + j);
-    NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list, per_iteration[j]->tensor});
-    AddNodeAttr("element_dtype", per_iteration[j]->dtype, &push);
-    *fwd.add_node() = push;
-    *fwd.add_node() = RetNode(list + "/out", list + "/push", DT_VARIANT, num_vars + 1 + j);
+    std::vector<std::string> values;
+    for (int k : groups[j]) values.push_back(per_iteration[k]->tensor);
+    const std::string pushed = PushAll(&fwd, list, values, saved_types[j]);
+    *fwd.add_node() = RetNode(list + "/out", pushed, DT_VARIANT, num_vars + 1 + j);
   }
   if (segments) {
     // Iteration t appends its carried state, first dropping the previous iteration's unless
@@ -603,8 +638,14 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   // values (`recompute`); with them, it pops it.
   struct PoppedList {
     DataType dtype;
-    std::vector<std::string> tensors;
+    std::vector<std::vector<std::string>> items;  // in push order: the tensors each replaces
   };
+  std::vector<PoppedList> per_iteration_lists;  // the forward's, as `groups`
+  for (int j = 0; j < num_lists; ++j) {
+    PoppedList popped{saved_types[j], {}};
+    for (int k : groups[j]) popped.items.push_back({per_iteration[k]->tensor});
+    per_iteration_lists.push_back(std::move(popped));
+  }
   auto iteration_body = [&](int base, const std::vector<PoppedList>& lists,
                             DataTypeVector* arg_types) {
     const bool with_copies = base == 1;
@@ -639,11 +680,16 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
       const std::string list = absl::StrCat(bp, "/bwd/list_", j);
       const int index = base + num_diff + j;
       *extra.add_node() = ArgNode(list, DT_VARIANT, index);
-      NodeDef pop = MakeNode(list + "/pop", "TensorListPopBack", {list, bp + "/bwd/unknown_shape"});
-      AddNodeAttr("element_dtype", lists[j].dtype, &pop);
-      *extra.add_node() = pop;
-      *extra.add_node() = RetNode(list + "/out", list + "/pop:0", DT_VARIANT, index);
-      for (const std::string& tensor : lists[j].tensors) replacement[tensor] = list + "/pop:1";
+      std::string rest = list;  // the list less what was popped
+      for (int k = static_cast<int>(lists[j].items.size()) - 1; k >= 0; --k) {
+        const std::string pop = absl::StrCat(list, "/pop_", k);
+        NodeDef nd = MakeNode(pop, "TensorListPopBack", {rest, bp + "/bwd/unknown_shape"});
+        AddNodeAttr("element_dtype", lists[j].dtype, &nd);
+        *extra.add_node() = std::move(nd);
+        for (const std::string& tensor : lists[j].items[k]) replacement[tensor] = pop + ":1";
+        rest = pop + ":0";
+      }
+      *extra.add_node() = RetNode(list + "/out", rest, DT_VARIANT, index);
       arg_types->push_back(DT_VARIANT);
     }
     for (size_t c = 0; c < captures.size(); ++c) {
@@ -715,9 +761,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   DataTypeVector bwd_types;
   absl::StatusOr<std::string> bwd_name;
   if (!segments) {
-    std::vector<PoppedList> lists;
-    for (const Needed* s : per_iteration) lists.push_back({s->dtype, {s->tensor}});
-    bwd_name = AddFunction(g, iteration_body(1, lists, &bwd_types), body.name() + "_tf_ext_grad");
+    bwd_name = AddFunction(g, iteration_body(1, per_iteration_lists, &bwd_types), body.name() + "_tf_ext_grad");
     if (!bwd_name.ok()) return bwd_name.status();
   } else {
     // With checkpoints, one iteration of the backward loop is a segment [s, counter), s its
@@ -726,11 +770,18 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     // gradients backwards, popping it. The backward loop's counter goes from the trip count T
     // down to 0 a segment at a time.
     const SegmentPlan& plan = *segments;
-    const int num_segment_lists = plan.lists.size();
+    // The step's lists, one per dtype as the forward's.
+    DataTypeVector step_list_types;
+    for (const SegmentList& list : plan.lists) step_list_types.push_back(list.dtype);
+    const std::vector<std::vector<int>> step_groups = ByDtype(step_list_types);
+    const int num_segment_lists = step_groups.size();
     const int num_invariants = plan.invariants.size();
-    std::vector<PoppedList> lists;
-    for (const Needed* s : per_iteration) lists.push_back({s->dtype, {s->tensor}});
-    for (const SegmentList& list : plan.lists) lists.push_back({list.dtype, list.reads});
+    std::vector<PoppedList> lists = per_iteration_lists;
+    for (const std::vector<int>& group : step_groups) {
+      PoppedList popped{step_list_types[group[0]], {}};
+      for (int k : group) popped.items.push_back(plan.lists[k].reads);
+      lists.push_back(std::move(popped));
+    }
     DataTypeVector iteration_types;
     auto iteration_name = AddFunction(g, iteration_body(2, lists, &iteration_types),
                                       body.name() + "_tf_ext_grad_segment");
@@ -761,10 +812,10 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
       const std::string list = absl::StrCat(sp, "segment_", k);
       const int index = 2 + num_state + k;
       *step.add_node() = ArgNode(list, DT_VARIANT, index);
-      NodeDef push = MakeNode(list + "/push", "TensorListPushBack", {list, plan.lists[k].value});
-      AddNodeAttr("element_dtype", plan.lists[k].dtype, &push);
-      *step.add_node() = std::move(push);
-      *step.add_node() = RetNode(list + "/out", list + "/push", DT_VARIANT, index);
+      std::vector<std::string> values;
+      for (int member : step_groups[k]) values.push_back(plan.lists[member].value);
+      const std::string pushed = PushAll(&step, list, values, step_list_types[step_groups[k][0]]);
+      *step.add_node() = RetNode(list + "/out", pushed, DT_VARIANT, index);
       step_types.push_back(DT_VARIANT);
     }
     for (int c = 0; c < num_invariants; ++c) {
@@ -828,7 +879,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
     for (int k = 0; k < num_segment_lists; ++k) {
       const std::string list = absl::StrCat(sb, "segment_", k);
       NodeDef empty = MakeNode(list, "EmptyTensorList", {sb + "unknown_shape", sb + "unknown_shape"});
-      AddNodeAttr("element_dtype", plan.lists[k].dtype, &empty);
+      AddNodeAttr("element_dtype", step_list_types[step_groups[k][0]], &empty);
       AddNodeAttr("shape_type", DT_INT32, &empty);
       *seg.add_node() = std::move(empty);
       step_in.push_back(list);
@@ -931,7 +982,7 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   stats->conditionals += fg.stats.conditionals;
   // The tensors the loop keeps (a checkpointed one every k-th iteration); the checkpoints'
   // iterations are bookkeeping.
-  stats->accumulators += num_lists + num_state + fg.stats.accumulators;
+  stats->accumulators += static_cast<int>(per_iteration.size()) + num_state + fg.stats.accumulators;
   return absl::OkStatus();
 }
 
