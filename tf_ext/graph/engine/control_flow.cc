@@ -525,7 +525,9 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   // variable. All are variants, so the registered gradient (tf_ext/grads/tf/
   // control_flow_grad.cc) passes them to the backward loop as it passes the lists.
   DataTypeVector saved_types;  // element dtypes
-  for (const std::vector<int>& group : groups) saved_types.push_back(per_iteration_types[group[0]]);
+  for (const std::vector<int>& group : groups) {
+    saved_types.push_back(per_iteration_types[group[0]]);
+  }
   if (segments) {
     saved_types.push_back(DT_INT32);
     for (int a : segments->state) saved_types.push_back(types[a]);
@@ -761,7 +763,8 @@ absl::Status RewriteWhile(Graph* g, Node* n, const std::string& prefix, ControlF
   DataTypeVector bwd_types;
   absl::StatusOr<std::string> bwd_name;
   if (!segments) {
-    bwd_name = AddFunction(g, iteration_body(1, per_iteration_lists, &bwd_types), body.name() + "_tf_ext_grad");
+    bwd_name = AddFunction(g, iteration_body(1, per_iteration_lists, &bwd_types),
+                           body.name() + "_tf_ext_grad");
     if (!bwd_name.ok()) return bwd_name.status();
   } else {
     // With checkpoints, one iteration of the backward loop is a segment [s, counter), s its
