@@ -39,6 +39,7 @@ struct AbstractNode {
   bool deferred = false;                  // "<prefix>/..." that no incoming gradient reaches
   int64_t flops = 0;
   bool expensive = false;                 // a matmul or convolution: >= 8 FLOPs an output element
+  int fuses_into = -1;                    // the one consumer Grappler's remapper fuses it into
   int segment = -1;                       // for a copy
 };
 
@@ -316,6 +317,71 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   return m;
 }
 
+// Chains Grappler's remapper fuses into one kernel (a MatMul or convolution, its BiasAdd or
+// FusedBatchNorm, its activation): it fuses a node into its consumer only where that is the
+// node's one consumer. A plan that kept the first and recomputed the rest would give the
+// first a second consumer (the copy), so that neither the original nor the copy is fused,
+// and both compute other values than the unbudgeted graph's fused kernel.
+void MarkFusedChains(const std::set<std::string>& keep, Model* model) {
+  Model& m = *model;
+  const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
+  auto op = [&](int i) -> const std::string& { return m.graph_nodes[i]->type_string(); };
+  // An inlined gradient body's argument that nothing reads (BiasAdd's gradient takes the
+  // forward input and ignores it): Grappler prunes it before the remapper runs.
+  auto dead = [&](int i) {
+    return IsAliasOp(op(i)) && consumers[i].empty() && keep.count(m.graph_nodes[i]->name()) == 0;
+  };
+  auto contraction = [&](int i) {
+    return op(i) == "MatMul" || op(i) == "Conv2D" || op(i) == "Conv3D" ||
+           op(i) == "DepthwiseConv2dNative";
+  };
+  // Whether node b adds a bias to (or normalises) the output of contraction c, as the remapper
+  // matches it: a BiasAdd or an inference-mode batch normalisation of c, or (oneDNN's bias
+  // semantics) an Add of c and a smaller constant, variable or placeholder operand (Keras 3's
+  // Dense adds its bias with AddV2).
+  auto adds_bias = [&](int c, int b) {
+    const std::vector<std::pair<int, int>>& in = m.nodes[b].in;
+    if (!contraction(c) || in.empty()) return false;
+    if (op(b) == "BiasAdd") return in[0].first == c;
+    if (op(b) == "FusedBatchNorm" || op(b) == "FusedBatchNormV3") {
+      bool training = true;  // training mode is not fused
+      return in[0].first == c &&
+             GetNodeAttr(m.graph_nodes[b]->attrs(), "is_training", &training).ok() && !training;
+    }
+    if ((op(b) == "Add" || op(b) == "AddV2") && in.size() == 2) {
+      const int side = in[0].first == c ? 1 : in[1].first == c ? 0 : -1;
+      if (side < 0) return false;
+      const AbstractNode& other = m.nodes[in[side].first];
+      const int64_t product = m.nodes[c].out_bytes.empty() ? 0 : m.nodes[c].out_bytes[0];
+      const int64_t operand = other.out_bytes.size() > static_cast<size_t>(in[side].second)
+                                  ? other.out_bytes[in[side].second]
+                                  : 0;
+      return other.loaded && operand > 0 && operand < product;
+    }
+    return false;
+  };
+  auto activation = [&](int i) {
+    static const std::set<std::string>* kActivations = new std::set<std::string>{
+        "Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "_MklSwish"};
+    return kActivations->count(op(i)) > 0;
+  };
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    std::vector<int> live;
+    for (int c : consumers[i]) {
+      if (!dead(c)) live.push_back(c);
+    }
+    if (live.size() != 1) continue;
+    const int self = static_cast<int>(i);
+    const int next = live[0];
+    if (!m.nodes[i].recomputable || !m.nodes[next].recomputable) continue;
+    bool fused = adds_bias(self, next);
+    if (!fused && activation(next) && m.nodes[next].in[0].first == self) {
+      for (const auto& [c, unused] : m.nodes[i].in) fused = fused || adds_bias(c, self);
+    }
+    if (fused) m.nodes[i].fuses_into = next;
+  }
+}
+
 struct Trial {
   int k = 0;
   std::vector<AbstractNode> nodes;  // originals (rewired), then copies
@@ -337,9 +403,19 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
   std::vector<int> segment(n, -1);  // recomputed nodes: their segment
   int position = 0;
   int next_own_segment = n;         // above every checkpoint interval's segment
+  // A fused chain's last node, and whether the chain holds a matrix product or convolution.
+  auto chain_end = [&](int i) {
+    while (base[i].fuses_into >= 0) i = base[i].fuses_into;
+    return i;
+  };
+  std::vector<char> chain_expensive(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (base[i].expensive) chain_expensive[chain_end(i)] = 1;
+  }
   for (int i : order) {
     const AbstractNode& a = base[i];
     if (!a.recomputable) continue;
+    if (a.fuses_into >= 0) continue;  // follows its chain's end, below
     if (a.alias) {
       // A view follows its input: recomputed with it, or kept with it.
       if (!a.in.empty() && segment[a.in[0].first] >= 0) segment[i] = segment[a.in[0].first];
@@ -355,9 +431,13 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
       segment[i] = seg >= 0 ? seg : next_own_segment++;
       continue;
     }
-    if (keep_expensive && a.expensive) continue;
+    if (keep_expensive && (a.expensive || chain_expensive[i])) continue;
     if ((position + 1) % k != 0) segment[i] = position / k;
     ++position;
+  }
+  // A fused chain is kept or recomputed whole: with its end.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (base[*it].recomputable && base[*it].fuses_into >= 0) segment[*it] = segment[chain_end(*it)];
   }
   std::map<std::pair<int, int>, int> copy_of;  // (node, segment) -> copy
   std::map<int, std::vector<int>> members;      // segment -> its copies
@@ -446,7 +526,8 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
 }
 
 // Adds trial's copies to `g` and points the backward readers at them.
-absl::Status Apply(const Trial& t, const Model& m, const std::string& prefix, Graph* g) {
+absl::Status Apply(const Trial& t, const Model& m, const std::string& prefix, bool gate_roots,
+                   Graph* g) {
   const int n = static_cast<int>(m.graph_nodes.size());
   std::vector<Node*> real(m.graph_nodes);
   real.resize(t.nodes.size(), nullptr);
@@ -463,10 +544,34 @@ absl::Status Apply(const Trial& t, const Model& m, const std::string& prefix, Gr
     Node* copy = g->AddNode(def, &s);
     if (!s.ok()) return s;
     real[i] = copy;
-    for (size_t j = 0; j < a.in.size(); ++j) {
-      g->AddEdge(real[a.in[j].first], a.in[j].second, copy, static_cast<int>(j));
+    // A root waits for its triggers through its first input, passed through an EnsureShape
+    // that has the control edges, not through control edges of its own: Grappler's remapper
+    // fuses no matrix product or convolution that has a control input, and the copy must be
+    // fused as its original is to compute the same values. (Grappler removes an Identity
+    // that has control inputs, moving them onto its consumer; it keeps an EnsureShape.)
+    Node* gate = nullptr;
+    if (gate_roots && !a.control.empty() && !a.in.empty()) {
+      const auto& [src, index] = a.in[0];
+      NodeDef ensure;
+      ensure.set_name(g->NewName(absl::StrCat(prefix, "/recompute/", original->name(), "/gate")));
+      ensure.set_op("EnsureShape");
+      AddNodeAttr("T", real[src]->output_type(index), &ensure);
+      AddNodeAttr("shape", PartialTensorShape(), &ensure);
+      gate = g->AddNode(ensure, &s);
+      if (!s.ok()) return s;
+      g->AddEdge(real[src], index, gate, 0);
+      for (int c : a.control) g->AddControlEdge(real[c], gate);
     }
-    for (int c : a.control) g->AddControlEdge(real[c], copy);
+    for (size_t j = 0; j < a.in.size(); ++j) {
+      if (j == 0 && gate != nullptr) {
+        g->AddEdge(gate, 0, copy, 0);
+      } else {
+        g->AddEdge(real[a.in[j].first], a.in[j].second, copy, static_cast<int>(j));
+      }
+    }
+    if (gate == nullptr) {
+      for (int c : a.control) g->AddControlEdge(real[c], copy);
+    }
   }
   for (int i = 0; i < n; ++i) {
     const AbstractNode& a = t.nodes[i];
@@ -540,9 +645,10 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
-                        const MemoryBudget& budget, MemoryPlan* plan) {
+                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan) {
   FixupSourceAndSinkEdges(g);
   Model m = Build(*g, prefix, keep, feed_shapes, seeds);
+  if (fused_kernels) MarkFusedChains(keep, &m);
   const Schedule base = Simulate(m.nodes);
   plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = base.peak;
   plan->unknown_tensors = m.unknown_tensors;
@@ -580,7 +686,7 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
         " without recomputation and the smallest it can meet is ", Mb(smallest), " (",
         smallest, " bytes)"));
   }
-  TF_RETURN_IF_ERROR(Apply(*best, m, prefix, g));
+  TF_RETURN_IF_ERROR(Apply(*best, m, prefix, fused_kernels, g));
   plan->estimated_peak_bytes = best->peak;
   plan->recomputed_nodes = best->copies;
   plan->recomputed_flops = best->flops;

@@ -22,6 +22,12 @@
 // checkpoint, and the same with every matrix product and convolution a checkpoint too (only
 // the cheap nodes between them recomputed: a batch norm and its ReLU from the convolution's
 // output). The plan of the fewest recomputed FLOPs whose estimate meets the budget wins.
+// Where TensorFlow's graph optimizations will run (`fused_kernels`), a chain that Grappler's
+// remapper fuses into one kernel (a matrix product or convolution, its BiasAdd or inference-mode
+// batch norm, its activation) is kept or recomputed whole, and a segment's first copy waits
+// through an EnsureShape of its input rather than through control edges of its own: the
+// remapper fuses neither a node with two consumers nor a contraction with control inputs, and a
+// copy computes its original's values only if it is fused as the original is.
 // Stateful ops (random ones among them), constants, placeholders, control flow and
 // the nodes named in `keep` are never recomputed. Loops and conditionals are kept whole here;
 // under a budget the control-flow pass has already made each loop save only its carried state
@@ -82,11 +88,13 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 // `seeds`; none given: every "<prefix>/..." node) reach; a gradient body's node computed from
 // forward tensors alone is planned as a forward node. A budget it cannot meet is refused
 // (ResourceExhausted naming the smallest estimate it reaches), and so is one where a forward
-// tensor's size stays unknown (InvalidArgument).
+// tensor's size stays unknown (InvalidArgument). `fused_kernels`: the graph will run with
+// TensorFlow's graph optimizations (Grappler's remapper), so fused chains are planned as units
+// (above).
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
-                        const MemoryBudget& budget, MemoryPlan* plan);
+                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan);
 
 }  // namespace tensorflow::tf_ext
 

@@ -216,7 +216,7 @@ absl::Status GradientPipeline::AddBackward(Graph* g, const std::vector<GraphTens
     for (const GraphTensor& dy : dys) seeds.insert(dy.node->name());
     TF_RETURN_IF_ERROR(PlanMemory(g, options_.name_prefix, options_.keep, seeds,
                                   options_.feed_shapes, options_.backward_memory_budget,
-                                  &stats_.memory));
+                                  options_.optimized_run, &stats_.memory));
   }
   return absl::OkStatus();
 }
@@ -278,6 +278,7 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
   pipeline_options.plan_memory = true;
   pipeline_options.feed_shapes = spec.feed_shapes;
   pipeline_options.backward_memory_budget = spec.backward_memory_budget;
+  pipeline_options.optimized_run = options.optimize_graph;
   for (const TensorRef& ref : spec.ys) pipeline_options.keep.insert(ref.node);
   for (const TensorRef& ref : spec.xs) pipeline_options.keep.insert(ref.node);
   GradientPipeline pipeline(std::move(pipeline_options));

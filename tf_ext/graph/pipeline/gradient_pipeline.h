@@ -68,6 +68,9 @@ struct PipelineOptions {
   bool plan_memory = false;
   std::map<std::string, TensorShape> feed_shapes;
   MemoryBudget backward_memory_budget;
+  // The graph runs with TensorFlow's graph optimizations (GradientOptions::optimize_graph):
+  // recomputed copies are planned to be fused as their originals (PlanMemory's fused_kernels).
+  bool optimized_run = true;
 };
 
 struct PipelineStats {
