@@ -147,6 +147,46 @@ def test_keras_cnn_gradients_equal_with_budget(tmp_path, optimize):
     assert plan(again.stdout) == plan(budgeted.stdout), (again.stdout, budgeted.stdout)
 
 
+def batch_norm_cnn_graph(path):
+    """8 x (3x3 convolution, batch normalisation in training mode, ReLU) on [16, 32, 32, 16]:
+    FusedBatchNormV3 nodes, whose gradient reads the convolution's output."""
+    rng = np.random.default_rng(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [16, 32, 32, 16], name="x")
+        h = x
+        for i in range(8):
+            w = (rng.standard_normal((3, 3, 16, 16)) / 12).astype(np.float32)
+            h = tf.nn.conv2d(h, tf.constant(w, name=f"w{i}"), 1, "SAME")
+            h, _, _ = tf.compat.v1.nn.fused_batch_norm(h, tf.ones([16]), tf.zeros([16]),
+                                                       is_training=True)
+            h = tf.nn.relu(h)
+        tf.reduce_sum(h * h, name="y")
+    with open(path, "wb") as f:
+        f.write(g.as_graph_def().SerializeToString())
+
+
+@pytest.mark.parametrize("optimize", ["false", "true"])
+def test_cheap_nodes_recomputed_between_kept_convolutions(tmp_path, optimize):
+    """The second family of plans: every convolution kept, only the batch normalisations and
+    ReLUs between them recomputed (a training-mode FusedBatchNormV3's reserve_space_3, which
+    shape inference leaves unknown, is empty on the CPU), and the line says so."""
+    graph = tmp_path / "bn.pb"
+    batch_norm_cnn_graph(graph)
+    x = np.random.default_rng(1).standard_normal((16, 32, 32, 16)).astype(np.float32)
+    base, g0 = run(graph, "y", "x", x, tmp_path, "base", f"--optimize={optimize}")
+    budgeted, g1 = run(graph, "y", "x", x, tmp_path, "budget", f"--optimize={optimize}",
+                       "--memory_budget=0.8")
+    m = re.search(r"recomputes (\d+) nodes \(([0-9.e+]+) FLOPs added\), keeping every matrix "
+                  r"product and convolution and 1 forward tensor in \d+ of the others$",
+                  budgeted.stdout, re.M)
+    assert m, budgeted.stdout
+    one_convolution = 2 * 16 * 32 * 32 * 16 * 3 * 3 * 16
+    assert 0 < float(m.group(2)) < one_convolution / 4
+    assert estimated(budgeted.stdout) <= 0.8 * estimated(base.stdout) + 0.1
+    assert_equal_gradients(g0, g1, bitwise=True)
+
+
 def test_budget_honoured(tmp_path):
     graph = tmp_path / "deep.pb"
     mlp_graph(8192, 256, 64, graph)

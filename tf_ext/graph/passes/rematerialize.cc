@@ -43,6 +43,12 @@ struct AbstractNode {
   int segment = -1;                       // for a copy
 };
 
+// An output that shape inference leaves unknown but that the CPU kernel allocates empty: a
+// training-mode FusedBatchNormV3's reserve_space_3 (cuDNN's workspace on a GPU).
+bool ReservedForGpu(const Node& n, int output) {
+  return output == 5 && (n.type_string() == "FusedBatchNormV3" || n.type_string() == "_FusedBatchNormEx");
+}
+
 bool IsAliasOp(const std::string& op) {
   return op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "ExpandDims" ||
          op == "StopGradient" || op == "PreventGradient";
@@ -250,7 +256,8 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
     for (int o = 0; o < n->num_outputs(); ++o) {
       int64_t bytes = 0;
       const int64_t size = DataTypeSize(BaseType(n->output_type(o)));
-      const int64_t elements = c != nullptr ? Elements(c, c->output(o)) : -1;
+      const int64_t elements =
+          ReservedForGpu(*n, o) ? 0 : c != nullptr ? Elements(c, c->output(o)) : -1;
       if (elements < 0 || size == 0) {
         if (!a.loaded) ++m.unknown_tensors;
         if (!a.loaded && !a.backward && size != 0) {
@@ -384,6 +391,7 @@ void MarkFusedChains(const std::set<std::string>& keep, Model* model) {
 
 struct Trial {
   int k = 0;
+  bool keep_expensive = false;
   std::vector<AbstractNode> nodes;  // originals (rewired), then copies
   int64_t peak = 0;
   int64_t flops = 0;
@@ -397,6 +405,7 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
               bool keep_expensive) {
   Trial t;
   t.k = k;
+  t.keep_expensive = keep_expensive;
   t.nodes = base;
   std::vector<AbstractNode>& nodes = t.nodes;
   const int n = static_cast<int>(base.size());
@@ -596,7 +605,10 @@ std::string DescribeBudget(const MemoryPlan& plan) {
   if (plan.recomputed_nodes == 0) return absl::StrCat(line, "met without recomputation");
   return absl::StrCat(line, "recomputes ", plan.recomputed_nodes, " nodes (",
                       absl::StrFormat("%.3g", static_cast<double>(plan.recomputed_flops)),
-                      " FLOPs added), keeping 1 forward tensor in ", plan.checkpoint_interval);
+                      " FLOPs added), keeping ",
+                      plan.keeps_contractions ? "every matrix product and convolution and " : "",
+                      "1 forward tensor in ", plan.checkpoint_interval,
+                      plan.keeps_contractions ? " of the others" : "");
 }
 
 std::string MemoryBudget::ToString() const {
@@ -691,6 +703,7 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
   plan->recomputed_nodes = best->copies;
   plan->recomputed_flops = best->flops;
   plan->checkpoint_interval = best->k;
+  plan->keeps_contractions = best->keep_expensive;
   return absl::OkStatus();
 }
 

@@ -72,6 +72,7 @@ struct MemoryPlan {
   int recomputed_nodes = 0;           // copies added
   int64_t recomputed_flops = 0;       // their cost
   int checkpoint_interval = 0;        // k (0: nothing recomputed)
+  bool keeps_contractions = false;    // every matrix product and convolution kept too
 };
 
 // "memory budget X MB (unbudgeted estimate Y MB): " and what meets it, the line tf_ext_grad
