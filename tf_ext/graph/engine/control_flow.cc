@@ -1359,6 +1359,7 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
     auto fresh_type = control_flow::FreshLists(n->attrs(), n->name(), inputs.size());
     if (!fresh_type.ok()) return fresh_type.status();
     std::vector<GraphTensor> incoming;
+    std::set<size_t> nothing_incoming;  // fresh lists whose incoming gradient is zeros
     add({n, num_outputs});  // the iteration count
     for (size_t m = 0; m < inputs.size(); ++m) {
       auto d = dy(inputs[m]);
@@ -1377,6 +1378,7 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
       const Edge* zeros_of = nullptr;
       if (d->node->type_string() == "ZerosLike" && d->node->input_edge(0, &zeros_of).ok()) {
         like = {zeros_of->src(), zeros_of->src_output()};
+        nothing_incoming.insert(m);
       }
       Node *shape = nullptr, *length = nullptr, *list = nullptr;
       const std::string base = g->NewName(absl::StrCat(name, "/fresh_list"));
@@ -1421,7 +1423,7 @@ absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
       // The incoming gradient plus what the loop wrote (an uninitialised element adds as
       // zeros): one pass over the list, once; nothing to add to zeros (list ops read an
       // uninitialised element as zeros).
-      if (incoming[m].node->type_string() == "ZerosLike") continue;
+      if (nothing_incoming.count(m)) continue;
       Node* sum = nullptr;
       TF_RETURN_IF_ERROR(
           NodeBuilder(g->NewName(absl::StrCat(name, "/fresh_list_sum")), "AddN")
