@@ -1,7 +1,7 @@
 """tf_ext_py_test: one pytest file run under Bazel by tests/python/run_pytest.py."""
 
 def tf_ext_py_test(name, src, data = [], deps = [], size = "medium", **kwargs):
-    """A py_test running pytest on `src` (plus conftest.py), with the tf_ext package and op
+    """A py_test running pytest on `src` (plus conftest.py and ports.py), with the tf_ext package and op
     library in its runfiles. run_pytest.py exports the library paths (TF_EXT_LIBRARY, ...)."""
     native.py_test(
         name = name,
@@ -9,6 +9,7 @@ def tf_ext_py_test(name, src, data = [], deps = [], size = "medium", **kwargs):
         srcs = [
             "python/run_pytest.py",
             "python/conftest.py",
+            "python/ports.py",
             src,
         ],
         main = "python/run_pytest.py",

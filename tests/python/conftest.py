@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import tensorflow as tf
+
+from ports import free_ports  # noqa: F401  (re-exported for the distributed tests)
 
 # eager: tf.GradientTape; function: GradientTape inside tf.function; graph: tf.compat.v1 graph
 # + tf.gradients run by a Session (TF1 style).
@@ -87,15 +88,3 @@ def hvp(mode: str, f: Fn, x: np.ndarray, v: np.ndarray) -> np.ndarray:
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> str:
     return request.param
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago (for tests that start
-    TensorFlow's gRPC servers; each test its own processes)."""
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import tf_ext
+from ports import free_ports
 
 SERVER = textwrap.dedent("""
     import json, sys
@@ -38,15 +38,9 @@ TASK0 = "/job:worker/replica:0/task:0/device:CPU:0"
 TASK1 = "/job:worker/replica:0/task:1/device:CPU:0"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    spec = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
+    spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     servers = [subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(spec), str(i)],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -93,18 +93,25 @@ def assert_equal_gradients(a, b, bitwise):
             assert np.abs(a[k] - b[k]).max() / scale <= 1e-5, k
 
 
+def budgeted_equals_base(graph, y, xs, x, tmp_path, optimize, budget):
+    """Runs without and with --memory_budget=budget (a fraction), checks the estimate meets it
+    and the gradients are bitwise those without it; returns the budgeted run."""
+    base, g0 = run(graph, y, xs, x, tmp_path, "base", f"--optimize={optimize}")
+    budgeted, g1 = run(graph, y, xs, x, tmp_path, "budget", f"--optimize={optimize}",
+                       f"--memory_budget={budget}")
+    assert re.search(r"recomputes \d+ nodes \([0-9.e+]+ FLOPs added\)", budgeted.stdout), budgeted.stdout
+    assert estimated(budgeted.stdout) <= budget * estimated(base.stdout) + 0.1
+    assert_equal_gradients(g0, g1, bitwise=True)
+    return budgeted
+
+
 @pytest.mark.parametrize("optimize", ["false", "true"])
 def test_mlp_gradients_equal_with_budget(tmp_path, optimize):
     graph = tmp_path / "mlp.pb"
     mlp_graph(1024, 128, 12, graph)
     x = np.random.default_rng(1).standard_normal((1024, 128)).astype(np.float32)
-    base, g0 = run(graph, "y", "x,w0,w5", x, tmp_path, "base", f"--optimize={optimize}")
-    budgeted, g1 = run(graph, "y", "x,w0,w5", x, tmp_path, "budget", f"--optimize={optimize}",
-                       "--memory_budget=0.6")
-    assert re.search(r"recomputes \d+ nodes \([0-9.e+]+ FLOPs added\)", budgeted.stdout), budgeted.stdout
-    assert estimated(budgeted.stdout) <= 0.6 * estimated(base.stdout) + 0.1
     # Bitwise with Grappler too: each copied MatMul + BiasAdd + Tanh is fused as its original.
-    assert_equal_gradients(g0, g1, bitwise=True)
+    budgeted_equals_base(graph, "y", "x,w0,w5", x, tmp_path, optimize, 0.6)
 
 
 def test_gradient_session_takes_the_budget(tmp_path):
@@ -134,12 +141,7 @@ def test_keras_cnn_gradients_equal_with_budget(tmp_path, optimize):
     graph = tmp_path / "cnn.pb"
     y = keras_graph(model, (16, 32, 32, 3), graph)
     x = np.random.default_rng(2).standard_normal((16, 32, 32, 3)).astype(np.float32)
-    base, g0 = run(graph, y, "x", x, tmp_path, "base", f"--optimize={optimize}")
-    budgeted, g1 = run(graph, y, "x", x, tmp_path, "budget", f"--optimize={optimize}",
-                       "--memory_budget=0.8")
-    assert "recomputes" in budgeted.stdout, budgeted.stdout
-    assert estimated(budgeted.stdout) <= 0.8 * estimated(base.stdout) + 0.1
-    assert_equal_gradients(g0, g1, bitwise=True)
+    budgeted = budgeted_equals_base(graph, y, "x", x, tmp_path, optimize, 0.8)
     # The plan is the graph's, not the process's (the schedule's ties are broken by name).
     again, _ = run(graph, y, "x", x, tmp_path, "again", f"--optimize={optimize}",
                    "--memory_budget=0.8")
@@ -174,17 +176,13 @@ def test_cheap_nodes_recomputed_between_kept_convolutions(tmp_path, optimize):
     graph = tmp_path / "bn.pb"
     batch_norm_cnn_graph(graph)
     x = np.random.default_rng(1).standard_normal((16, 32, 32, 16)).astype(np.float32)
-    base, g0 = run(graph, "y", "x", x, tmp_path, "base", f"--optimize={optimize}")
-    budgeted, g1 = run(graph, "y", "x", x, tmp_path, "budget", f"--optimize={optimize}",
-                       "--memory_budget=0.8")
+    budgeted = budgeted_equals_base(graph, "y", "x", x, tmp_path, optimize, 0.8)
     m = re.search(r"recomputes (\d+) nodes \(([0-9.e+]+) FLOPs added\), keeping every matrix "
                   r"product and convolution and 1 forward tensor in \d+ of the others$",
                   budgeted.stdout, re.M)
     assert m, budgeted.stdout
     one_convolution = 2 * 16 * 32 * 32 * 16 * 3 * 3 * 16
     assert 0 < float(m.group(2)) < one_convolution / 4
-    assert estimated(budgeted.stdout) <= 0.8 * estimated(base.stdout) + 0.1
-    assert_equal_gradients(g0, g1, bitwise=True)
 
 
 def test_budget_honoured(tmp_path):
