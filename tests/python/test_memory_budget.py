@@ -99,7 +99,8 @@ def budgeted_equals_base(graph, y, xs, x, tmp_path, optimize, budget):
     base, g0 = run(graph, y, xs, x, tmp_path, "base", f"--optimize={optimize}")
     budgeted, g1 = run(graph, y, xs, x, tmp_path, "budget", f"--optimize={optimize}",
                        f"--memory_budget={budget}")
-    assert re.search(r"recomputes \d+ nodes \([0-9.e+]+ FLOPs added\)", budgeted.stdout), budgeted.stdout
+    assert re.search(r"recomputes \d+ nodes \([0-9.e+]+ FLOPs added\)",
+                     budgeted.stdout), budgeted.stdout
     assert estimated(budgeted.stdout) <= budget * estimated(base.stdout) + 0.1
     assert_equal_gradients(g0, g1, bitwise=True)
     return budgeted

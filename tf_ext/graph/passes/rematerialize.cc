@@ -39,14 +39,15 @@ struct AbstractNode {
   bool deferred = false;                  // "<prefix>/..." that no incoming gradient reaches
   int64_t flops = 0;
   bool expensive = false;                 // a matmul or convolution: >= 8 FLOPs an output element
-  int fuses_into = -1;                    // the one consumer Grappler's remapper fuses it into
+  int fuses_into = -1;                    // the one reader it is kept or recomputed with
   int segment = -1;                       // for a copy
 };
 
 // An output that shape inference leaves unknown but that the CPU kernel allocates empty: a
 // training-mode FusedBatchNormV3's reserve_space_3 (cuDNN's workspace on a GPU).
 bool ReservedForGpu(const Node& n, int output) {
-  return output == 5 && (n.type_string() == "FusedBatchNormV3" || n.type_string() == "_FusedBatchNormEx");
+  return output == 5 &&
+         (n.type_string() == "FusedBatchNormV3" || n.type_string() == "_FusedBatchNormEx");
 }
 
 bool IsAliasOp(const std::string& op) {
@@ -324,11 +325,11 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   return m;
 }
 
-// Chains Grappler's remapper fuses into one kernel (a MatMul or convolution, its BiasAdd or
-// FusedBatchNorm, its activation): it fuses a node into its consumer only where that is the
-// node's one consumer. A plan that kept the first and recomputed the rest would give the
-// first a second consumer (the copy), so that neither the original nor the copy is fused,
-// and both compute other values than the unbudgeted graph's fused kernel.
+// Chains Grappler's remapper fuses into one kernel (a MatMul or convolution, its bias, its
+// activation): it fuses a node into its consumer only where that is the node's one consumer. A
+// plan that kept the first and recomputed the rest would give the first a second consumer (the
+// copy), so that neither the original nor the copy is fused, and both compute other values
+// than the unbudgeted graph's fused kernel.
 void MarkFusedChains(const std::set<std::string>& keep, Model* model) {
   Model& m = *model;
   const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);

@@ -23,11 +23,12 @@
 // the cheap nodes between them recomputed: a batch norm and its ReLU from the convolution's
 // output). The plan of the fewest recomputed FLOPs whose estimate meets the budget wins.
 // Where TensorFlow's graph optimizations will run (`fused_kernels`), a chain that Grappler's
-// remapper fuses into one kernel (a matrix product or convolution, its BiasAdd or inference-mode
-// batch norm, its activation) is kept or recomputed whole, and a segment's first copy waits
-// through an EnsureShape of its input rather than through control edges of its own: the
-// remapper fuses neither a node with two consumers nor a contraction with control inputs, and a
-// copy computes its original's values only if it is fused as the original is.
+// remapper fuses into one kernel (a matrix product or convolution; its BiasAdd, inference-mode
+// batch norm or Add of a smaller constant, variable or placeholder; its activation) is kept or
+// recomputed whole, and a segment's first copy waits through an EnsureShape of its input
+// rather than through control edges of its own: the remapper fuses neither a node with two
+// consumers nor a contraction with control inputs, and a copy computes its original's values
+// only if it is fused as the original is.
 // Stateful ops (random ones among them), constants, placeholders, control flow and
 // the nodes named in `keep` are never recomputed. Loops and conditionals are kept whole here;
 // under a budget the control-flow pass has already made each loop save only its carried state
