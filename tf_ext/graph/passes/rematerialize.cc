@@ -661,7 +661,6 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
                         const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan) {
   FixupSourceAndSinkEdges(g);
   Model m = Build(*g, prefix, keep, feed_shapes, seeds);
-  if (fused_kernels) MarkFusedChains(keep, &m);
   const Schedule base = Simulate(m.nodes);
   plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = base.peak;
   plan->unknown_tensors = m.unknown_tensors;
@@ -677,6 +676,7 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
         "shapes)"));
   }
   if (base.peak <= plan->budget_bytes) return absl::OkStatus();
+  if (fused_kernels) MarkFusedChains(keep, &m);
   int recomputable = 0;
   for (const AbstractNode& a : m.nodes) recomputable += a.recomputable ? 1 : 0;
   std::vector<int> ks;
