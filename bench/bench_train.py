@@ -12,7 +12,7 @@ TFRecord rows (--sources=tfrecord): the same examples written as tf.train.Exampl
 --tfrecord_files files; tf_ext_train reading them (tf_ext/train/tfrecord_data.cc) against
 model.fit on the equivalent tf.data pipeline (TFRecordDataset(files) -> batch -> parse_example
 with AUTOTUNE parallel calls -> prefetch(AUTOTUNE)) and against tf_ext_train from the .npz in
-memory. Each figure is the wall time of epochs 2..3 over their steps, read when each epoch's
+memory. Each figure is the wall time of epochs 2..--epochs (3) over their steps, read when each epoch's
 line is printed (tf_ext_train) or its on_epoch_end runs (model.fit): reading and parsing
 included, as model.fit's step function pulls its batch itself. The memory row (--sources=memory)
 is tf_ext_train's peak resident size (VmHWM) on --memory_mb MB of records (4 GB) against 64 MB.
@@ -340,6 +340,8 @@ def main(argv=None) -> int:
     p.add_argument("--memory_mb", type=int, default=4096,
                    help="the memory row's large dataset, MB (against 64 MB)")
     p.add_argument("--tfrecord_files", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=3,
+                   help="TFRecord rows: epochs a run trains; the first is not timed")
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     os.environ.setdefault("TF_EXT_LIBRARY", args.library)
@@ -368,7 +370,7 @@ def main(argv=None) -> int:
         if "tfrecord" in sources:
             files = write_tfrecords(os.path.join(work, "tfrecords"), x, y, args.tfrecord_files)
             glob = os.path.join(work, "tfrecords", "*.tfrecord")
-            epochs = 3
+            epochs = args.epochs
             tfr, fit, mem = [], [], []
             for _ in range(args.rounds):
                 tfr.append(run_cpp_epochs(args.tf_ext_train, args.library, export, glob, batch,

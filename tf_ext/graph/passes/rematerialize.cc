@@ -40,6 +40,7 @@ struct AbstractNode {
   int64_t flops = 0;
   bool expensive = false;                 // a matmul or convolution: >= 8 FLOPs an output element
   int fuses_into = -1;                    // the one reader it is kept or recomputed with
+  bool unread = false;                    // an alias nothing reads and no run fetches (Unread)
   int segment = -1;                       // for a copy
 };
 
@@ -311,6 +312,15 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
       if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
     }
   }
+  // An inlined gradient body's argument Identity that nothing reads (BiasAdd's gradient takes
+  // the forward input and ignores it) runs as soon as its input exists and holds nothing;
+  // Grappler prunes it. It is no reader: not for fusion (MarkFusedChains), and it keeps reading
+  // an original that is recomputed (Rewrite).
+  const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    m.nodes[i].unread = m.nodes[i].alias && consumers[i].empty() &&
+                        keep.count(m.graph_nodes[i]->name()) == 0;
+  }
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     const Node* n = m.graph_nodes[i];
     AbstractNode& a = m.nodes[i];
@@ -330,15 +340,10 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
 // plan that kept the first and recomputed the rest would give the first a second consumer (the
 // copy), so that neither the original nor the copy is fused, and both compute other values
 // than the unbudgeted graph's fused kernel.
-void MarkFusedChains(const std::set<std::string>& keep, Model* model) {
+void MarkFusedChains(Model* model) {
   Model& m = *model;
   const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
   auto op = [&](int i) -> const std::string& { return m.graph_nodes[i]->type_string(); };
-  // An inlined gradient body's argument that nothing reads (BiasAdd's gradient takes the
-  // forward input and ignores it): Grappler prunes it before the remapper runs.
-  auto dead = [&](int i) {
-    return IsAliasOp(op(i)) && consumers[i].empty() && keep.count(m.graph_nodes[i]->name()) == 0;
-  };
   auto contraction = [&](int i) {
     return op(i) == "MatMul" || op(i) == "Conv2D" || op(i) == "Conv3D" ||
            op(i) == "DepthwiseConv2dNative";
@@ -376,7 +381,7 @@ void MarkFusedChains(const std::set<std::string>& keep, Model* model) {
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     std::vector<int> live;
     for (int c : consumers[i]) {
-      if (!dead(c)) live.push_back(c);
+      if (!m.nodes[c].unread) live.push_back(c);
     }
     if (live.size() != 1) continue;
     const int self = static_cast<int>(i);
@@ -470,14 +475,8 @@ Trial Rewrite(const std::vector<AbstractNode>& base, const std::vector<int>& ord
     t.flops += base[node].flops;
     return id;
   };
-  // An inlined gradient's argument Identity nobody reads runs as soon as its input exists and
-  // holds nothing: it keeps reading the original.
-  std::vector<int> readers_of(n, 0);
   for (int i = 0; i < n; ++i) {
-    for (const auto& [src, idx] : base[i].in) ++readers_of[src];
-  }
-  for (int i = 0; i < n; ++i) {
-    if (!base[i].backward || (base[i].alias && readers_of[i] == 0)) continue;
+    if (!base[i].backward || base[i].unread) continue;
     for (size_t j = 0; j < base[i].in.size(); ++j) {
       const auto [src, idx] = base[i].in[j];
       if (segment[src] < 0) continue;
@@ -676,7 +675,7 @@ absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std:
         "shapes)"));
   }
   if (base.peak <= plan->budget_bytes) return absl::OkStatus();
-  if (fused_kernels) MarkFusedChains(keep, &m);
+  if (fused_kernels) MarkFusedChains(&m);
   int recomputable = 0;
   for (const AbstractNode& a : m.nodes) recomputable += a.recomputable ? 1 : 0;
   std::vector<int> ks;
