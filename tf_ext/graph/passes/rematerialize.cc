@@ -565,6 +565,9 @@ absl::Status Apply(const Trial& t, const Model& m, const std::string& prefix, bo
       ensure.set_name(g->NewName(absl::StrCat(prefix, "/recompute/", original->name(), "/gate")));
       ensure.set_op("EnsureShape");
       AddNodeAttr("T", real[src]->output_type(index), &ensure);
+      // Its shape stays unknown: the shape inference here knows the feeds' shapes, and with
+      // them in the graph Grappler learns the batch size and optimizes the whole graph other
+      // than the unbudgeted one (the tests' MLP lost a fused MatMul + Tanh so, no longer bitwise).
       AddNodeAttr("shape", PartialTensorShape(), &ensure);
       gate = g->AddNode(ensure, &s);
       if (!s.ok()) return s;
