@@ -12,9 +12,10 @@ TFRecord rows (--sources=tfrecord): the same examples written as tf.train.Exampl
 --tfrecord_files files; tf_ext_train reading them (tf_ext/train/tfrecord_data.cc) against
 model.fit on the equivalent tf.data pipeline (TFRecordDataset(files) -> batch -> parse_example
 with AUTOTUNE parallel calls -> prefetch(AUTOTUNE)) and against tf_ext_train from the .npz in
-memory. Each figure is the wall time of epochs 2..--epochs (3) over their steps, read when each epoch's
-line is printed (tf_ext_train) or its on_epoch_end runs (model.fit): reading and parsing
-included, as model.fit's step function pulls its batch itself. The memory row (--sources=memory)
+memory. Each figure is the wall time of the epochs after the first (--epochs, 3 by default)
+over their steps, read when each epoch's line is printed (tf_ext_train) or its on_epoch_end
+runs (model.fit): reading and parsing included, as model.fit's step function pulls its batch
+itself. The memory row (--sources=memory)
 is tf_ext_train's peak resident size (VmHWM) on --memory_mb MB of records (4 GB) against 64 MB.
 Budget rows (--sources=budget, --budget=0.5): tf_ext_train --memory_budget against no budget on
 the same model and .npz, interleaved: the median step times, their ratio, each side's peak VmHWM.

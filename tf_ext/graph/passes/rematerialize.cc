@@ -40,7 +40,7 @@ struct AbstractNode {
   int64_t flops = 0;
   bool expensive = false;                 // a matmul or convolution: >= 8 FLOPs an output element
   int fuses_into = -1;                    // the one reader it is kept or recomputed with
-  bool unread = false;                    // an alias nothing reads and no run fetches (Unread)
+  bool unread = false;                    // an alias nothing reads and no run fetches (Build)
   int segment = -1;                       // for a copy
 };
 
@@ -300,13 +300,14 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   // alone (SquaredDifference's 2 (x - y), a recomputed MaxPool output): the executor runs it
   // during the forward pass and holds its output until the backward pass reads it. Under a
   // budget it is deferred: recomputed where the backward pass reads it (Rewrite).
+  const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
   if (!seeds.empty()) {
     const int count = static_cast<int>(m.nodes.size());
     std::vector<int> seed_nodes;
     for (int i = 0; i < count; ++i) {
       if (seeds.count(m.graph_nodes[i]->name())) seed_nodes.push_back(i);
     }
-    const std::vector<char> reached = Reachable(Consumers(m.nodes, true), seed_nodes);
+    const std::vector<char> reached = Reachable(consumers, seed_nodes);
     for (int i = 0; i < count; ++i) {
       AbstractNode& a = m.nodes[i];
       if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
@@ -316,7 +317,6 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   // the forward input and ignores it) runs as soon as its input exists and holds nothing;
   // Grappler prunes it. It is no reader: not for fusion (MarkFusedChains), and it keeps reading
   // an original that is recomputed (Rewrite).
-  const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     m.nodes[i].unread = m.nodes[i].alias && consumers[i].empty() &&
                         keep.count(m.graph_nodes[i]->name()) == 0;
