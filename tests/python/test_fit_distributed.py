@@ -4,7 +4,9 @@ process with the same global --batch_size (1e-5 relative; with sample weights to
 ends with bitwise the same variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint
 end as a run never stopped; a worker killed with SIGKILL makes the others exit non-zero
 within --collective_timeout + 10 s naming the lost task, and the job restarted with
---resume=auto goes on from the chief's last checkpoint; a port in use, a peer that never comes
+--resume=auto goes on from the chief's last checkpoint; each task's server listens on its
+cluster address alone (--listen_address=0.0.0.0: every interface), and an address not of this
+machine is refused; a port in use, a peer that never comes
 and a worker with another batch size fail with clear errors; bad cluster values are refused
 before anything starts; 2 workers' per-epoch losses equal Python's MultiWorkerMirroredStrategy's
 (1e-4) on the same cluster shape, with and without BatchNormalization (training mode), and so
@@ -225,6 +227,72 @@ def test_port_in_use(tmp_path):
     assert code != 0
     assert "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:%d) (is port %d in use?)" % (
         ports[0], ports[0]) in stderr, stderr
+
+
+def listeners(port):
+    """The addresses the sockets listening on `port` are bound to, from /proc/net/tcp{,6}, as
+    text ("127.0.0.1", "::ffff:127.0.0.1", "0.0.0.0", "::")."""
+    found = []
+    for name, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with open(name) as f:
+            for line in f.read().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hexport = local.split(":")
+                if state != "0A" or int(hexport, 16) != port:
+                    continue
+                raw = bytes.fromhex(address)  # the kernel prints each 32-bit word in host order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                found.append(socket.inet_ntop(family, raw))
+    return found
+
+
+def connects(host, port):
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((host, port)) == 0
+
+
+@pytest.mark.parametrize("listen", [None, "0.0.0.0"])
+def test_server_listens_on_the_cluster_address(tmp_path, listen):
+    """TensorFlow's server alone listens on every interface; each task's listens on its
+    cluster address only (127.0.0.2 is loopback too, so a wildcard listener would answer it),
+    unless --listen_address=0.0.0.0 asks for every interface."""
+    flags = setup(tmp_path)
+    ports = free_ports(2)
+    extra = [] if listen is None else [f"--listen_address={listen}"]
+    worker = start(flags + [f"--batch_size={BATCH}"] + extra, tf_config(ports, 0))
+    try:
+        deadline = time.time() + 60
+        while not connects("127.0.0.1", ports[0]):  # it waits for worker 1, which never comes
+            assert worker.poll() is None and time.time() < deadline, worker.communicate()[1]
+            time.sleep(0.2)
+        bound = listeners(ports[0])
+        other = connects("127.0.0.2", ports[0])
+    finally:
+        worker.kill()
+        worker.communicate()
+    if listen is None:
+        assert bound == ["::ffff:127.0.0.1"] or bound == ["127.0.0.1"], bound
+        assert not other
+    else:
+        assert bound == ["::"] or bound == ["0.0.0.0"], bound
+        assert other
+
+
+@pytest.mark.parametrize("listen,message", [
+    ("192.0.2.1", "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:{port}): "
+                  "192.0.2.1 is not an address of this machine (set option 'listen_address' to "
+                  "one that is, or to 0.0.0.0 for every interface)"),
+    ("no-such-host.invalid", "task worker 0 (127.0.0.1:{port}): listen address "
+                             "'no-such-host.invalid' does not resolve"),
+])
+def test_listen_address_that_cannot_be_bound(tmp_path, listen, message):
+    flags = setup(tmp_path)
+    ports = free_ports(2)
+    code, _, stderr = finish([start(flags + [f"--batch_size={BATCH}", f"--listen_address={listen}"],
+                                    tf_config(ports, 0))])[0]
+    assert code != 0
+    assert message.format(port=ports[0]) in stderr, stderr
 
 
 def test_mismatched_batch_size(tmp_path):

@@ -24,6 +24,7 @@
 #include "tensorflow/core/protobuf/cluster.pb.h"
 #include "tensorflow/core/protobuf/tensorflow_server.pb.h"
 #include "tf_ext/graph/runtime/saved_model.h"
+#include "tf_ext/train/listen_address.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -399,18 +400,51 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
           "cannot be stopped: one cluster per process)"));
     }
     if (server_def_text == nullptr) {
+      // TensorFlow's server would listen on every interface: it listens on this task's address
+      // (or listen_address) alone, through a ScopedListenAddress while it is made.
+      const size_t colon = me.address.rfind(':');
+      const std::string port = me.address.substr(colon + 1);
+      const std::string listen =
+          options.listen_address.empty() ? me.address.substr(0, colon) : options.listen_address;
+      int port_number = 0;
+      std::unique_ptr<ScopedListenAddress> scope;
+      if (!IsWildcardHost(listen)) {
+        if (!absl::SimpleAtoi(port, &port_number)) {
+          return Invalid(absl::StrCat("'", me.address, "' has no numeric port"));
+        }
+        auto made = ScopedListenAddress::Create(listen, port_number);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(), absl::StrCat(
+              kWhat, "task ", cluster.TaskName(cluster.rank), ": ", made.status().message(),
+              " (option 'listen_address'; 0.0.0.0 listens on every interface)"));
+        }
+        scope = std::move(*made);
+      }
       std::unique_ptr<ServerInterface> s;
       absl::Status status;
       {
         OwnIntraOpPools own(threads > 0);
         status = NewServer(server, &s);
       }
+      if (!status.ok() && scope != nullptr && scope->last_errno() == EADDRNOTAVAIL) {
+        return absl::Status(status.code(), absl::StrCat(
+            kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
+            ": ", listen, " is not an address of this machine (set option 'listen_address' to one "
+            "that is, or to 0.0.0.0 for every interface)"));
+      }
+      if (status.ok() && scope != nullptr && scope->redirected() == 0) {
+        // Not started yet, so it can still be destroyed.
+        return absl::InternalError(absl::StrCat(
+            kWhat, "TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
+            " did not bind through the redirection to ", scope->address(), ": it would listen on "
+            "every interface (option 'listen_address=0.0.0.0' accepts that)"));
+      }
+      scope.reset();
       if (status.ok()) status = s->Start();
       if (!status.ok()) {
         return absl::Status(status.code(), absl::StrCat(
             kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
-            " (is port ", me.address.substr(me.address.rfind(':') + 1), " in use?): ",
-            status.message()));
+            " (is port ", port, " in use?): ", status.message()));
       }
       server_target = new std::string(s->target());
       server_def_text = new std::string(text);

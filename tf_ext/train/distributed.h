@@ -18,10 +18,12 @@
 // before the all-reduce. With shard_by=files each step first agrees (AllHave) that every worker
 // has a batch, so an epoch ends for all when one worker's files run out.
 //
-// Limits: BatchNormalization's moving statistics stay per worker, and
-// TensorFlow's gRPC server listens on every interface of the named port: its runtime is
-// unauthenticated and belongs on a private network. A process serves one cluster (TensorFlow's
-// server cannot be stopped). Tested by tests/python/test_fit_distributed.py.
+// Each task's server listens only on its cluster address (or listen_address;
+// listen_address.h says how, as TensorFlow's server itself listens on every interface). Its
+// runtime is unauthenticated and belongs on a private network.
+//
+// Limits: BatchNormalization's moving statistics stay per worker. A process serves one cluster
+// (TensorFlow's server cannot be stopped). Tested by tests/python/test_fit_distributed.py.
 #ifndef TF_EXT_TRAIN_DISTRIBUTED_H_
 #define TF_EXT_TRAIN_DISTRIBUTED_H_
 
@@ -53,6 +55,9 @@ struct DistributedOptions {
   // "batch": each worker its slice of every global batch; "files": each worker whole TFRecord
   // files (i, i + N, ... of the sorted list), batch_size / N examples a step
   std::string shard_by = "batch";
+  // The address this task's server listens on; empty: the task's own in the cluster (its
+  // host); 0.0.0.0 or ::, every interface (TensorFlow's server alone always listens so).
+  std::string listen_address;
 };
 
 struct ClusterTask {

@@ -277,6 +277,10 @@ std::vector<TrainerOption> MakeTable() {
             "what each worker takes: batch, its slice of every global batch; files, whole "
             "TFRecord files (i, i+N, ... sorted), batch_size/N examples a step",
             TF_EXT_OPTION_FIELD(distributed.shard_by), {"batch", "files"}),
+      Field("listen_address", "HOST",
+            "the address this task's server listens on (default: its host in the cluster; "
+            "0.0.0.0: every interface)",
+            TF_EXT_OPTION_FIELD(distributed.listen_address)),
   };
   return t;
 }
