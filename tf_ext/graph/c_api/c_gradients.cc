@@ -175,7 +175,7 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   for (Node* n : g->op_nodes()) graph->name_map[n->name()] = n;
   FixupSourceAndSinkEdges(g);  // nodes added without inputs are reached from the source too
   std::vector<Node*> order;
-  GetReversePostOrder(*g, &order);
+  GetReversePostOrder(*g, &order, NodeComparatorName());
   const bool replaced = converted || stats.loops + stats.conditionals > 0;
   if (replaced) {
     // The pass replaced nodes, whose shape contexts other nodes' shapes point into, and a new

@@ -209,7 +209,7 @@ absl::Status AddGradients(Graph* g, const std::vector<GraphTensor>& ys,
   // Consumers before producers: reverse topological order (of the forward graph only: the
   // nodes added below are never visited).
   std::vector<Node*> order;
-  GetReversePostOrder(*g, &order);
+  GetReversePostOrder(*g, &order, NodeComparatorName());
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (!n->IsOp() || !path.OnPath(n)) continue;

@@ -26,7 +26,7 @@ void InferShapes(Graph* g, const std::map<std::string, PartialTensorShape>& arg_
                  ShapeRefiner* refiner, const std::function<bool(const Node*)>& include) {
   FixupSourceAndSinkEdges(g);
   std::vector<Node*> order;
-  GetReversePostOrder(*g, &order);
+  GetReversePostOrder(*g, &order, NodeComparatorName());
   for (Node* n : order) {
     if (!n->IsOp() || (include && !include(n)) || !refiner->AddNode(n).ok()) continue;
     auto it = arg_shapes.find(n->name());

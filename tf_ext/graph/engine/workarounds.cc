@@ -80,7 +80,7 @@ absl::StatusOr<GradientWorkarounds> WorkAroundGradientBugs(
   ShapeRefiner refiner(g->versions(), g->op_registry());
   InferShapes(g, ArgShapesByName(*g, arg_shapes), &refiner);
   std::vector<Node*> order;
-  GetReversePostOrder(*g, &order);
+  GetReversePostOrder(*g, &order, NodeComparatorName());
   GradientWorkarounds done;
   for (Node* n : order) {
     shape_inference::InferenceContext* ctx = refiner.GetContext(n);

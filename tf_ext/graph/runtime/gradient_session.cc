@@ -274,7 +274,7 @@ absl::Status GradientSession::CheckShapes(
   refiner.set_function_library_for_shape_inference(&g.flib_def());
   FixupSourceAndSinkEdges(&g);
   std::vector<Node*> order;
-  GetReversePostOrder(g, &order);
+  GetReversePostOrder(g, &order, NodeComparatorName());
   auto blame = [&]() { return DescribeFeeds(session_feeds); };
   for (Node* n : order) {
     if (!n->IsOp()) continue;
