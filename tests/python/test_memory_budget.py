@@ -167,8 +167,8 @@ def encoder_graph(path):
 
 
 def test_gradient_graph_is_the_same_in_every_process(tmp_path):
-    """The backward graph is built in an order of the graph's own (its names), not of the
-    process's memory addresses: three processes build byte-identical graphs, and their gradients
+    """The backward graph is built in an order of the graph's own (the order its nodes were
+    built in), not of the process's memory addresses: three processes build byte-identical graphs, and their gradients
     are bitwise equal without Grappler (whose arithmetic optimizer would sort a sum's inputs and
     so hide a sum built in another order)."""
     graph = tmp_path / "encoder.pb"
