@@ -94,10 +94,6 @@ int RedirectedBind(int fd, const sockaddr* addr, socklen_t len) {
   return result;
 }
 
-struct Found {
-  std::vector<Redirect::Slot> slots;
-};
-
 #if defined(__x86_64__)
 constexpr uint32_t kJumpSlot = R_X86_64_JUMP_SLOT;
 constexpr uint32_t kGlobDat = R_X86_64_GLOB_DAT;
@@ -144,7 +140,7 @@ int FindBindSlots(dl_phdr_info* info, size_t, void* data) {
   if (symtab == 0 || strtab == 0) return 0;
   const auto* symbols = reinterpret_cast<const ElfW(Sym)*>(at(symtab));
   const char* strings = reinterpret_cast<const char*>(at(strtab));
-  Found* found = static_cast<Found*>(data);
+  auto* found = static_cast<std::vector<Redirect::Slot>*>(data);
   auto scan = [&](ElfW(Addr) table, ElfW(Addr) size) {
     if (table == 0) return;
     const auto* entries = reinterpret_cast<const ElfW(Rela)*>(at(table));
@@ -154,7 +150,7 @@ int FindBindSlots(dl_phdr_info* info, size_t, void* data) {
       const ElfW(Sym)& symbol = symbols[ELF64_R_SYM(entries[i].r_info)];
       if (std::strcmp(strings + symbol.st_name, "bind") != 0) continue;
       const ElfW(Addr) where = base + entries[i].r_offset;
-      found->slots.push_back({reinterpret_cast<void**>(where), nullptr,
+      found->push_back({reinterpret_cast<void**>(where), nullptr,
                               where >= relro_begin && where < relro_end});
     }
   };
@@ -219,9 +215,9 @@ absl::StatusOr<std::unique_ptr<ScopedListenAddress>> ScopedListenAddress::Create
   if (r.active) {
     return absl::FailedPreconditionError("another listen address is already in effect");
   }
-  Found found;
+  std::vector<Redirect::Slot> found;
   dl_iterate_phdr(FindBindSlots, &found);
-  if (found.slots.empty()) {
+  if (found.empty()) {
     return absl::UnimplementedError(
         "no TensorFlow library in this process imports bind(): cannot choose the address "
         "TensorFlow's gRPC server listens on");
@@ -232,7 +228,7 @@ absl::StatusOr<std::unique_ptr<ScopedListenAddress>> ScopedListenAddress::Create
   r.last_errno = 0;
   r.armed = true;
   r.slots.clear();
-  for (Redirect::Slot& slot : found.slots) {
+  for (Redirect::Slot& slot : found) {
     slot.old = __atomic_load_n(slot.where, __ATOMIC_SEQ_CST);
     if (!WriteSlot(slot, reinterpret_cast<void*>(&RedirectedBind))) {
       for (const Redirect::Slot& done : r.slots) WriteSlot(done, done.old);
