@@ -423,13 +423,17 @@ def assert_one_loop_saves(tmp_path, fn, x_val, saved, rtol):
     assert f"1 loop and 0 conditionals saving {saved} tensors" in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("flags", [[], ["--memory_budget=64M"]], ids=["saved", "checkpointed"])
+@pytest.mark.parametrize("flags", [[], ["--memory_budget=64M", "--optimize=false"]],
+                         ids=["saved", "checkpointed"])
 def test_saved_tensors_share_one_list_per_dtype(tmp_path, flags):
     # A Keras LSTM's gradient reads several float tensors a step and the step counter: the loop
     # that saves them (the forward loop, or with a budget the step loop that recomputes a
     # segment) pushes them onto one list per dtype, not one list each, so each lowered loop
     # carries two more loop variables, not one per tensor. The values are checked by
-    # test_keras_recurrent_layer and test_memory_budget_loops.py.
+    # test_keras_recurrent_layer and test_memory_budget_loops.py. (With TensorFlow's
+    # optimizations, a budget whose plan recomputes forward nodes dumps the graph Grappler's
+    # first stage made, its loops lowered into it: --optimize=false dumps the loops as the
+    # control-flow pass built them.)
     graph_def = freeze(keras_model("LSTM"), RNN_X, False)
     dump = tmp_path / "backward.pbtxt"
     y, g, r = tf_ext_grad(tmp_path, graph_def, RNN_X, "--dump_backward=" + str(dump), *flags)

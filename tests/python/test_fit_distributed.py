@@ -606,3 +606,29 @@ def test_c_api_workers_equal_the_tool(tmp_path):
     with open(tmp_path / "cli0.epochs.csv") as a, open(tmp_path / "c0.epochs.csv") as b:
         assert a.read() == b.read()
     assert not (tmp_path / "c1.csv").exists()
+
+
+def test_memory_budget_with_workers(tmp_path):
+    """--memory_budget with a cluster: each worker plans the step for its share of the global
+    batch (the collectives in its graph kept), and two budgeted workers train bitwise as two
+    without a budget, metrics included."""
+    import keras
+    keras.utils.set_random_seed(5)
+    x = keras.Input(shape=(64,), name="x")
+    h = x
+    for _ in range(6):
+        h = keras.layers.Dense(128, activation="tanh")(h)
+    keras.Model(x, keras.layers.Dense(2)(h)).export(str(tmp_path / "deep"), verbose=False)
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(1024, 64)).astype(np.float32),
+             t=rng.normal(size=(1024, 2)).astype(np.float32))
+    flags = [f"--library={LIBRARY}", f"--saved_model={tmp_path / 'deep'}", f"--data={tmp_path / 'd.npz'}",
+             "--inputs=x", "--targets=t", "--loss=mse", "--metrics=mae", "--optimizer=adam",
+             "--epochs=1", f"--collective_timeout={TIMEOUT}", "--batch_size=512"]
+    base = run_two(tmp_path, flags, name="base")
+    budget = run_two(tmp_path, flags + ["--memory_budget=0.85"], name="budget")
+    for _, stdout, _ in budget:
+        assert re.search(r"^memory budget .*: recomputes \d+ nodes", stdout, re.M), stdout
+    assert fingerprint(budget[0][1]) == fingerprint(base[0][1])
+    for suffix in (".csv", ".epochs.csv"):
+        assert (tmp_path / f"budget0{suffix}").read_text() == (tmp_path / f"base0{suffix}").read_text()

@@ -19,6 +19,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/graph/algorithm.h"
+#include "tensorflow/core/graph/control_flow.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -221,7 +222,8 @@ struct Model {
 
 Model Build(const Graph& g, const std::string& prefix, const std::set<std::string>& keep,
             const std::map<std::string, TensorShape>& feed_shapes,
-            const std::set<std::string>& seeds = {}) {
+            const std::set<std::string>& seeds = {},
+            const std::set<std::string>* deferred = nullptr) {
   Model m;
   // Ties broken by name: the edge sets' own order is their pointers', which differs between
   // processes, and with it the simulated schedule and the plan.
@@ -246,9 +248,9 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
     AbstractNode a;
     a.original = index[n->id()];
     // Inlined gradient bodies are "<prefix>/..." and their argument and result Identities
-    // "Func/<prefix>/...".
+    // "Func/<prefix>/..."; Grappler names the nodes it makes of them "<pass>/<prefix>/...".
     a.backward = !prefix.empty() && (absl::StartsWith(n->name(), prefix + "/") ||
-                                     absl::StartsWith(n->name(), absl::StrCat("Func/", prefix, "/")));
+                                     absl::StrContains(n->name(), absl::StrCat("/", prefix, "/")));
     // A variable's read shares the variable's buffer: resident before the run, as a constant.
     a.loaded = n->IsConstant() || n->type_string() == "Placeholder" ||
                n->type_string() == "PlaceholderWithDefault" || n->IsArg() ||
@@ -301,7 +303,15 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
   // during the forward pass and holds its output until the backward pass reads it. Under a
   // budget it is deferred: recomputed where the backward pass reads it (Rewrite).
   const std::vector<std::vector<int>> consumers = Consumers(m.nodes, true);
-  if (!seeds.empty()) {
+  if (deferred != nullptr) {
+    for (size_t i = 0; i < m.nodes.size(); ++i) {
+      AbstractNode& a = m.nodes[i];
+      if (a.backward && deferred->count(m.graph_nodes[i]->name())) {
+        a.backward = false;
+        a.deferred = true;
+      }
+    }
+  } else if (!seeds.empty()) {
     const int count = static_cast<int>(m.nodes.size());
     std::vector<int> seed_nodes;
     for (int i = 0; i < count; ++i) {
@@ -313,6 +323,23 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
       if (a.backward && !reached[i]) a.backward = false, a.deferred = true;
     }
   }
+  // A deferred node that a forward node reads is forward: Grappler's common-subexpression pass
+  // merges a forward node with the equal node a gradient body recomputes from forward tensors
+  // (an attention layer's Softmax) and may keep the gradient's name. (A backward node's forward
+  // readers are the trainer's optimizer updates.)
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < m.nodes.size(); ++i) {
+      AbstractNode& a = m.nodes[i];
+      if (!a.deferred) continue;
+      for (int c : consumers[i]) {
+        if (m.nodes[c].backward || m.nodes[c].deferred) continue;
+        a.deferred = false;
+        changed = true;
+        break;
+      }
+    }
+  }
   // An inlined gradient body's argument Identity that nothing reads (BiasAdd's gradient takes
   // the forward input and ignores it) runs as soon as its input exists and holds nothing;
   // Grappler prunes it. It is no reader: not for fusion (MarkFusedChains), and it keeps reading
@@ -321,16 +348,23 @@ Model Build(const Graph& g, const std::string& prefix, const std::set<std::strin
     m.nodes[i].unread = m.nodes[i].alias && consumers[i].empty() &&
                         keep.count(m.graph_nodes[i]->name()) == 0;
   }
+  // A node in a loop's frame (lowered control flow: Grappler lowers While) runs once per
+  // iteration; a copy outside the frame would not.
+  std::vector<ControlFlowInfo> frames;
+  std::vector<std::string> unreachable;
+  const bool framed = BuildControlFlowInfo(&g, &frames, &unreachable).ok();
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     const Node* n = m.graph_nodes[i];
     AbstractNode& a = m.nodes[i];
+    const bool in_frame = !framed || (static_cast<size_t>(n->id()) < frames.size() &&
+                                      !frames[n->id()].frame_name.empty());
     bool refs = false;
     for (int o = 0; o < n->num_outputs(); ++o) refs |= IsRefType(n->output_type(o));
     for (int j = 0; j < n->num_inputs(); ++j) refs |= IsRefType(n->input_type(j));
     a.recomputable = !a.backward && !a.loaded && !refs && n->num_outputs() > 0 &&
                      !n->op_def().is_stateful() && !n->IsControlFlow() &&
                      !IsLoopOrConditional(n) && !n->IsFunctionCall() && !n->IsRetval() &&
-                     keep.count(n->name()) == 0;
+                     !in_frame && keep.count(n->name()) == 0;
   }
   return m;
 }
@@ -603,8 +637,13 @@ std::string Mb(int64_t bytes) { return absl::StrFormat("%.1f MB", bytes / 104857
 
 std::string DescribeBudget(const MemoryPlan& plan) {
   if (plan.budget_bytes <= 0) return "";
-  std::string line = absl::StrCat("memory budget ", Mb(plan.budget_bytes), " (unbudgeted estimate ",
-                                  Mb(plan.unbudgeted_peak_bytes), "): ");
+  std::string line = absl::StrCat(
+      "memory budget ", Mb(plan.budget_bytes), " (unbudgeted estimate ",
+      Mb(plan.unbudgeted_peak_bytes),
+      plan.optimized_peak_bytes > 0 ? absl::StrCat(", ", Mb(plan.optimized_peak_bytes),
+                                                   " once TensorFlow optimized the graph")
+                                    : "",
+      "): ");
   if (plan.recomputed_nodes == 0) return absl::StrCat(line, "met without recomputation");
   return absl::StrCat(line, "recomputes ", plan.recomputed_nodes, " nodes (",
                       absl::StrFormat("%.3g", static_cast<double>(plan.recomputed_flops)),
@@ -650,6 +689,27 @@ absl::StatusOr<MemoryBudget> ParseMemoryBudget(absl::string_view text) {
   return budget;
 }
 
+std::set<std::string> DeferredGradientNodes(const Graph& g, const std::string& prefix,
+                                            const std::set<std::string>& seeds) {
+  std::vector<const Node*> stack;
+  std::vector<char> reached(g.num_node_ids(), 0);
+  for (const Node* n : g.op_nodes()) {
+    if (seeds.count(n->name())) stack.push_back(n), reached[n->id()] = 1;
+  }
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const Node* c : n->out_nodes()) {
+      if (!reached[c->id()]) stack.push_back(c), reached[c->id()] = 1;
+    }
+  }
+  std::set<std::string> deferred;
+  for (const Node* n : g.op_nodes()) {
+    if (!reached[n->id()] && absl::StartsWith(n->name(), prefix + "/")) deferred.insert(n->name());
+  }
+  return deferred;
+}
+
 void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& feed_shapes,
                     MemoryPlan* plan) {
   Model m = Build(g, "", {}, feed_shapes);
@@ -660,15 +720,17 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
-                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan) {
+                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan,
+                        const std::set<std::string>* deferred) {
   FixupSourceAndSinkEdges(g);
-  Model m = Build(*g, prefix, keep, feed_shapes, seeds);
+  Model m = Build(*g, prefix, keep, feed_shapes, seeds, deferred);
   const Schedule base = Simulate(m.nodes);
   plan->estimated_peak_bytes = plan->unbudgeted_peak_bytes = base.peak;
   plan->unknown_tensors = m.unknown_tensors;
   if (!budget.set()) return absl::OkStatus();
+  const int64_t fraction_of = budget.fraction_of > 0 ? budget.fraction_of : base.peak;
   plan->budget_bytes = budget.fraction > 0
-                           ? static_cast<int64_t>(std::llround(budget.fraction * base.peak))
+                           ? static_cast<int64_t>(std::llround(budget.fraction * fraction_of))
                            : budget.bytes;
   if (m.unknown_forward > 0) {
     return absl::InvalidArgumentError(absl::StrCat(

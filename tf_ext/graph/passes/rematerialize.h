@@ -29,8 +29,10 @@
 // rather than through control edges of its own: the remapper fuses neither a node with two
 // consumers nor a contraction with control inputs, and a copy computes its original's values
 // only if it is fused as the original is.
-// Stateful ops (random ones among them), constants, placeholders, control flow and
-// the nodes named in `keep` are never recomputed. Loops and conditionals are kept whole here;
+// Stateful ops (random ones among them), constants, placeholders, control flow, the nodes of
+// a lowered loop's frame and the nodes named in `keep` are never recomputed. With TensorFlow's
+// optimizations the plan is made on the graph Grappler made of the built one
+// (runtime/grappler_stages.h). Loops and conditionals are kept whole here;
 // under a budget the control-flow pass has already made each loop save only its carried state
 // (engine/control_flow.h, PrepareControlFlowForGradients' recompute_loop_bodies), memory the
 // estimate does not see.
@@ -57,6 +59,10 @@ namespace tensorflow::tf_ext {
 struct MemoryBudget {
   int64_t bytes = 0;
   double fraction = 0;
+  // The estimate a fraction is of; 0: the planned graph's own. Set where the plan is made on
+  // the graph TensorFlow's optimizations made of the built one (runtime/grappler_stages.h): a
+  // fraction stays one of the built graph's estimate.
+  int64_t fraction_of = 0;
   bool set() const { return bytes > 0 || fraction > 0; }
   std::string ToString() const;
 };
@@ -68,6 +74,9 @@ absl::StatusOr<MemoryBudget> ParseMemoryBudget(absl::string_view text);
 struct MemoryPlan {
   int64_t estimated_peak_bytes = 0;   // of the graph as built (after recomputation)
   int64_t unbudgeted_peak_bytes = 0;  // of the graph before recomputation
+  // Planned after TensorFlow's optimizations (runtime/grappler_stages.h): the estimate of the
+  // graph they made, before recomputation; unbudgeted_peak_bytes stays the built graph's.
+  int64_t optimized_peak_bytes = 0;
   int64_t budget_bytes = 0;           // the budget resolved to bytes; 0: none
   int unknown_tensors = 0;            // outputs of unknown size, counted as 0 bytes
   int recomputed_nodes = 0;           // copies added
@@ -86,17 +95,28 @@ void EstimateMemory(const Graph& g, const std::map<std::string, TensorShape>& fe
                     MemoryPlan* plan);
 
 // EstimateMemory, then, with a budget, the recomputation that meets it (above). Backward
-// nodes are the ones named "<prefix>/..." that the incoming gradients (the nodes named in
-// `seeds`; none given: every "<prefix>/..." node) reach; a gradient body's node computed from
-// forward tensors alone is planned as a forward node. A budget it cannot meet is refused
-// (ResourceExhausted naming the smallest estimate it reaches), and so is one where a forward
-// tensor's size stays unknown (InvalidArgument). `fused_kernels`: the graph will run with
-// TensorFlow's graph optimizations (Grappler's remapper), so fused chains are planned as units
-// (above).
+// nodes are the ones named "<prefix>/..." (or "<pass>/<prefix>/...", as Grappler names what it
+// makes of one) that the incoming gradients (the nodes named in `seeds`; none given: every
+// such node) reach; a gradient body's node computed from forward tensors alone is planned as
+// a forward node (deferred), and one that a forward node reads is forward. A budget it cannot
+// meet is refused (ResourceExhausted naming the smallest estimate it reaches), and so is one
+// where a forward tensor's size stays unknown (InvalidArgument). `fused_kernels`: the graph
+// will run with TensorFlow's graph optimizations (Grappler's remapper), so fused chains are
+// planned as units (above).
+// `deferred` (given): the gradient nodes to plan as computed from forward tensors alone, by
+// name, in place of those the seeds do not reach (DeferredGradientNodes of the graph before
+// TensorFlow's optimizations, which fold the incoming gradients' ones into constants that no
+// seed reaches); every other "<prefix>/..." node is backward.
 absl::Status PlanMemory(Graph* g, const std::string& prefix, const std::set<std::string>& keep,
                         const std::set<std::string>& seeds,
                         const std::map<std::string, TensorShape>& feed_shapes,
-                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan);
+                        const MemoryBudget& budget, bool fused_kernels, MemoryPlan* plan,
+                        const std::set<std::string>* deferred = nullptr);
+
+// The "<prefix>/..." nodes of `g` that no node named in `seeds` reaches (PlanMemory's deferred
+// nodes).
+std::set<std::string> DeferredGradientNodes(const Graph& g, const std::string& prefix,
+                                            const std::set<std::string>& seeds);
 
 }  // namespace tensorflow::tf_ext
 

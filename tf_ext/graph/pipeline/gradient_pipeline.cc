@@ -66,7 +66,10 @@ std::string UnusedPrefix(const Graph& g) {
     const std::string prefix = i == 1 ? "tf_ext_grad" : absl::StrCat("tf_ext_grad_", i);
     bool used = false;
     for (const Node* n : g.nodes()) {
-      if (n->name() == prefix || absl::StartsWith(n->name(), prefix + "/")) {
+      // Nor inside a name: the memory plan takes "<pass>/<prefix>/..." (a node Grappler made
+      // of a gradient node) for a gradient node.
+      if (n->name() == prefix || absl::StartsWith(n->name(), prefix + "/") ||
+          absl::StrContains(n->name(), absl::StrCat("/", prefix, "/"))) {
         used = true;
         break;
       }
@@ -215,7 +218,10 @@ absl::Status GradientPipeline::AddBackward(Graph* g, const std::vector<GraphTens
     std::set<std::string> seeds;
     for (const GraphTensor& dy : dys) seeds.insert(dy.node->name());
     TF_RETURN_IF_ERROR(PlanMemory(g, options_.name_prefix, options_.keep, seeds,
-                                  options_.feed_shapes, options_.backward_memory_budget,
+                                  options_.feed_shapes,
+                                  options_.plan_budget_after_optimization
+                                      ? MemoryBudget()
+                                      : options_.backward_memory_budget,
                                   options_.optimized_run, &stats_.memory));
   }
   return absl::OkStatus();
@@ -279,6 +285,8 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
   pipeline_options.feed_shapes = spec.feed_shapes;
   pipeline_options.backward_memory_budget = spec.backward_memory_budget;
   pipeline_options.optimized_run = options.optimize_graph;
+  pipeline_options.plan_budget_after_optimization =
+      options.optimize_graph && spec.backward_memory_budget.set();
   for (const TensorRef& ref : spec.ys) pipeline_options.keep.insert(ref.node);
   for (const TensorRef& ref : spec.xs) pipeline_options.keep.insert(ref.node);
   GradientPipeline pipeline(std::move(pipeline_options));
@@ -346,6 +354,11 @@ absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec
     xs.push_back({*read, 0});
   }
   TF_RETURN_IF_ERROR(pipeline.AddBackward(&g, y_reads, dys, xs, &dxs));
+  if (pipeline.options().plan_budget_after_optimization) {
+    std::set<std::string> seeds;
+    for (const GraphTensor& dy : dys) seeds.insert(dy.node->name());
+    out->deferred_gradient_nodes = DeferredGradientNodes(g, prefix, seeds);
+  }
   const PipelineStats& stats = pipeline.stats();
   result->gradient_nodes = stats.backprop.gradient_nodes;
   result->inlined_gradients = stats.backprop.inlined;

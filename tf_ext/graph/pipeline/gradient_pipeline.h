@@ -12,7 +12,9 @@
 //   5. with inlined gradients: equal nodes merged and the backward graph simplified
 //      (passes/simplify_backward.h);
 //   6. the estimate of the peak memory, and with a memory budget the forward nodes the
-//      backward pass recomputes rather than keeps (passes/rematerialize.h).
+//      backward pass recomputes rather than keeps (passes/rematerialize.h). A graph that runs
+//      with TensorFlow's optimizations is planned once they have run (plan_budget_after_
+//      optimization; runtime/grappler_stages.h).
 //
 // BuildGradientGraph is the GraphDef front of it for the tools and runtimes: import, y and x
 // lookup by name, incoming gradients, then DifferentiateGraph.
@@ -71,6 +73,10 @@ struct PipelineOptions {
   // The graph runs with TensorFlow's graph optimizations (GradientOptions::optimize_graph):
   // recomputed copies are planned to be fused as their originals (PlanMemory's fused_kernels).
   bool optimized_run = true;
+  // With a budget: step 6 only estimates; the caller plans the recomputation on the graph
+  // TensorFlow's optimizations make of this one (runtime/grappler_stages.h), so that no
+  // optimization rewrites a recomputed copy otherwise than its original.
+  bool plan_budget_after_optimization = false;
 };
 
 struct PipelineStats {
@@ -131,11 +137,16 @@ struct GradientGraph {
   std::vector<std::string> dx_names;    // per x: sum_i <dy_i, d y_i / d x>
   std::vector<std::string> dy_names;    // per y with a fed incoming gradient, else ""
   std::string prefix;                   // every node the build added is "<prefix>/..."
+  // With a budget planned after TensorFlow's optimizations: the gradient nodes computed from
+  // forward tensors alone (DeferredGradientNodes; runtime/grappler_stages.h).
+  std::set<std::string> deferred_gradient_nodes;
 };
 
 // Builds `out` from `*forward` (moved from when options.release_forward_graph; converted in
 // place when it holds lowered control flow). Fills result's build statistics (inlined calls,
-// gradient nodes, loops, workarounds, ...), not its tensors.
+// gradient nodes, loops, workarounds, ...), not its tensors. With a budget and
+// options.optimize_graph, the caller meets the budget with PlanOptimizedRun
+// (runtime/grappler_stages.h) before it runs the graph.
 absl::Status BuildGradientGraph(GraphDef* forward, const GradientGraphSpec& spec,
                                 const GradientOptions& options, GradientResult* result,
                                 GradientGraph* out);

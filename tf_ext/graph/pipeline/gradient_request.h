@@ -70,7 +70,10 @@ struct GradientResult {
   std::vector<Tensor> grads;   // one per x, d sum(y) / d x
   std::vector<Tensor> xs;      // the values of the xs in this run
   int backward_nodes = 0;      // nodes of the forward + backward graph
-  GraphDef backward_graph;     // forward + backward, as run (GradientOptions::keep_backward_graph)
+  // Forward + backward, as run (GradientOptions::keep_backward_graph): with a memory budget and
+  // optimize_graph, as Grappler's first stage made it, with the recomputation planned on it
+  // (runtime/grappler_stages.h); else as built, before the Session's optimizations.
+  GraphDef backward_graph;
   std::unique_ptr<Session> session;
   // What the run fetched from `session`, to run it again: y, then d sum(y) / d x per x.
   std::vector<std::string> fetches;

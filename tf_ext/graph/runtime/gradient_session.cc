@@ -23,6 +23,7 @@
 #include "tf_ext/graph/io/feeds.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/io/graph_io.h"
+#include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/session_options.h"
 
 namespace tensorflow::tf_ext {
@@ -176,6 +177,18 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
   SessionOptions session_options = BackwardSessionOptions(options.optimize_graph);
   session_options.config.set_intra_op_parallelism_threads(options.intra_op_threads);
   session_options.config.set_inter_op_parallelism_threads(options.inter_op_threads);
+  if (options.optimize_graph && options.backward_memory_budget.set()) {
+    OptimizedRunSpec run;
+    run.prefix = built.prefix;
+    run.deferred = built.deferred_gradient_nodes;
+    run.keep = keep;
+    run.fetches = gs->fetches_;
+    for (const std::string& in : gs->input_tensors_) run.feeds.push_back(NodeName(in));
+    for (const auto& [name, value] : gs->constant_feeds_) run.feeds.push_back(NodeName(name));
+    run.feed_shapes = options.feed_shapes;
+    run.budget = options.backward_memory_budget;
+    TF_RETURN_IF_ERROR(PlanOptimizedRun(run, &built.graph, &session_options, &gs->build_.memory));
+  }
   Session* session = nullptr;
   TF_RETURN_IF_ERROR(NewSession(session_options, &session));
   gs->session_.reset(session);

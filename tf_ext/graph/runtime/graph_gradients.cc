@@ -9,6 +9,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
+#include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/session_options.h"
 
 namespace tensorflow::tf_ext {
@@ -51,19 +52,17 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   backward.Swap(&built.graph);
   const std::vector<std::string>& grad_names = built.dx_names;
   result->backward_nodes = backward.node_size();
-  if (options.keep_backward_graph) result->backward_graph = backward;
+  const bool plan_after_optimization = options.optimize_graph && spec.backward_memory_budget.set();
+  if (options.keep_backward_graph && !plan_after_optimization) result->backward_graph = backward;
   result->build_seconds = Seconds() - start;
 
-  const double run_start = Seconds();
+  double run_start = Seconds();
   if (HoistsConstants(options, spec.backward_memory_budget)) {
     std::set<std::string> keep = spec.named_nodes;
     keep.insert(req.y.node);
     for (const TensorRef& x : req.xs) keep.insert(x.node);
     result->constant_feeds = HoistConstants(keep, &backward);
   }
-  result->session.reset(NewSession(BackwardSessionOptions(options.optimize_graph)));
-  if (result->session == nullptr) return absl::InternalError("could not create a Session");
-  TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
   // x values: a fed x is taken from its feed (TensorFlow refuses to fetch a fed tensor).
   const auto feeds = SessionFeeds(req, result);
   auto fed = [&](const std::string& name) -> const Tensor* {
@@ -77,6 +76,26 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
   for (const TensorRef& ref : req.xs) {
     if (fed(ref.ToString()) == nullptr) fetches.push_back(ref.ToString());
   }
+  SessionOptions session_options = BackwardSessionOptions(options.optimize_graph);
+  if (plan_after_optimization) {
+    OptimizedRunSpec run;
+    run.prefix = built.prefix;
+    run.deferred = built.deferred_gradient_nodes;
+    run.keep = spec.named_nodes;
+    run.fetches = fetches;
+    for (const auto& f : feeds) run.feeds.push_back(f.first.substr(0, f.first.find(':')));
+    run.feed_shapes = spec.feed_shapes;
+    run.budget = spec.backward_memory_budget;
+    const double plan_start = Seconds();
+    TF_RETURN_IF_ERROR(PlanOptimizedRun(run, &backward, &session_options, &result->memory));
+    result->build_seconds += Seconds() - plan_start;
+    run_start += Seconds() - plan_start;
+    result->backward_nodes = backward.node_size();
+    if (options.keep_backward_graph) result->backward_graph = backward;  // as it runs
+  }
+  result->session.reset(NewSession(session_options));
+  if (result->session == nullptr) return absl::InternalError("could not create a Session");
+  TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
   std::vector<Tensor> outs;
   result->fetches.assign(fetches.begin(), fetches.begin() + 1 + grad_names.size());
   TF_RETURN_IF_ERROR(result->session->Run(feeds, fetches, {}, &outs));
