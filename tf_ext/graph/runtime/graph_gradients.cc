@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/env_time.h"
+#include "tf_ext/graph/io/graph_io.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/session_options.h"
@@ -83,7 +84,7 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
     run.deferred = built.deferred_gradient_nodes;
     run.keep = spec.named_nodes;
     run.fetches = fetches;
-    for (const auto& f : feeds) run.feeds.push_back(f.first.substr(0, f.first.find(':')));
+    for (const auto& f : feeds) run.feeds.push_back(InputNodeName(f.first));
     run.feed_shapes = spec.feed_shapes;
     run.budget = spec.backward_memory_budget;
     const double plan_start = Seconds();

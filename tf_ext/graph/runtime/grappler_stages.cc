@@ -20,6 +20,7 @@
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/meta_optimizer.h"
 #include "tensorflow/core/protobuf/rewriter_config.pb.h"
+#include "tf_ext/graph/io/graph_io.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -72,8 +73,7 @@ absl::Status LowerControlFlow(const ConfigProto& config, GraphDef* graph) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
+// `config`'s rewrites for stage 3: Grappler's remapper alone.
 void RemapOnly(ConfigProto* config) {
   RewriterConfig* r = config->mutable_graph_options()->mutable_rewrite_options();
   r->set_constant_folding(RewriterConfig::OFF);
@@ -93,6 +93,9 @@ void RemapOnly(ConfigProto* config) {
   // first, so that the remapper counts only the readers that run.
 }
 
+// Stage 1 on `graph` in place, with `config`'s graph rewrites less the remapper, the layout and
+// the memory optimizers, as the Session would run them for `spec`'s feeds and fetches (the
+// feeds and fetches keep their names; other nodes may be rewritten, merged or removed).
 absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigProto& config,
                                     GraphDef* graph) {
   ConfigProto stage1 = config;
@@ -136,8 +139,6 @@ absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigPr
   return absl::OkStatus();
 }
 
-namespace {
-
 // Stages 1 and 2 (PlanOptimizedRun).
 absl::Status PlanAfterOptimization(const OptimizedRunSpec& spec, const ConfigProto& config,
                                    GraphDef* graph, MemoryPlan* plan) {
@@ -145,7 +146,7 @@ absl::Status PlanAfterOptimization(const OptimizedRunSpec& spec, const ConfigPro
   Graph g(OpRegistry::Global());
   TF_RETURN_IF_ERROR(ConvertGraphDefToGraph(GraphConstructorOptions(), *graph, &g));
   std::set<std::string> keep = spec.keep;
-  for (const std::string& f : spec.fetches) keep.insert(f.substr(0, f.find(':')));
+  for (const std::string& f : spec.fetches) keep.insert(InputNodeName(f));
   for (const std::string& f : spec.feeds) keep.insert(f);
   MemoryBudget budget = spec.budget;
   budget.fraction_of = plan->unbudgeted_peak_bytes;

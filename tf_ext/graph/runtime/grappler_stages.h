@@ -30,7 +30,6 @@
 #include "absl/status/status.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tensorflow/core/protobuf/config.pb.h"
 #include "tensorflow/core/public/session_options.h"
 #include "tf_ext/graph/passes/rematerialize.h"
 
@@ -45,15 +44,6 @@ struct OptimizedRunSpec {
   std::map<std::string, TensorShape> feed_shapes;  // the estimate's sizes (PlanMemory)
   MemoryBudget budget;
 };
-
-// Stage 1 on `graph` in place, with `config`'s graph rewrites less the remapper, the layout and
-// the memory optimizers, as the Session would run them for `spec`'s feeds and fetches (the
-// feeds and fetches keep their names; other nodes may be rewritten, merged or removed).
-absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigProto& config,
-                                    GraphDef* graph);
-
-// `config`'s rewrites for stage 3: Grappler's remapper alone.
-void RemapOnly(ConfigProto* config);
 
 // Stages 1 and 2 on `graph`, and `session_options` set for stage 3. `plan` holds the built
 // graph's estimate (BuildGradientGraph's), of which a fractional budget is a fraction; it
