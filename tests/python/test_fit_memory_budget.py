@@ -4,7 +4,7 @@ as tf_ext_grad's budget (tf_ext/graph/passes/rematerialize.h) with the feeds' sh
 size. On a deep straight-line Keras MLP (tf_ext.export_for_training) a budget of 0.4 trains to the
 same per-step losses and final weights as no budget, bitwise with and without oneDNN's fusions, the
 start-up lines report the estimate and the recomputation, and the measured peak (VmHWM) falls
-by at least half the estimated saving. Malformed budgets are
+by at least three quarters of the estimated saving. Malformed budgets are
 refused naming the value, through the command line and the C API; a byte budget the builder
 cannot meet is refused naming the smallest it can, which is then met; a loop (a Keras LSTM) gets
 what tf_ext_grad gives it."""
@@ -60,7 +60,12 @@ def run_measured(cmd, onednn):
             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
             "print(json.dumps([r.returncode, r.stdout, r.stderr, "
             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0]))")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", TF_ENABLE_ONEDNN_OPTS="1" if onednn else "0")
+    # glibc raises its mmap threshold when a mapped buffer is freed, after which the 8 MiB
+    # activations come from per-thread arenas that keep what they free: the peak then varies by
+    # tens of MB between runs of the same plan. A fixed threshold maps each buffer and unmaps it
+    # when freed, so that VmHWM measures the tensors alive (docs/memory.md).
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", TF_ENABLE_ONEDNN_OPTS="1" if onednn else "0",
+               MALLOC_MMAP_THRESHOLD_="131072")
     r = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True,
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
@@ -107,12 +112,11 @@ def test_budget_trains_the_same_in_less_memory(tmp_path, onednn):
     assert budget_losses == base_losses
     for k in base_w.files:
         np.testing.assert_array_equal(budget_w[k], base_w[k], err_msg=k)
-    # The measured peak falls by a good part of the estimated saving (over 200 MB; measured 0.45x
-    # to 1x of it: the allocator's reuse varies, and a run's VmHWM by tens of MB on a busy
-    # machine), far more than that variation.
+    # The measured peak falls by the estimated saving (over 200 MB; measured 0.99x to 1.02x of
+    # it, oneDNN's fusions on and off).
     saving = base_peak - budget_peak
     assert unbudgeted - estimate > 200
-    assert saving >= 0.3 * (unbudgeted - estimate), (base_peak, budget_peak, unbudgeted, estimate)
+    assert saving >= 0.75 * (unbudgeted - estimate), (base_peak, budget_peak, unbudgeted, estimate)
 
 
 @pytest.mark.parametrize("bad", ["0", "1.5", "abc", "-3", "0.0"])
