@@ -338,6 +338,8 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
     }
   }
   // iterations += 1, after every update
+  // iterations is read before it is incremented, whether an update reads it or not
+  if (step.node != nullptr) updates.push_back(step.node);
   Node* increment = ops->Assign("AssignAddVariableOp", iterations, ops->Scalar(DT_INT64, 1), updates);
   out->step = ops->Group("step", {increment});
   out->init = ops->Group("init", init);

@@ -77,8 +77,11 @@ struct OptimizerGraph {
   std::vector<DataType> state_types;
 };
 
-// Adds the updates of `variables` by `gradients` (one per variable), run only once every node in
-// `after` has run (the step's loss and gradients: the forward's reads come first).
+// Adds the updates of `variables` by `gradients` (one per variable). Each runs once its gradient
+// and every node in `after` have run (the step's loss, so that every read of the forward comes
+// first, and the trainer's other gradients but under a memory budget; a read's value outlives
+// an update, which copies a buffer still referenced); the step's read of iterations comes
+// before its increment.
 absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
                           const std::vector<TrainableVariable>& variables,
                           const std::vector<Gradient>& gradients, const std::vector<Node*>& after,

@@ -21,9 +21,11 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/hash.h"
 #include "tensorflow/core/platform/path.h"
+#include "tf_ext/graph/io/graph_io.h"
 #include "tf_ext/graph/passes/loop_variables.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/runtime/export.h"
+#include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/saved_model.h"
 #include "tf_ext/train/checkpoint.h"
 #include "tf_ext/train/fit.h"
@@ -181,8 +183,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     if (!d.ok()) return d.status();
     t->distributed_ = std::move(*d);
     t->kernel_threads_ = t->distributed_->kernel_threads();
-    TF_RETURN_IF_ERROR(LoadSavedModel(t->distributed_->session_options(), RunOptions(), export_dir,
-                                      {options.tag}, &t->bundle_));
+    SessionOptions session_options = t->distributed_->session_options();
+    t->stage1_config_ = session_options.config;
+    if (options.memory_budget.set()) RemapOnly(&session_options.config);
+    TF_RETURN_IF_ERROR(LoadSavedModel(session_options, RunOptions(), export_dir, {options.tag},
+                                      &t->bundle_));
     // Every worker trains the same model on the same global batch in the same cluster.
     std::string model, tasks;
     TF_RETURN_IF_ERROR(ReadFileToString(Env::Default(), io::JoinPath(export_dir, "saved_model.pb"), &model));
@@ -192,7 +197,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
         {static_cast<int64_t>(Hash64(model)), options.fit.batch_size,
          static_cast<int64_t>(Hash64(tasks))}));
   } else {
-    TF_RETURN_IF_ERROR(LoadSavedModelBundle(export_dir, options.tag, &t->bundle_, options.threads));
+    TF_RETURN_IF_ERROR(
+        LoadSavedModelBundle(export_dir, options.tag, &t->bundle_, options.threads,
+                             options.memory_budget.set() ? &t->stage1_config_ : nullptr));
     const DeviceMgr* devices = nullptr;
     if (t->bundle_.session->LocalDeviceManager(&devices).ok()) t->kernel_threads_ = CpuIntraOpThreads(*devices);
   }
@@ -470,10 +477,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   GradientPipeline backward(std::move(backward_options));
   std::vector<GraphTensor> dxs;
   TF_RETURN_IF_ERROR(backward.AddBackward(&g, {loss}, {one}, xs, &dxs));
-  if (options.memory_budget.set()) t->memory_plan_ = backward.stats().memory;
+  // With a budget, the step is planned once TensorFlow's optimizations ran (below).
+  OptimizedRunSpec step_run;
+  if (options.memory_budget.set()) {
+    t->memory_plan_ = backward.stats().memory;
+    step_run.prefix = backward.options().name_prefix;
+    step_run.deferred = DeferredGradientNodes(g, step_run.prefix, {one.node->name()});
+    step_run.keep = backward.options().keep;
+    step_run.feed_shapes = backward.options().feed_shapes;
+    step_run.budget = options.memory_budget;
+  }
   std::vector<train::TrainableVariable> variables;
   std::vector<train::Gradient> grads;
-  std::vector<Node*> after = {loss.node};
+  std::vector<Node*> gradient_nodes;  // each source's gradient, before they are combined
   size_t next = 0;
   auto int_const = [&](DataType dtype, std::vector<int64_t> values) {
     Tensor v(dtype, TensorShape({static_cast<int64_t>(values.size())}));
@@ -524,7 +540,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     }
     for (const auto& [values, indices] : src.gathered) {
       const GraphTensor& d = dxs[next++];
-      after.push_back(d.node);
+      gradient_nodes.push_back(d.node);
       rows.push_back(ops.Op("Reshape", {d, row_shape}, "rows"));
       GraphTensor flat = ops.Op("Reshape", {indices, int_const(DT_INT32, {-1})}, "ids");
       if (int64_ids && indices.node->output_type(indices.index) != DT_INT64) flat = ops.Cast(flat, DT_INT64);
@@ -563,7 +579,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
       }
     }
     TF_RETURN_IF_ERROR(ops.status());
-    for (const GraphTensor& p : dense) after.push_back(p.node);
+    for (const GraphTensor& p : dense) gradient_nodes.push_back(p.node);
     variables.push_back(var);
     grads.push_back(grad);
     t->trainable_names_.push_back(var.name);
@@ -605,6 +621,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   }
   t->step_loss_tensor_ = absl::StrCat(step_loss.node->name(), ":", step_loss.index);
   train::OptimizerGraph opt;
+  // The updates run once the loss and every gradient are computed. With a budget, each runs
+  // once the loss and its own gradient are (optimizers.h), as tf.function's automatic control
+  // dependencies let Keras's: a gradient is freed when its update has run, rather than held
+  // until the last one is computed (memory no recomputation can save: ResNet-18's weight
+  // gradients are 42.7 MB, and with them held half its estimate could not be met).
+  std::vector<Node*> after = {loss.node};
+  if (!options.memory_budget.set()) {
+    after.insert(after.end(), gradient_nodes.begin(), gradient_nodes.end());
+  }
   TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
   for (Node* n : forward_updates) g.AddControlEdge(n, opt.step);
   // The optimizer's state, read for checkpoints and assigned from feeds to restore them.
@@ -640,6 +665,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
 
   GraphDef step_graph;
   g.ToGraphDef(&step_graph);
+  if (options.memory_budget.set()) {
+    // The Session runs Grappler's remapper alone (grappler_stages.h): the step's graph is
+    // optimized here as its Session would optimize the step (its feeds, fetch and target), the
+    // budget planned on that, and the other runs keep the nodes as they were.
+    step_run.fetches = {t->step_loss_tensor_, t->step_op_};
+    for (const auto& [key, tensor] : t->input_tensors_) {
+      step_run.feeds.push_back(InputNodeName(tensor));
+    }
+    if (!t->targets_tensor_.empty()) step_run.feeds.push_back(InputNodeName(t->targets_tensor_));
+    if (!t->weights_tensor_.empty()) step_run.feeds.push_back(InputNodeName(t->weights_tensor_));
+    GraphDef optimized = step_graph;
+    TF_RETURN_IF_ERROR(
+        PlanAfterOptimization(step_run, t->stage1_config_, &optimized, &*t->memory_plan_));
+    KeepUnoptimizedNodes(step_graph, &optimized);
+    step_graph.Swap(&optimized);
+  }
   TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
   TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
   if (t->training_mode_) TF_RETURN_IF_ERROR(t->AddEvaluation(options, output_key));
@@ -684,6 +725,7 @@ absl::Status Trainer::BudgetOptions(const TrainerOptions& options, const Graph& 
   if (!weights_tensor_.empty()) out->feed_shapes[node(weights_tensor_)] = TensorShape({batch});
   out->plan_memory = true;
   out->backward_memory_budget = options.memory_budget;
+  out->plan_budget_after_optimization = true;
   // A variable's value depends on when it is read (the optimizer updates it): the forward's
   // reads, and whatever else takes a handle, are kept, never recomputed after an update.
   for (const Node* n : g.op_nodes()) {
@@ -768,6 +810,19 @@ absl::Status Trainer::AddEvaluation(const TrainerOptions& options, const std::st
   TF_RETURN_IF_ERROR(ops.status());
   GraphDef graph;
   g.ToGraphDef(&graph);
+  if (options.memory_budget.set()) {
+    // Optimized here as the Session would optimize an evaluation run (the Session runs the
+    // remapper alone: Create).
+    OptimizedRunSpec run;
+    run.fetches = {eval.loss};
+    for (const auto& [key, tensor] : inputs) run.feeds.push_back(InputNodeName(tensor));
+    if (!eval.targets.empty()) run.feeds.push_back(InputNodeName(eval.targets));
+    if (!eval.weights.empty()) run.feeds.push_back(InputNodeName(eval.weights));
+    GraphDef optimized = graph;
+    TF_RETURN_IF_ERROR(OptimizeBeforePlanning(run, stage1_config_, &optimized));
+    KeepUnoptimizedNodes(graph, &optimized);
+    graph.Swap(&optimized);
+  }
   TF_RETURN_IF_ERROR(bundle_.session->Extend(graph));
   eval.inputs = std::move(inputs);
   eval.signature_key = kInference;

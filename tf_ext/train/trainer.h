@@ -247,6 +247,9 @@ class Trainer {
   bool training_mode_ = false;
   std::vector<std::string> warnings_;
   std::optional<MemoryPlan> memory_plan_;
+  // The Session's configuration before a budget made it run Grappler's remapper alone: the
+  // one the graphs added to it are optimized with first (runtime/grappler_stages.h).
+  ConfigProto stage1_config_;
   std::map<std::string, std::string> input_tensors_;  // key -> the step graph's placeholder
   std::string targets_tensor_, weights_tensor_, loss_tensor_, step_op_;
   std::vector<std::string> trainable_names_, trainable_reads_;

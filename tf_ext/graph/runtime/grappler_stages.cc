@@ -11,6 +11,8 @@
 #include "tensorflow/core/common_runtime/lower_functional_ops.h"
 #include "tensorflow/core/common_runtime/optimization_registry.h"
 #include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/attr_value_util.h"
+#include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -73,7 +75,8 @@ absl::Status LowerControlFlow(const ConfigProto& config, GraphDef* graph) {
   return absl::OkStatus();
 }
 
-// `config`'s rewrites for stage 3: Grappler's remapper alone.
+}  // namespace
+
 void RemapOnly(ConfigProto* config) {
   RewriterConfig* r = config->mutable_graph_options()->mutable_rewrite_options();
   r->set_constant_folding(RewriterConfig::OFF);
@@ -93,9 +96,6 @@ void RemapOnly(ConfigProto* config) {
   // first, so that the remapper counts only the readers that run.
 }
 
-// Stage 1 on `graph` in place, with `config`'s graph rewrites less the remapper, the layout and
-// the memory optimizers, as the Session would run them for `spec`'s feeds and fetches (the
-// feeds and fetches keep their names; other nodes may be rewritten, merged or removed).
 absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigProto& config,
                                     GraphDef* graph) {
   ConfigProto stage1 = config;
@@ -139,7 +139,6 @@ absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigPr
   return absl::OkStatus();
 }
 
-// Stages 1 and 2 (PlanOptimizedRun).
 absl::Status PlanAfterOptimization(const OptimizedRunSpec& spec, const ConfigProto& config,
                                    GraphDef* graph, MemoryPlan* plan) {
   TF_RETURN_IF_ERROR(OptimizeBeforePlanning(spec, config, graph));
@@ -167,7 +166,109 @@ absl::Status PlanAfterOptimization(const OptimizedRunSpec& spec, const ConfigPro
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether two NodeDefs are the same node, its device aside.
+bool SameNodeDef(const NodeDef& a, const NodeDef& b) {
+  if (a.op() != b.op() || a.input_size() != b.input_size() || a.attr_size() != b.attr_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.input_size(); ++i) {
+    if (a.input(i) != b.input(i)) return false;
+  }
+  for (const auto& [key, value] : a.attr()) {
+    auto it = b.attr().find(key);
+    if (it == b.attr().end() || !AreAttrValuesEqual(value, it->second)) return false;
+  }
+  return true;
+}
+
+// The references of KeepUnoptimizedNodes' kept nodes.
+class UnoptimizedReferences {
+ public:
+  UnoptimizedReferences(const GraphDef& original, GraphDef* optimized) : optimized_(optimized) {
+    for (const NodeDef& n : original.node()) before_[n.name()] = &n;
+    for (const NodeDef& n : optimized->node()) after_[n.name()] = n;
+    for (const auto& [name, n] : after_) names_.insert(name);
+  }
+
+  // The name a kept node reads the original node `name` by: the optimized node if it is the
+  // same node reading the same nodes, else the original node, added under its name where the
+  // optimized graph has none and under a new name where the optimized graph's differs.
+  std::string Resolve(const std::string& name) {
+    auto done = resolved_.find(name);
+    if (done != resolved_.end()) return done->second;
+    auto original = before_.find(name);
+    if (original == before_.end()) return name;  // not the original's: left as it is
+    auto optimized = after_.find(name);
+    if (optimized != after_.end() && Same(name)) return resolved_[name] = name;
+    std::string target = name;
+    if (optimized != after_.end()) {
+      for (int i = 0; names_.count(target); ++i) target = absl::StrCat(name, "/unoptimized", i ? absl::StrCat("_", i) : "");
+    }
+    names_.insert(target);
+    resolved_[name] = target;  // before its inputs: a loop's back edge comes round to it
+    NodeDef n = *original->second;
+    n.set_name(target);
+    for (std::string& input : *n.mutable_input()) {
+      const bool control = !input.empty() && input[0] == '^';
+      const std::string node = InputNodeName(input);
+      const size_t colon = input.find(':');
+      const std::string output = colon == std::string::npos ? "" : input.substr(colon);
+      input = absl::StrCat(control ? "^" : "", Resolve(node), output);
+    }
+    *optimized_->add_node() = std::move(n);
+    return target;
+  }
+
+ private:
+  // Whether the optimized node `name` is the original one reading the same nodes, transitively.
+  bool Same(const std::string& name) {
+    auto memo = same_.find(name);
+    if (memo != same_.end()) return memo->second;
+    auto original = before_.find(name);
+    auto optimized = after_.find(name);
+    if (original == before_.end() || optimized == after_.end() ||
+        !SameNodeDef(*original->second, optimized->second)) {
+      return same_[name] = false;
+    }
+    same_[name] = true;  // a loop's back edge: judged by the rest of the loop
+    for (const std::string& input : original->second->input()) {
+      if (!Same(InputNodeName(input))) return same_[name] = false;
+    }
+    return true;
+  }
+
+  GraphDef* optimized_;
+  std::unordered_map<std::string, const NodeDef*> before_;
+  std::unordered_map<std::string, NodeDef> after_;
+  std::set<std::string> names_;
+  std::unordered_map<std::string, std::string> resolved_;
+  std::unordered_map<std::string, bool> same_;
+};
+
 }  // namespace
+
+void KeepUnoptimizedNodes(const GraphDef& original, GraphDef* optimized) {
+  UnoptimizedReferences references(original, optimized);
+  std::set<std::string> names;
+  for (const NodeDef& n : optimized->node()) names.insert(n.name());
+  for (const NodeDef& n : original.node()) {
+    if (!names.count(n.name())) references.Resolve(n.name());
+  }
+  std::set<std::string> functions;
+  for (const FunctionDef& f : optimized->library().function()) {
+    functions.insert(f.signature().name());
+  }
+  for (const FunctionDef& f : original.library().function()) {
+    if (!functions.count(f.signature().name())) *optimized->mutable_library()->add_function() = f;
+  }
+  std::set<std::string> gradients;
+  for (const GradientDef& d : optimized->library().gradient()) gradients.insert(d.function_name());
+  for (const GradientDef& d : original.library().gradient()) {
+    if (!gradients.count(d.function_name())) *optimized->mutable_library()->add_gradient() = d;
+  }
+}
 
 absl::Status PlanOptimizedRun(const OptimizedRunSpec& spec, GraphDef* graph,
                               SessionOptions* session_options, MemoryPlan* plan) {

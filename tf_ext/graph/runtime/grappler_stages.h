@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/protobuf/config.pb.h"
 #include "tensorflow/core/public/session_options.h"
 #include "tf_ext/graph/passes/rematerialize.h"
 
@@ -44,6 +45,27 @@ struct OptimizedRunSpec {
   std::map<std::string, TensorShape> feed_shapes;  // the estimate's sizes (PlanMemory)
   MemoryBudget budget;
 };
+
+// Stage 1 on `graph` in place, with `config`'s graph rewrites less the remapper, the layout and
+// the memory optimizers, as the Session would run them for `spec`'s feeds and fetches (the
+// feeds and fetches keep their names; other nodes may be rewritten, merged or removed).
+absl::Status OptimizeBeforePlanning(const OptimizedRunSpec& spec, const ConfigProto& config,
+                                    GraphDef* graph);
+
+// `config`'s rewrites for stage 3: Grappler's remapper alone.
+void RemapOnly(ConfigProto* config);
+
+// Stages 1 and 2 on `graph`, for a Session configured with `config` (before RemapOnly).
+absl::Status PlanAfterOptimization(const OptimizedRunSpec& spec, const ConfigProto& config,
+                                   GraphDef* graph, MemoryPlan* plan);
+
+// Adds to `optimized` (stage 1's output for some fetches) the nodes of `original` it lacks, by
+// name: a Session that holds both runs those fetches on the optimized nodes and any other run
+// on the nodes as they were. A node added reads an optimized node only where that is the
+// original node reading the same nodes (Grappler keeps a name on a node it changed where the
+// fetches no longer read it: a NoOp of the dependency optimizer); else a copy of the original,
+// named "<name>/unoptimized".
+void KeepUnoptimizedNodes(const GraphDef& original, GraphDef* optimized);
 
 // Stages 1 and 2 on `graph`, and `session_options` set for stage 3. `plan` holds the built
 // graph's estimate (BuildGradientGraph's), of which a fractional budget is a fraction; it

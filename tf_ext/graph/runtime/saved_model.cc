@@ -23,6 +23,7 @@
 #include "tf_ext/graph/io/graph_io.h"
 #include "tf_ext/graph/engine/inline_calls.h"
 #include "tf_ext/graph/passes/loop_variables.h"
+#include "tf_ext/graph/runtime/grappler_stages.h"
 
 namespace tensorflow {
 namespace test {
@@ -95,13 +96,18 @@ int CpuIntraOpThreads(const DeviceMgr& devices) {
 }
 
 absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
-                                  SavedModelBundle* bundle, int64_t threads) {
+                                  SavedModelBundle* bundle, int64_t threads,
+                                  ConfigProto* stage1_config) {
   SessionOptions session_options;
   // Nodes are added to the loader's Session (Session::Extend) to read or train the variables.
   session_options.config.mutable_experimental()->set_disable_optimize_for_static_graph(true);
   SetSessionThreads(threads, &session_options.config);
   // Its inter-op pool its own too (not the process-wide one the first Session sized).
   if (threads > 0) session_options.config.set_use_per_session_threads(true);
+  if (stage1_config != nullptr) {
+    *stage1_config = session_options.config;
+    RemapOnly(&session_options.config);
+  }
   {
     OwnIntraOpPools own(threads > 0);
     TF_RETURN_IF_ERROR(LoadSavedModel(session_options, RunOptions(), export_dir, {tag}, bundle));

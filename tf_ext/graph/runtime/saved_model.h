@@ -43,8 +43,12 @@ struct SavedModelSignature {
 // shared names), and the variables a signature's function captures.
 // `threads` > 0: its Session's kernels run on that many threads (SetSessionThreads), checked
 // on its CPU device (Internal otherwise).
+// `stage1_config` non-null: its Grappler runs the remapper alone (stage 3 of
+// grappler_stages.h), and *stage1_config is set to the configuration it would have run, which
+// the graphs added to it are optimized with first (stage 1).
 absl::Status LoadSavedModelBundle(const std::string& export_dir, const std::string& tag,
-                                  SavedModelBundle* bundle, int64_t threads = 0);
+                                  SavedModelBundle* bundle, int64_t threads = 0,
+                                  ConfigProto* stage1_config = nullptr);
 
 // A Session's kernel threads (the trainer's option threads): intra-op and inter-op parallelism
 // `threads`; 0 leaves TensorFlow's defaults (one per core).
