@@ -306,7 +306,8 @@ def budget_row(args, name, export, data, batch):
                 lines = "\n".join(l for l in out.splitlines()
                                   if l.startswith(("estimated peak:", "memory budget")))
     m = re.search(r"estimated peak: ([0-9.]+) MB", lines)
-    u = re.search(r"unbudgeted estimate ([0-9.]+) MB\): (.*)", lines)
+    u = re.search(r"unbudgeted estimate ([0-9.]+) MB(?:, [0-9.]+ MB once TensorFlow optimized "
+                  r"the graph)?\): (.*)", lines)
     row = {"model": name, "source": "budget", "batch": batch, "budget": args.budget,
            "plain_ms": statistics.median(ms["plain"]), "budget_ms": statistics.median(ms["budget"]),
            "plain_peak_mib": max(peaks["plain"]), "budget_peak_mib": max(peaks["budget"]),
