@@ -5,7 +5,8 @@ size. On a deep straight-line Keras MLP (tf_ext.export_for_training) a budget of
 same per-step losses and final weights as no budget, bitwise with and without oneDNN's fusions, the
 start-up lines report the estimate and the recomputation, and the measured peak (VmHWM) falls
 by at least three quarters of the estimated saving. A Keras encoder block trained by Adam
-gets the same losses, metric and weights, bitwise. Malformed budgets are
+gets the same losses, metric, validation and weights, bitwise; a residual CNN whose batch
+normalisations train the same losses, metric and trainable weights. Malformed budgets are
 refused naming the value, through the command line and the C API; a byte budget the builder
 cannot meet is refused naming the smallest it can, which is then met; a loop (a Keras LSTM) gets
 what tf_ext_grad gives it."""
