@@ -192,6 +192,12 @@ class UnoptimizedReferences {
     for (const auto& [name, n] : after_) names_.insert(name);
   }
 
+  // Keeps the original node `name` where the optimized graph has none by that name.
+  void Keep(const std::string& name) {
+    if (!after_.count(name)) Resolve(name);
+  }
+
+ private:
   // The name a kept node reads the original node `name` by: the optimized node if it is the
   // same node reading the same nodes, else the original node, added under its name where the
   // optimized graph has none and under a new name where the optimized graph's differs.
@@ -203,8 +209,8 @@ class UnoptimizedReferences {
     auto optimized = after_.find(name);
     if (optimized != after_.end() && Same(name)) return resolved_[name] = name;
     std::string target = name;
-    if (optimized != after_.end()) {
-      for (int i = 0; names_.count(target); ++i) target = absl::StrCat(name, "/unoptimized", i ? absl::StrCat("_", i) : "");
+    for (int i = 0; optimized != after_.end() && names_.count(target); ++i) {
+      target = absl::StrCat(name, "/unoptimized", i > 0 ? absl::StrCat("_", i) : "");
     }
     names_.insert(target);
     resolved_[name] = target;  // before its inputs: a loop's back edge comes round to it
@@ -221,7 +227,6 @@ class UnoptimizedReferences {
     return target;
   }
 
- private:
   // Whether the optimized node `name` is the original one reading the same nodes, transitively.
   bool Same(const std::string& name) {
     auto memo = same_.find(name);
@@ -251,11 +256,7 @@ class UnoptimizedReferences {
 
 void KeepUnoptimizedNodes(const GraphDef& original, GraphDef* optimized) {
   UnoptimizedReferences references(original, optimized);
-  std::set<std::string> names;
-  for (const NodeDef& n : optimized->node()) names.insert(n.name());
-  for (const NodeDef& n : original.node()) {
-    if (!names.count(n.name())) references.Resolve(n.name());
-  }
+  for (const NodeDef& n : original.node()) references.Keep(n.name());
   std::set<std::string> functions;
   for (const FunctionDef& f : optimized->library().function()) {
     functions.insert(f.signature().name());
