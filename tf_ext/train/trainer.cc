@@ -110,6 +110,17 @@ absl::Status CopyTree(Env* env, const std::string& from, const std::string& to) 
   return absl::OkStatus();
 }
 
+// The placeholder nodes a run feeds: the inputs' (key -> tensor), the targets' and the sample
+// weights' (tensors; empty: none).
+std::vector<std::string> FedNodes(const std::map<std::string, std::string>& inputs,
+                                  const std::string& targets, const std::string& weights) {
+  std::vector<std::string> nodes;
+  for (const auto& [key, tensor] : inputs) nodes.push_back(InputNodeName(tensor));
+  if (!targets.empty()) nodes.push_back(InputNodeName(targets));
+  if (!weights.empty()) nodes.push_back(InputNodeName(weights));
+  return nodes;
+}
+
 // The pipeline options of a forward renamed apart under `prefix`.
 PipelineOptions ForwardPipelineOptions(const std::string& prefix) {
   PipelineOptions options;
@@ -670,11 +681,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     // optimized here as its Session would optimize the step (its feeds, fetch and target), the
     // budget planned on that, and the other runs keep the nodes as they were.
     step_run.fetches = {t->step_loss_tensor_, t->step_op_};
-    for (const auto& [key, tensor] : t->input_tensors_) {
-      step_run.feeds.push_back(InputNodeName(tensor));
-    }
-    if (!t->targets_tensor_.empty()) step_run.feeds.push_back(InputNodeName(t->targets_tensor_));
-    if (!t->weights_tensor_.empty()) step_run.feeds.push_back(InputNodeName(t->weights_tensor_));
+    step_run.feeds = FedNodes(t->input_tensors_, t->targets_tensor_, t->weights_tensor_);
     GraphDef optimized = step_graph;
     TF_RETURN_IF_ERROR(
         PlanAfterOptimization(step_run, t->stage1_config_, &optimized, &*t->memory_plan_));
@@ -815,9 +822,7 @@ absl::Status Trainer::AddEvaluation(const TrainerOptions& options, const std::st
     // remapper alone: Create).
     OptimizedRunSpec run;
     run.fetches = {eval.loss};
-    for (const auto& [key, tensor] : inputs) run.feeds.push_back(InputNodeName(tensor));
-    if (!eval.targets.empty()) run.feeds.push_back(InputNodeName(eval.targets));
-    if (!eval.weights.empty()) run.feeds.push_back(InputNodeName(eval.weights));
+    run.feeds = FedNodes(inputs, eval.targets, eval.weights);
     GraphDef optimized = graph;
     TF_RETURN_IF_ERROR(OptimizeBeforePlanning(run, stage1_config_, &optimized));
     KeepUnoptimizedNodes(graph, &optimized);

@@ -183,8 +183,8 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
     run.deferred = built.deferred_gradient_nodes;
     run.keep = keep;
     run.fetches = gs->fetches_;
-    for (const std::string& in : gs->input_tensors_) run.feeds.push_back(NodeName(in));
-    for (const auto& [name, value] : gs->constant_feeds_) run.feeds.push_back(NodeName(name));
+    for (const std::string& in : gs->input_tensors_) run.feeds.push_back(InputNodeName(in));
+    for (const auto& [name, value] : gs->constant_feeds_) run.feeds.push_back(InputNodeName(name));
     run.feed_shapes = options.feed_shapes;
     run.budget = options.backward_memory_budget;
     TF_RETURN_IF_ERROR(PlanOptimizedRun(run, &built.graph, &session_options, &gs->build_.memory));
