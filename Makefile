@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train bench-train-distributed
+.PHONY: setup build demo test docs xla-sweep cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train bench-train-distributed
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -142,6 +142,11 @@ gpu-bench: gpu-harness-build
 	@mkdir -p $(GPU_BENCH_DIR)
 	$(GPU_HARNESS) --bench --bench-out $(GPU_BENCH_DIR)
 	python3 $(ROOT)/tests/gpu/torchvision_bench.py $(GPU_BENCH_DIR)
+
+# tests/python/test_xla.py on 30 seeded configurations per op and dtype (`make test` runs 2):
+# every op and gradient compiled by XLA against the CPU kernels. About 10 minutes.
+xla-sweep: setup
+	$(BAZEL) test //tests:xla_py_test --test_env=TF_EXT_XLA_SWEEP=30 --test_timeout=3600 $(BAZEL_TEST_FLAGS)
 
 # README.md's op table, regenerated from the ops' declarations (tf_ext/grads/*_grad.cc).
 docs: setup

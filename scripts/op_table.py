@@ -21,7 +21,7 @@ def cell(text):
 
 def table(manifest):
     rows = ["| op | Python | what it computes | gradient | differentiable types | "
-            "not differentiable |", "|---|---|---|---|---|---|"]
+            "not differentiable | XLA |", "|---|---|---|---|---|---|---|"]
     for f in sorted(manifest, key=lambda f: (f["backward_of"] or f["op"], f["op"])):
         if f["differentiability"] == "gradient":
             grad = f["rule"]
@@ -29,10 +29,14 @@ def table(manifest):
             grad = "backward op of `%s`; no second-order gradient" % f["backward_of"]
         else:
             grad = "not differentiable: " + f["rule"]
-        rows.append("| `%s` | %s | %s | %s | %s | %s |" % (
+        if f["xla"]:
+            xla = "yes" + ("; " + f["xla_note"] if f["xla_note"] else "")
+        else:
+            xla = "no: " + f["xla_note"]
+        rows.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
             f["op"], "`tf_ext.%s`" % f["python"] if f["python"] else "—", cell(f["doc"]),
             cell(grad), ", ".join(f["types"]) or "—",
-            ", ".join("`%s`" % i for i in f["not_differentiable"]) or "—"))
+            ", ".join("`%s`" % i for i in f["not_differentiable"]) or "—", cell(xla)))
     return "\n".join(rows)
 
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh machine: Debian packages for Bazel + googletest,
+# Idempotent set-up for a fresh machine: Debian packages for Bazel + googletest and the two
+# headers TensorFlow's XLA headers include but the wheel does not ship (highwayhash, farmhash;
+# tf_ext/xla/ compiles against them),
 # and a virtualenv (.venv) with the pinned requirements (requirements-nodeps.txt's without their
 # dependencies). Quiet when nothing to do.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-debs=(bazel-bootstrap bazel-platforms bazel-skylib googletest libgtest-dev)
+debs=(bazel-bootstrap bazel-platforms bazel-skylib googletest libgtest-dev libhighwayhash-dev
+      libfarmhash-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

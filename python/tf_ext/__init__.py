@@ -25,6 +25,7 @@ from tf_ext._bridge import (
     library_path,
     op_names,
     register_cpp_gradients,
+    xla_status,
 )
 from tf_ext._loader import (
     LibraryLoadError,
@@ -87,6 +88,7 @@ _STATIC_ALL = [
     "tf_ext_train_path",
     "unify_cpp_gradient_registries",
     "use_cpp_gradients",
+    "xla_status",
     "zero_out",
 ]
 

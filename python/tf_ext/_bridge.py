@@ -29,8 +29,9 @@ sign_ste, x for median_pool2d, data, rois and argmax for roi_pool. A gradient th
 outputs (RoiPool's argmax) gets them from the forward op, in graphs and on tapes alike; only
 SymbolicGradient, which has no outputs to give, recomputes them.
 
-library() is the op library with its gradients bridged: tf_ext.library() and every function of
-tf_ext.ops go through it. Layering: this module calls tf_ext._loader (which only loads) and
+library() is the op library with its gradients bridged and its XLA kernels registered with
+TensorFlow's XLA registry (tf_ext/xla/xla_registration.h; xla_status() says how that went):
+tf_ext.library() and every function of tf_ext.ops go through it. Layering: this module calls tf_ext._loader (which only loads) and
 _c_api; neither imports this module. Private TensorFlow APIs are reached through _tf_compat.
 """
 
@@ -79,6 +80,7 @@ _status: dict[str, GradientStatus] = {}
 _unimplemented: dict[str, str] = {}  # op type -> the C++ registry's message
 _cache: dict[bytes, "_Specialised"] = {}
 _function_def_calls = 0  # how often the C++ side was asked (tests check the cache with it)
+_xla_error: str | None = None  # None until loaded; "" once the XLA kernels are registered
 _cpp_gradient_calls: Counter[str] = Counter()  # op type -> calls of its C++ gradient
 
 
@@ -105,7 +107,7 @@ def library() -> types.ModuleType:
     """tf_ext's op library module (tf.load_op_library's), loaded and with its C++ gradients
     bridged into Python's registry on the first call; other threads wait until that is done.
     """
-    global _ready
+    global _ready, _xla_error
     if _ready:
         return _loader.load()
     with _lock:
@@ -113,8 +115,16 @@ def library() -> types.ModuleType:
         if not _ready:
             for name in _loader.op_names():
                 _register(name)
+            _xla_error = _c_api.register_xla_kernels()
             _ready = True
         return module
+
+
+def xla_status() -> str:
+    """"" when tf_ext's ops compile under XLA (tf.function(jit_compile=True)), else why not
+    (loads the library if needed). tf_ext's Keras layers report supports_jit accordingly."""
+    library()
+    return _xla_error or ""
 
 
 def library_path() -> str:

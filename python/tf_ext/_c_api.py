@@ -48,6 +48,19 @@ def gradient_kind(op_type: str) -> tuple[GradientKind, str]:
                            f"({text!r}); is the op library newer than this package?") from None
 
 
+def register_xla_kernels() -> str:
+    """TfExtRegisterXlaKernels: registers the library's XLA kernels with TensorFlow's XLA
+    registry, for every backend (tf_ext/xla/xla_registration.h); idempotent. Returns "" on
+    success, else the C++ message (the kernels are then unavailable)."""
+    fn = _library().TfExtRegisterXlaKernels
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    message = ctypes.create_string_buffer(4096)
+    if fn(message, len(message)) == 0:
+        return ""
+    return message.value.decode("utf-8", "replace") or "TfExtRegisterXlaKernels failed"
+
+
 def unify_gradient_registries() -> str:
     """TfExtUnifyGradientRegistries: fills each C++ gradient registry from the other; returns
     the library's report. Raises RuntimeError with the C++ message if it fails."""

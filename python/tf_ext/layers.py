@@ -3,7 +3,10 @@
 They follow Keras's conventions: sizes are an int or a tuple, `padding` is "valid" or "same"
 in any case, `data_format` is "channels_last" or "channels_first" (default: Keras's
 `image_data_format()`, "channels_last" unless configured). The ops themselves are NHWC only:
-channels_first inputs are transposed to NHWC, pooled, and the result transposed back.
+channels_first inputs are transposed to NHWC, pooled, and the result transposed back. Each
+layer's `supports_jit` is true when the op library's XLA kernels are registered (always, but
+for a library that failed to register them: tf_ext.xla_status() says why), so Keras's
+jit_compile="auto" compiles models with these layers with XLA where it compiles others.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tf_ext import ops
+from tf_ext import _bridge, ops
 
 _TO_NHWC = (0, 2, 3, 1)
 _TO_NCHW = (0, 3, 1, 2)
@@ -82,6 +85,7 @@ class GradientReversal(keras.layers.Layer):
 
     def __init__(self, scale: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.supports_jit = not _bridge.xla_status()
         self.scale = float(scale)
 
     def call(self, inputs: Any) -> Any:
@@ -128,6 +132,7 @@ class MedianPool2D(keras.layers.Layer):
                  strides: int | Sequence[int] | None = None, padding: str = "valid",
                  data_format: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.supports_jit = not _bridge.xla_status()
         self.pool_size = _pair(pool_size, "pool_size")
         self.strides = self.pool_size if strides is None else _pair(strides, "strides")
         self.padding = _padding(padding)
@@ -196,6 +201,7 @@ class RoiPool(keras.layers.Layer):
                  spatial_scale: float = 1.0, data_format: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.supports_jit = not _bridge.xla_status()
         size = pooled_height if pooled_width is None else (pooled_height, pooled_width)
         self.pooled_height, self.pooled_width = _pair(size, "pooled size")
         self.spatial_scale = float(spatial_scale)

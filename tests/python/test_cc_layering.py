@@ -1,8 +1,9 @@
 """The C++ library's layering: each folder of tf_ext/ includes only from the folders below it,
 and production code includes no test helper (tf_ext/testing/).
 
-From the bottom: the gradient library (grads/) and kernels, then tf_ext/graph/'s rooms
-(io, engine, passes, pipeline, runtime, c_api), then tools/ and train/. Bazel's targets
+From the bottom: the gradient library (grads/) and kernels, then the XLA kernels (xla/, part
+of the op library beside them) and tf_ext/graph/'s rooms (io, engine, passes, pipeline,
+runtime, c_api), then tools/ and train/. Bazel's targets
 (tf_ext/BUILD) enforce the same order; this test names the offending include.
 """
 
@@ -18,6 +19,7 @@ import pytest
 BASE = 0
 RANKS = {
     "grads": BASE, "ops": BASE, "kernels": BASE, "version.h": BASE,
+    "xla": 1,
     "graph/io": 1,
     "graph/engine": 2,
     "graph/passes": 3,
@@ -92,6 +94,8 @@ def test_the_check_finds_what_it_is_meant_to():
     assert not violations("graph/runtime/export.cc", '#include "tf_ext/graph/engine/backprop.h"')
     assert not violations("train/trainer.cc", '#include "tf_ext/graph/runtime/export.h"')
     assert not violations("graph/engine/backprop.cc", '#include "tf_ext/grads/registry.h"')
+    assert violations("kernels/roi_pool_op.cc", '#include "tf_ext/xla/lowerings.h"')
+    assert not violations("xla/xla_kernels.cc", '#include "tf_ext/ops/roi_ops.h"')
 
 
 def test_every_graph_file_is_in_a_room():

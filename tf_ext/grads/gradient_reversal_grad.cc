@@ -42,6 +42,7 @@ TF_EXT_DECLARE_OP("TfExt>GradientReversal")
     .Reads({})
     .Surrogate(&GradientReversalSurrogate)
     .GradCheck("x=3x4@-1:1 attr.scale=0.5")
+    .Xla()
     .Register();
 
 }  // namespace tensorflow::tf_ext

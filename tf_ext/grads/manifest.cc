@@ -106,6 +106,16 @@ OpDeclaration& OpDeclaration::Overrides(const char* defect) {
   facts_.overrides = defect;
   return *this;
 }
+OpDeclaration& OpDeclaration::Xla(const char* unchecked) {
+  facts_.xla = true;
+  facts_.xla_note = unchecked;
+  return *this;
+}
+OpDeclaration& OpDeclaration::NoXla(const char* why) {
+  facts_.xla = false;
+  facts_.xla_note = why;
+  return *this;
+}
 OpDeclaration& OpDeclaration::GradCheck(const char* spec) {
   facts_.gradcheck = spec;
   return *this;
@@ -186,7 +196,9 @@ std::string ManifestJson() {
         ", \"ignored_output_grads\": ", JsonList(f.ignored_output_grads),
         ", \"backward_of\": ", JsonString(f.backward_of),
         ", \"gradcheck\": ", JsonString(f.gradcheck),
-        ", \"has_surrogate\": ", f.surrogate_forward != nullptr ? "true" : "false", "}"));
+        ", \"has_surrogate\": ", f.surrogate_forward != nullptr ? "true" : "false",
+        ", \"xla\": ", f.xla ? "true" : "false", ", \"xla_note\": ", JsonString(f.xla_note),
+        "}"));
   }
   return absl::StrCat("[", absl::StrJoin(entries, ",\n "), "]");
 }
@@ -208,6 +220,7 @@ std::string ManifestGradCheckSpecs() {
 TF_EXT_DECLARE_OP("TfExt>GradientFunctionDef")
     .Doc("The gradient FunctionDef of a serialized NodeDef's op, specialised to its attrs.")
     .NotDifferentiableOp("utility op (returns a serialized FunctionDef)")
+    .NoXla("host code over strings (it reads the C++ gradient registry), which XLA cannot hold")
     .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -8,6 +8,7 @@
 //       .NotDifferentiable({"rois"})
 //       .Reads({"x", "rois"})
 //       .GradCheck("x=2x5x5x3@-1:1 attr.k=2")
+//       .Xla()
 //       .Register();
 //
 // The declaration registers the op's gradient facts in every C++ gradient registry when the
@@ -50,6 +51,11 @@ class OpDeclaration {
   // For a TensorFlow op: TensorFlow's own gradient is defective as `defect` says, and the
   // declared Gradient replaces it in every C++ registry (OverrideGradient, registry.h).
   OpDeclaration& Overrides(const char* defect);
+  // The op has an XLA kernel (tf_ext/xla/); `unchecked`: what it gives for the values its CPU
+  // kernel rejects at run time ("" if none). Every tf_ext op declares one of these two.
+  OpDeclaration& Xla(const char* unchecked = "");
+  // The op has no XLA kernel, because `why`.
+  OpDeclaration& NoXla(const char* why);
 
   // Adds the op to the manifest and registers it in every C++ gradient registry (unless this
   // is a second copy of the library). Returns whether it registered. (Without it, the
@@ -69,7 +75,7 @@ const OpFacts* FindOpFacts(const std::string& op);
 // The manifest as JSON: [{"op": ..., "doc": ..., "python": ..., "differentiability": ...,
 // "rule": ..., "types": [...], "not_differentiable": [...], "reads": [...],
 // "ignored_output_grads": [...], "backward_of": ..., "gradcheck": ...,
-// "has_surrogate": bool}, ...].
+// "has_surrogate": bool, "xla": bool, "xla_note": ...}, ...].
 std::string ManifestJson();
 // GradientOverrides as JSON (TfExtGradientOverridesJson).
 std::string GradientOverridesJson();

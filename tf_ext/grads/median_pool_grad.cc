@@ -29,12 +29,14 @@ TF_EXT_DECLARE_OP("TfExt>MedianPool2D")
     .Types({DT_HALF, DT_FLOAT, DT_DOUBLE})
     .Reads({"x"})
     .GradCheck("x=2x6x7x3@-1:1 attr.ksize=[3,3] attr.strides=[2,2] attr.padding=SAME")
+    .Xla()
     .Register();
 
 TF_EXT_DECLARE_OP("TfExt>MedianPool2DGrad")
     .Doc("Backward pass of TfExt>MedianPool2D: d(y) scatter-added onto each window's median "
          "element.")
     .BackwardOf("TfExt>MedianPool2D")
+    .Xla()
     .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -45,6 +45,11 @@ struct OpFacts {
   // Non-empty for a TensorFlow op whose own gradient is defective: what is wrong with it. The
   // declared gradient then replaces TensorFlow's in every registry (OverrideGradient).
   std::string overrides;
+  // Whether the op has an XLA kernel (tf_ext/xla/), and: with one, what it gives for values its
+  // CPU kernel rejects at run time, which a compiled kernel cannot raise on (empty: nothing to
+  // say); without one, why not.
+  bool xla = false;
+  std::string xla_note;
 };
 
 // "TfExt>FooGrad is the backward op of TfExt>Foo; second-order gradients of TfExt>Foo are not

@@ -34,12 +34,16 @@ TF_EXT_DECLARE_OP("TfExt>PsRoiAlign")
     .Reads({"features", "rois"})
     .GradCheck("features=2x5x6x8@-1:1 rois=rois:3 attr.pooled_height=2 attr.pooled_width=2 "
                "attr.spatial_scale=1.0 attr.sampling_ratio=2")
+    .Xla("a ROI whose batch index is not an integer in [0, N) or whose coordinates are not "
+         "finite gives 0")
     .Register();
 
 TF_EXT_DECLARE_OP("TfExt>PsRoiAlignGrad")
     .Doc("Backward pass of TfExt>PsRoiAlign: each bilinear sample scatters its share of "
          "d(output) into the pixels it read.")
     .BackwardOf("TfExt>PsRoiAlign")
+    .Xla("a ROI whose batch index is not an integer in [0, N) or whose coordinates are not "
+         "finite adds nothing")
     .Register();
 
 }  // namespace tensorflow::tf_ext

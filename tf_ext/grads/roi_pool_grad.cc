@@ -36,11 +36,14 @@ TF_EXT_DECLARE_OP("TfExt>RoiPool")
     .IgnoresGradientOf({"argmax"})
     .GradCheck("data=2x6x7x2@-1:1 rois=rois:3 attr.pooled_height=2 attr.pooled_width=3 "
                "attr.spatial_scale=1.0")
+    .Xla("a ROI whose batch index is not an integer in [0, N) or whose coordinates are not "
+         "finite gives empty bins (0, argmax -1)")
     .Register();
 
 TF_EXT_DECLARE_OP("TfExt>RoiPoolGrad")
     .Doc("Backward pass of TfExt>RoiPool: d(pooled) scatter-added into data's shape at argmax.")
     .BackwardOf("TfExt>RoiPool")
+    .Xla("such a ROI's bins, and argmax values outside [0, H * W), add nothing")
     .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -64,6 +64,7 @@ TF_EXT_DECLARE_OP("TfExt>SignSTE")
     // The STE's gradient is by design not sign's derivative: the checker differences the
     // surrogate forward clamp(x, -clip, clip) instead.
     .GradCheck("x=3x4@-2:2 attr.clip=1.0")
+    .Xla()
     .Register();
 
 TF_EXT_DECLARE_OP("TfExt>SignSTEGrad")
@@ -77,6 +78,7 @@ TF_EXT_DECLARE_OP("TfExt>SignSTEGrad")
     // d(x) = 0 is differenced too: the seeded x lie away from |x| = clip, where a step would
     // cross the band's edge and the check would fail rather than pass.
     .GradCheck("d_y=3x4@-2:2 x=3x4@-2:2 attr.clip=1.0")
+    .Xla()
     .Register();
 
 }  // namespace tensorflow::tf_ext

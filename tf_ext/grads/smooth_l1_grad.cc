@@ -47,6 +47,7 @@ TF_EXT_DECLARE_OP("TfExt>SmoothL1")
     // Values on a grid in [-2, 2] that keeps a finite-difference step clear of the kinks of
     // the second derivative at |x| = delta.
     .GradCheck("x=3x4@-2:2 attr.delta=1.0")
+    .Xla()
     .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -26,6 +26,7 @@ TF_EXT_DECLARE_OP("TfExt>ZeroOut")
     .Types({DT_FLOAT, DT_DOUBLE})
     .Reads({})
     .GradCheck("to_zero=3x4@-1:1 attr.preserve_index=7")
+    .Xla()
     .Register();
 
 }  // namespace tensorflow::tf_ext

@@ -61,6 +61,24 @@ struct MedianPool2DParams {
   int64_t OutputSize() const { return batch * out_height * out_width * channels; }
 };
 
+// The geometry of x [N, H, W, C] (dims) pooled by validated attrs (ksize, strides: [height,
+// width]; same: SAME padding), for the kernels and the XLA lowering alike.
+inline MedianPool2DParams MedianPool2DGeometry(const int64_t dims[4], const int64_t ksize[2],
+                                               const int64_t strides[2], bool same) {
+  MedianPool2DParams p;
+  p.batch = dims[0];
+  p.in_height = dims[1];
+  p.in_width = dims[2];
+  p.channels = dims[3];
+  p.window_height = ksize[0];
+  p.window_width = ksize[1];
+  p.stride_height = strides[0];
+  p.stride_width = strides[1];
+  MedianPoolOutputSize(p.in_height, ksize[0], strides[0], same, &p.out_height, &p.pad_top);
+  MedianPoolOutputSize(p.in_width, ksize[1], strides[1], same, &p.out_width, &p.pad_left);
+  return p;
+}
+
 namespace median_pool_internal {
 
 // An unsigned integer whose order is the value order used here: -0 and +0 map alike, NaN (any

@@ -27,18 +27,8 @@ class MedianPool2DBase : public OpKernel {
 
   // Fills the geometry for x, which ValidateMedianPool2DShapes has accepted.
   void Geometry(const Tensor& x, functor::MedianPool2DParams* p) const {
-    p->batch = x.dim_size(0);
-    p->in_height = x.dim_size(1);
-    p->in_width = x.dim_size(2);
-    p->channels = x.dim_size(3);
-    p->window_height = a_.ksize[0];
-    p->window_width = a_.ksize[1];
-    p->stride_height = a_.strides[0];
-    p->stride_width = a_.strides[1];
-    functor::MedianPoolOutputSize(p->in_height, a_.ksize[0], a_.strides[0], a_.same,
-                                  &p->out_height, &p->pad_top);
-    functor::MedianPoolOutputSize(p->in_width, a_.ksize[1], a_.strides[1], a_.same,
-                                  &p->out_width, &p->pad_left);
+    const int64_t dims[4] = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3)};
+    *p = functor::MedianPool2DGeometry(dims, a_.ksize, a_.strides, a_.same);
   }
 
  private:

@@ -1,6 +1,8 @@
 #include "tf_ext/ops/op_checks.h"
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/op.h"
@@ -115,7 +117,22 @@ absl::Status MakeShape(std::string_view op_type, std::string_view name,
   return absl::OkStatus();
 }
 
+namespace {
+
+std::atomic<void (*)()> first_shape_fn_hook{nullptr};
+
+void RunFirstShapeFnHook() {
+  static std::once_flag once;
+  void (*hook)() = first_shape_fn_hook.load();
+  if (hook != nullptr) std::call_once(once, hook);
+}
+
+}  // namespace
+
+void SetFirstShapeFnHook(void (*hook)()) { first_shape_fn_hook.store(hook); }
+
 AttrValueMap ShapeFnAttrs(shape_inference::InferenceContext* c, std::string_view op_type) {
+  RunFirstShapeFnHook();
   AttrValueMap attrs;
   const OpDef* op_def = nullptr;
   if (!OpRegistry::Global()->LookUpOpDef(std::string(op_type), &op_def).ok()) return attrs;

@@ -78,6 +78,12 @@ inline int64_t DimOf(const PartialTensorShape& s, int i) {
 // Shape function side: the node's attrs (those op_type's OpDef declares; the context has no
 // AttrSlice accessor), input `i` as a PartialTensorShape, and the reverse.
 AttrValueMap ShapeFnAttrs(shape_inference::InferenceContext* c, std::string_view op_type);
+
+// `hook` runs once, in the first shape function of a tf_ext op to run in the process (through
+// ShapeFnAttrs): after the library's load has completed, and before anything compiles a graph
+// holding the op. tf_ext/xla/xla_registration.cc registers the XLA kernels through it. Set at
+// load time; one hook.
+void SetFirstShapeFnHook(void (*hook)());
 PartialTensorShape InputShape(shape_inference::InferenceContext* c, int i);
 absl::Status SetOutputShape(shape_inference::InferenceContext* c, int i,
                             const PartialTensorShape& shape);
