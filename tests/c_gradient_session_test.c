@@ -4,7 +4,9 @@
  * (incoming gradient fed as "d_h"): its vector-Jacobian products at points taking each branch
  * against central differences of y + <d_h, h> computed from the session's own y and h
  * outputs; then 4 pthreads sending mixed valid and hostile requests, every valid answer
- * compared with the serial one; then hostile calls. Exits non-zero on any mismatch. */
+ * compared with the serial one; then jit_compile through TfExtNewGradientSessionWithOptions
+ * (the loop graph refused, a loop-free one compiled), then hostile calls. Exits non-zero on any
+ * mismatch. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -169,6 +171,85 @@ int main(int argc, char** argv) {
     failures += workers[t].failed;
   }
   printf("ok 4 threads\n");
+
+  /* jit_compile through the options' API: the loop graph is refused (its conditional's
+   * gradient keeps branch values as Optionals, which XLA cannot compile), naming the op; a loop-
+   * free graph, y = sum(c * x * x), compiles and gives 2 c x; the options' errors. */
+  {
+    const char* keys[2] = {"jit_compile", "max_tensor_bytes"};
+    const char* values[2] = {"true", "0"};
+    TfExtGradientSession* jit = TfExtNewGradientSessionWithOptions(graph, len, ys, 2, xs, 1,
+                                                                   incoming, keys, values, 2, s);
+    ExpectCode("jit_compile refuses what XLA cannot compile", s, TF_INVALID_ARGUMENT,
+               "' that node 'cond' calls: XLA cannot compile it");
+    if (jit != NULL) ++failures;
+    TF_Graph* g = TF_NewGraph();
+    TF_Operation* x = Placeholder(g, "x", TF_DOUBLE, s);
+    const double c[3] = {0.5, -2.0, 3.0};
+    const int64_t dims[1] = {3};
+    TF_Operation* cv = Const(g, "c", TF_DOUBLE, c, sizeof(c), dims, 1, s);
+    const int32_t axis = 0;
+    TF_Operation* ax = Const(g, "axis", TF_INT32, &axis, sizeof(axis), NULL, 0, s);
+    TF_OperationDescription* d = TF_NewOperation(g, "Mul", "xx");
+    TF_AddInput(d, (TF_Output){x, 0});
+    TF_AddInput(d, (TF_Output){x, 0});
+    TF_Operation* xx = TF_FinishOperation(d, s);
+    d = TF_NewOperation(g, "Mul", "cxx");
+    TF_AddInput(d, (TF_Output){cv, 0});
+    TF_AddInput(d, (TF_Output){xx, 0});
+    TF_Operation* cxx = TF_FinishOperation(d, s);
+    d = TF_NewOperation(g, "Sum", "sum");
+    TF_AddInput(d, (TF_Output){cxx, 0});
+    TF_AddInput(d, (TF_Output){ax, 0});
+    TF_FinishOperation(d, s);
+    CHECK_OK(s, "build y = sum(c x x)");
+    TF_Buffer* def = TF_NewBuffer();
+    TF_GraphToGraphDef(g, def, s);
+    CHECK_OK(s, "serialize");
+    const char* sum_y[1] = {"sum"};
+    jit = TfExtNewGradientSessionWithOptions(def->data, def->length, sum_y, 1, xs, 1, NULL, keys,
+                                             values, 2, s);
+    CHECK_OK(s, "create with jit_compile");
+    const double at[3] = {1.5, -0.25, 2.0};
+    const char* names[1] = {"x"};
+    TF_Tensor* feeds[1] = {Vec(TF_DOUBLE, at, 3)};
+    TF_Tensor* y[1] = {NULL};
+    TF_Tensor* dx[1] = {NULL};
+    TfExtGradientSessionRun(jit, names, feeds, 1, y, dx, s);
+    CHECK_OK(s, "jit run");
+    double want_y = 0;
+    for (int i = 0; i < 3; ++i) {
+      want_y += c[i] * at[i] * at[i];
+      const double got = ((const double*)TF_TensorData(dx[0]))[i];
+      if (got != 2 * c[i] * at[i]) {
+        fprintf(stderr, "FAIL jit_compile dx[%d] = %.17g, want %.17g\n", i, got, 2 * c[i] * at[i]);
+        ++failures;
+      }
+    }
+    if (*(const double*)TF_TensorData(y[0]) != want_y) {
+      fprintf(stderr, "FAIL jit_compile y = %.17g, want %.17g\n", *(const double*)TF_TensorData(y[0]),
+              want_y);
+      ++failures;
+    }
+    TF_DeleteTensor(feeds[0]);
+    TF_DeleteTensor(y[0]);
+    TF_DeleteTensor(dx[0]);
+    const char* bad_key[1] = {"jit"};
+    const char* bad_value[1] = {"yes"};
+    TfExtGradientSession* none = TfExtNewGradientSessionWithOptions(
+        def->data, def->length, sum_y, 1, xs, 1, NULL, bad_key, values, 1, s);
+    ExpectCode("unknown option", s, TF_INVALID_ARGUMENT, "unknown option 'jit'; the options are");
+    if (none != NULL) ++failures;
+    none = TfExtNewGradientSessionWithOptions(def->data, def->length, sum_y, 1, xs, 1, NULL, keys,
+                                              bad_value, 1, s);
+    ExpectCode("bad option value", s, TF_INVALID_ARGUMENT,
+               "option 'jit_compile': 'yes' is not true or false");
+    if (none != NULL) ++failures;
+    TfExtDeleteGradientSession(jit);
+    TF_DeleteBuffer(def);
+    TF_DeleteGraph(g);
+  }
+  printf("ok jit_compile through the options\n");
 
   /* Hostile calls. */
   TfExtGradientSession* bad = TfExtNewGradientSession("not a graph", 11, ys, 2, xs, 1, NULL, 0, s);

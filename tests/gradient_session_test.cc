@@ -151,6 +151,59 @@ std::string RunMlp(const GradientSession& session, int n, int seed) {
   return diff;
 }
 
+std::unique_ptr<GradientSession> JitMlpSession(int cache) {
+  GradientSessionSpec spec;
+  spec.ys = {{"y"}, {"s"}};
+  spec.xs = {{"x"}, {"w"}};
+  spec.incoming_gradients = {true, false};
+  GradientSessionOptions options;
+  options.intra_op_threads = 1;
+  options.jit_compile = true;
+  options.jit_compile_cache = cache;
+  auto s = GradientSession::Create(Mlp(), spec, options);
+  CHECK(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+// jit_compile: the MLP's forward and backward as one XLA cluster, answers as without it; every
+// batch size compiles anew, and at most jit_compile_cache of them are kept.
+TEST(GradientSessionTest, JitCompiledGradientsMatchTheReferenceWithABoundedCache) {
+  auto session = JitMlpSession(/*cache=*/3);
+  EXPECT_GT(session->build_info().xla_cluster_nodes, 5);
+  for (int round = 0; round < 2; ++round) {
+    for (int n : {1, 2, 3, 4, 5, 2}) {
+      EXPECT_EQ(RunMlp(*session, n, n + round), "") << "batch " << n;
+      EXPECT_LE(session->jit_compiled_signatures(), 3);
+      EXPECT_GE(session->jit_compiled_signatures(), 1);
+    }
+  }
+}
+
+TEST(GradientSessionTest, JitCompileRefusesAGraphWithAnOpXlaCannotCompile) {
+  GraphDef g = Parse(R"pb(
+    node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 1 } dim { size: 4 } dim { size: 4 }
+                                               dim { size: 1 } } } } }
+    node { name: "size" op: "Const" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { dim { size: 2 } }
+                                                int_val: 6 int_val: 6 } } } }
+    node { name: "resized" op: "ResizeBicubic" input: "x" input: "size"
+           attr { key: "T" value { type: DT_FLOAT } } }
+  )pb");
+  GradientSessionSpec spec;
+  spec.ys = {{"resized"}};
+  spec.xs = {{"x"}};
+  GradientSessionOptions options;
+  options.jit_compile = true;
+  auto s = GradientSession::Create(g, spec, options);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::StrContains(s.status().message(),
+                                "node 'resized' (ResizeBicubic) has no XLA kernel"))
+      << s.status();
+  options.jit_compile = false;
+  EXPECT_TRUE(GradientSession::Create(g, spec, options).ok());
+}
+
 TEST(GradientSessionTest, VectorJacobianProductsOfSeveralYs) {
   auto session = MlpSession();
   ASSERT_EQ(session->inputs().size(), 2);

@@ -4,7 +4,7 @@
 //               [--seed=N] [--library=PATH] [--check] [--projections=N] [--delta=H]
 //               [--tolerance=TOL] [--save=PATH.npz] [--max_values=N] [--dump_backward=PATH]
 //               [--optimize=false] [--hoist_constants] [--symbolic_gradients] [--benchmark=N] [--export=DIR]
-//               [--memory_budget=B]
+//               [--memory_budget=B] [--jit_compile]
 //               (--help: every flag, from DeclareFlags)
 //
 // Without --graph it differentiates a built-in example graph through the tf_ext ops.
@@ -26,6 +26,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/tools/flags.h"
+#include "tf_ext/graph/passes/xla_cluster.h"
 #include "tf_ext/graph/runtime/export.h"
 #include "tf_ext/graph/runtime/gradient_session.h"
 #include "tf_ext/graph/runtime/graph_gradients.h"
@@ -39,6 +40,7 @@ struct Flags {
   std::string graph, y, x, library, save, dump_backward, export_dir, memory_budget;
   std::vector<std::string> feeds;
   bool check = false, optimize = true, hoist_constants = false, symbolic_gradients = false;
+  bool jit_compile = false;
   double delta = 0, tolerance = -1;
   int max_values = 8;
   int projections = -1;
@@ -94,6 +96,10 @@ void DeclareFlags(FlagParser* p, Flags* f) {
   p->Bool("symbolic_gradients", &f->symbolic_gradients,
           "keep one SymbolicGradient node per op (resolved at run time, computing the\n"
           "gradients of all its inputs) instead of inlining each op's gradient as plain ops");
+  p->Bool("jit_compile", &f->jit_compile,
+          "run the forward and backward graph as one XLA cluster, compiled whole at the\n"
+          "first run, as tf.function(jit_compile=True) does (docs/xla.md); a graph with an\n"
+          "op XLA cannot compile is refused before running, naming it");
   p->Int("benchmark", &f->benchmark,
          "build the gradient as a server does (a GradientSession), run it once, then time N\n"
          "more runs and print \"steady state over N runs: min X ms, median Y ms\"",
@@ -149,6 +155,7 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
   options.optimize_graph = flags.optimize;
   options.hoist_constants = flags.hoist_constants;
   options.backward_memory_budget = request->backward_memory_budget;
+  options.jit_compile = flags.jit_compile;
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (const auto& [ref, value] : request->feeds) {
     if (ref.index != 0) {
@@ -174,11 +181,14 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
   result->simplifications = built.simplifications;
   result->memory = built.memory;
   result->backward_nodes = built.backward_nodes;
+  result->xla_cluster_nodes = built.xla_cluster_nodes;
   result->build_seconds = (EnvTime::NowMicros() - start) * 1e-6;
   const uint64_t run_start = EnvTime::NowMicros();
+  const XlaCompileStats compiled = XlaCompilations();
   std::vector<Tensor> ys, dxs;
   TF_RETURN_IF_ERROR((*session)->Run(feeds, &ys, &dxs));
   result->run_seconds = (EnvTime::NowMicros() - run_start) * 1e-6;
+  result->xla_compile_seconds = (XlaCompilations().micros - compiled.micros) * 1e-6;
   result->y = ys[0];
   result->grads = dxs;
   for (int i = 0; i < flags.benchmark; ++i) {
@@ -285,6 +295,7 @@ int Main(int argc, char** argv) {
   options.optimize_graph = flags.optimize;
   options.hoist_constants = flags.hoist_constants;
   options.inline_gradients = !flags.symbolic_gradients;
+  options.jit_compile = flags.jit_compile;
   std::vector<double> benchmark_ms;
   if (absl::Status s = flags.benchmark > 0
                            ? BenchmarkGradientSession(flags, &request, &result, &benchmark_ms)
@@ -310,6 +321,10 @@ int Main(int argc, char** argv) {
               << " grouped Conv2D as DepthwiseConv2dNative";
   }
   std::cout << "), ran it in " << absl::StrFormat("%.2f", result.run_seconds) << " s\n";
+  if (flags.jit_compile) {
+    std::cout << "XLA: " << result.xla_cluster_nodes << " nodes compiled as one cluster in "
+              << absl::StrFormat("%.2f", result.xla_compile_seconds) << " s (at the first run)\n";
+  }
   // A frozen model's weights are copied by every graph representation that holds them
   // (GradientOptions): the peak says how many copies a run needed.
   if (flags.benchmark > 0) {

@@ -197,6 +197,10 @@ int Main(int argc, char** argv) {
   auto iterations = (*trainer)->Iterations();
   if (!iterations.ok()) return Fail(std::string(iterations.status().message()));
   std::printf("optimizer iterations: %lld\n", static_cast<long long>(*iterations));
+  if (options.jit_compile) {
+    std::printf("XLA: the step's %d nodes compiled as one cluster in %.2f s (once per batch "
+                "shape)\n", (*trainer)->xla_cluster_nodes(), (*trainer)->xla_compile_seconds());
+  }
   if ((*trainer)->distributed() != nullptr) {
     // Every worker ends with the same variables: a fingerprint of their bytes to compare.
     auto values = (*trainer)->VariableValues();

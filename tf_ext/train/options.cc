@@ -175,6 +175,10 @@ std::vector<TrainerOption> MakeTable() {
                out->memory_budget = *budget;
                return absl::OkStatus();
              }),
+      Field("jit_compile", "BOOL",
+            "Keras's jit_compile: each training step runs as one XLA cluster, compiled at the "
+            "first step (and again for a partial batch); not with --memory_budget or a cluster",
+            TF_EXT_OPTION_FIELD(jit_compile)),
       // The data and the loop (train::Fit, fit.h).
       Field("data", "PATH",
             "training data: an .npz file, or TFRecord files of tf.train.Example (a comma-separated "

@@ -23,6 +23,7 @@
 #include "tensorflow/core/platform/path.h"
 #include "tf_ext/graph/io/graph_io.h"
 #include "tf_ext/graph/passes/loop_variables.h"
+#include "tf_ext/graph/passes/xla_cluster.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/runtime/export.h"
 #include "tf_ext/graph/runtime/grappler_stages.h"
@@ -180,6 +181,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
   t->export_dir_ = export_dir;
   auto cluster = train::ResolveCluster(options.distributed, std::getenv("TF_CONFIG"));
   if (!cluster.ok()) return cluster.status();
+  if (options.jit_compile && (options.memory_budget.set() || cluster->has_value())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "jit_compile with ", options.memory_budget.set() ? "a memory budget" : "a cluster",
+        ": not supported (", options.memory_budget.set()
+            ? "XLA plans the memory of its cluster itself"
+            : "XLA on the CPU has no cross-process collectives", "); drop one"));
+  }
+  t->jit_.enabled = options.jit_compile;
   if (cluster->has_value()) {
     if (options.fit.batch_size % (*cluster)->size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -688,6 +697,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     KeepUnoptimizedNodes(step_graph, &optimized);
     step_graph.Swap(&optimized);
   }
+  if (t->jit_.enabled) t->jit_.graph = step_graph;
   TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
   TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
   if (t->training_mode_) TF_RETURN_IF_ERROR(t->AddEvaluation(options, output_key));
@@ -917,7 +927,13 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   if (!metric_update.empty()) targets_run.push_back(metric_update);
   // A training step with a cluster runs collectives: its step ids are kept in step.
   const bool collective = train && distributed_ != nullptr;
-  const std::string& loss_name = train ? step_loss_tensor_ : inference ? eval_->loss : loss_tensor_;
+  std::string loss_name = train ? step_loss_tensor_ : inference ? eval_->loss : loss_tensor_;
+  const XlaCompileStats compiled = XlaCompilations();
+  if (train && jit_.enabled) {  // the step, metrics included, as one XLA cluster
+    if (jit_.target.empty()) TF_RETURN_IF_ERROR(BuildStepCluster());
+    loss_name = jit_.loss;
+    targets_run = {jit_.target};
+  }
   if (trace != nullptr || collective) {
     RunOptions run_options = collective ? distributed_->Run(train::Distributed::RunKind::kStep) : RunOptions();
     if (trace != nullptr) run_options.set_trace_level(RunOptions::FULL_TRACE);
@@ -927,6 +943,9 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
     if (!s.ok()) return collective ? distributed_->Explain(s) : s;
   } else {
     TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_name}, targets_run, &out));
+  }
+  if (train && jit_.enabled) {
+    jit_.compile_seconds += (XlaCompilations().micros - compiled.micros) * 1e-6;
   }
   const Tensor& loss = out[0];
   return loss.dtype() == DT_DOUBLE ? loss.scalar<double>()() : loss.scalar<float>()();
@@ -1035,7 +1054,37 @@ absl::Status Trainer::AddMetricUpdate(const Tensor& targets, bool inference) {
     update = absl::StrCat(kGlobalMetricsPrefix, "/", update);
   }
   TF_RETURN_IF_ERROR(bundle_.session->Extend(*graph));
+  if (jit_.enabled && !inference) {  // the step's cluster computes the metrics too
+    for (const NodeDef& n : graph->node()) *jit_.graph.add_node() = n;
+    for (const FunctionDef& f : graph->library().function()) {
+      *jit_.graph.mutable_library()->add_function() = f;
+    }
+  }
   metric_targets_shape_ = shape;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::BuildStepCluster() {
+  XlaClusterSpec spec;
+  spec.feeds = FedNodes(input_tensors_, targets_tensor_, weights_tensor_);
+  spec.fetches = {step_loss_tensor_};
+  spec.targets = {step_op_};
+  if (!metric_update_.empty()) spec.targets.push_back(metric_update_);
+  spec.keep_originals = true;  // checkpoints, metrics and evaluation run them
+  spec.name = "tf_ext_train_step";
+  GraphDef graph = jit_.graph;
+  TF_ASSIGN_OR_RETURN(XlaCluster cluster, AddXlaCluster(&graph, spec));
+  // The Session has every other node: extend it with the call, its NoOp and its function.
+  GraphDef added;
+  for (int i = jit_.graph.node_size(); i < graph.node_size(); ++i) *added.add_node() = graph.node(i);
+  *added.mutable_library()->add_function() =
+      graph.library().function(graph.library().function_size() - 1);
+  *added.mutable_versions() = graph.versions();
+  TF_RETURN_IF_ERROR(bundle_.session->Extend(added));
+  jit_.loss = cluster.fetches[0];
+  jit_.target = cluster.target;
+  jit_.nodes = cluster.nodes;
+  jit_.graph.Clear();
   return absl::OkStatus();
 }
 

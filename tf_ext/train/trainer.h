@@ -97,6 +97,10 @@ struct TrainerOptions {
   // Threads of the Session's kernels: intra-op and inter-op parallelism (0: TensorFlow's
   // default, one per core); the Session's CPU device gets a pool of its own of that size.
   int64_t threads = 0;
+  // Keras's jit_compile: each training step (forward, backward, update, metrics) runs as one
+  // must-compile XLA cluster (passes/xla_cluster.h), compiled at the first step and again for
+  // a batch of another size (a last partial batch). Not with a memory budget or a cluster.
+  bool jit_compile = false;
 };
 
 class Trainer {
@@ -186,6 +190,11 @@ class Trainer {
   absl::Status SaveModelVariables(const std::string& prefix);
   absl::Status RestoreModelVariables(const std::string& prefix);
 
+  // With jit_compile: the nodes of the step's XLA cluster (0 before the first step) and the
+  // seconds XLA has spent compiling it (once per batch shape).
+  int xla_cluster_nodes() const { return jit_.nodes; }
+  double xla_compile_seconds() const { return jit_.compile_seconds; }
+
   // With a cluster (TrainerOptions::distributed or TF_CONFIG): this worker's part, else null.
   // Create checks that every worker loaded the same model with the same batch size and cluster,
   // and sets every variable to the chief's; Step's gradients and loss are the workers' means.
@@ -265,6 +274,16 @@ class Trainer {
   train::Distributed::Broadcast broadcast_;
   std::string step_loss_tensor_;  // Step's loss: the workers' mean with a cluster
   int kernel_threads_ = 0;
+  // jit_compile: the graphs the step runs (the step's, then the metrics' update), from which
+  // the first step builds the XLA cluster it then runs (loss fetched, target run instead).
+  struct JitStep {
+    bool enabled = false;
+    GraphDef graph;
+    std::string loss, target;
+    int nodes = 0;
+    double compile_seconds = 0;
+  } jit_;
+  absl::Status BuildStepCluster();
 };
 
 }  // namespace tensorflow::tf_ext

@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensorflow/c/tf_status_helper.h"
 #include "tensorflow/c/tf_tensor_helper.h"
 #include "tf_ext/graph/runtime/gradient_session.h"
@@ -43,6 +45,89 @@ std::vector<bool> Flags(const unsigned char* flags, int n) {
   if (flags == nullptr) return {};
   return std::vector<bool>(flags, flags + n);
 }
+
+// The keys TfExtNewGradientSessionWithOptions takes, each setting one GradientSessionOptions
+// field from its text.
+struct SessionOption {
+  const char* key;
+  const char* value;  // for the error message: what the value must be
+  absl::Status (*set)(const std::string& text, GradientSessionOptions* options);
+};
+
+absl::StatusOr<bool> ParseBool(const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  return absl::InvalidArgumentError("");
+}
+
+absl::StatusOr<int64_t> ParseInt(const std::string& text) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < 0) return absl::InvalidArgumentError("");
+  return v;
+}
+
+const std::vector<SessionOption>& SessionOptionTable() {
+  static const auto* table = new std::vector<SessionOption>{
+      {"max_tensor_bytes", "an integer >= 0",
+       [](const std::string& t, GradientSessionOptions* o) {
+         TF_ASSIGN_OR_RETURN(o->max_tensor_bytes, ParseInt(t));
+         return absl::OkStatus();
+       }},
+      {"backward_memory_budget", "a fraction in (0, 1] or bytes with K/M/G",
+       [](const std::string& t, GradientSessionOptions* o) {
+         if (t.empty()) return absl::OkStatus();
+         TF_ASSIGN_OR_RETURN(o->backward_memory_budget, ParseMemoryBudget(t));
+         return absl::OkStatus();
+       }},
+      {"optimize_graph", "true or false",
+       [](const std::string& t, GradientSessionOptions* o) {
+         TF_ASSIGN_OR_RETURN(o->optimize_graph, ParseBool(t));
+         return absl::OkStatus();
+       }},
+      {"hoist_constants", "true or false",
+       [](const std::string& t, GradientSessionOptions* o) {
+         TF_ASSIGN_OR_RETURN(o->hoist_constants, ParseBool(t));
+         return absl::OkStatus();
+       }},
+      {"jit_compile", "true or false",
+       [](const std::string& t, GradientSessionOptions* o) {
+         TF_ASSIGN_OR_RETURN(o->jit_compile, ParseBool(t));
+         return absl::OkStatus();
+       }},
+      {"jit_compile_cache", "an integer >= 1",
+       [](const std::string& t, GradientSessionOptions* o) {
+         TF_ASSIGN_OR_RETURN(int64_t n, ParseInt(t));
+         if (n < 1 || n > INT32_MAX) return absl::InvalidArgumentError("");
+         o->jit_compile_cache = static_cast<int>(n);
+         return absl::OkStatus();
+       }},
+  };
+  return *table;
+}
+
+absl::Status SetSessionOption(const char* key, const char* value,
+                              GradientSessionOptions* options) {
+  if (key == nullptr || value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "an option's key or value is NULL"));
+  }
+  std::vector<std::string> keys;
+  for (const SessionOption& o : SessionOptionTable()) {
+    keys.push_back(o.key);
+    if (key != std::string(o.key)) continue;
+    absl::Status s = o.set(value, options);
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "option '", key, "': '", value, "' is not ", o.value,
+        s.message().empty() ? "" : absl::StrCat(" (", s.message(), ")")));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(kWhat, "unknown option '", key, "'; the options are ",
+                                                 absl::StrJoin(keys, ", ")));
+}
+
+TfExtGradientSession* NewFromGraphDef(const void* graph_def, size_t len, const char* const* ys,
+                                      int ny, const char* const* xs, int nx,
+                                      const unsigned char* incoming_gradients,
+                                      const GradientSessionOptions& options, TF_Status* status);
 
 TfExtGradientSession* Wrap(absl::StatusOr<std::unique_ptr<GradientSession>> s, TF_Status* status) {
   if (!s.ok()) {
@@ -85,6 +170,39 @@ TfExtGradientSession* TfExtNewGradientSessionWithMemoryBudget(
     }
     options.backward_memory_budget = *budget;
   }
+  return tfx::NewFromGraphDef(graph_def, len, ys, ny, xs, nx, incoming_gradients, options,
+                              status);
+}
+
+TfExtGradientSession* TfExtNewGradientSessionWithOptions(
+    const void* graph_def, size_t len, const char* const* ys, int ny, const char* const* xs,
+    int nx, const unsigned char* incoming_gradients, const char* const* option_keys,
+    const char* const* option_values, int num_options, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
+  tfx::GradientSessionOptions options;
+  for (int i = 0; i < num_options; ++i) {
+    absl::Status s = option_keys == nullptr || option_values == nullptr
+                         ? absl::InvalidArgumentError("GradientSession: option keys or values are NULL")
+                         : tfx::SetSessionOption(option_keys[i], option_values[i], &options);
+    if (!s.ok()) {
+      tensorflow::Set_TF_Status_from_Status(status, s);
+      return nullptr;
+    }
+  }
+  return tfx::NewFromGraphDef(graph_def, len, ys, ny, xs, nx, incoming_gradients, options,
+                              status);
+}
+
+}  // extern "C"
+
+namespace tensorflow::tf_ext {
+namespace {
+
+TfExtGradientSession* NewFromGraphDef(const void* graph_def, size_t len, const char* const* ys,
+                                      int ny, const char* const* xs, int nx,
+                                      const unsigned char* incoming_gradients,
+                                      const GradientSessionOptions& options, TF_Status* status) {
+  namespace tfx = tensorflow::tf_ext;
   tensorflow::GraphDef graph;
   if (graph_def == nullptr || !graph.ParseFromArray(graph_def, static_cast<int>(len)) ||
       len > static_cast<size_t>(INT32_MAX)) {
@@ -104,6 +222,11 @@ TfExtGradientSession* TfExtNewGradientSessionWithMemoryBudget(
   spec.incoming_gradients = tfx::Flags(incoming_gradients, ny);
   return tfx::Wrap(tfx::GradientSession::Create(std::move(graph), spec, options), status);
 }
+
+}  // namespace
+}  // namespace tensorflow::tf_ext
+
+extern "C" {
 
 TfExtGradientSession* TfExtNewGradientSessionFromSavedModel(
     const char* export_dir, const char* signature_key, const char* const* ys, int ny,

@@ -43,6 +43,22 @@ TfExtGradientSession* TfExtNewGradientSessionWithMemoryBudget(
     int nx, const unsigned char* incoming_gradients, int64_t max_tensor_bytes,
     const char* backward_memory_budget, TF_Status* status);
 
+/* TfExtNewGradientSession with options given as `num_options` (key, value) strings:
+ *   max_tensor_bytes        an integer >= 0 (as above; default 0)
+ *   backward_memory_budget  as TfExtNewGradientSessionWithMemoryBudget's (default none)
+ *   optimize_graph          "true"/"false": TensorFlow's graph optimizations (default true)
+ *   hoist_constants         "true"/"false": feed the frozen weights (default false)
+ *   jit_compile             "true"/"false": run the gradient as one must-compile XLA cluster,
+ *                           as tf.function(jit_compile=True) does; a graph with a node XLA
+ *                           cannot compile is refused, naming it (default false; docs/xla.md)
+ *   jit_compile_cache       with jit_compile: feed-shape signatures kept compiled before the
+ *                           session starts afresh (default 16)
+ * An unknown key or a refused value: TF_INVALID_ARGUMENT naming it. */
+TfExtGradientSession* TfExtNewGradientSessionWithOptions(
+    const void* graph_def, size_t len, const char* const* ys, int ny, const char* const* xs,
+    int nx, const unsigned char* incoming_gradients, const char* const* option_keys,
+    const char* const* option_values, int num_options, TF_Status* status);
+
 /* The same from a SavedModel's signature (tag "serve"): `signature_key` NULL means
  * "serving_default"; ys and xs are the signature's output and input keys (every input is fed;
  * an x must be an input). The variables are read once and held as constants. */

@@ -49,6 +49,11 @@ struct GradientOptions {
   // Inline each op's gradient FunctionDef as plain ops (backprop.h); off: one SymbolicGradient
   // node per op, resolved at run time.
   bool inline_gradients = true;
+  // Run the forward and backward graph as one must-compile XLA cluster, as a Python
+  // tf.function(jit_compile=True) does (passes/xla_cluster.h): a graph with a node XLA cannot
+  // compile is refused before it runs, naming it. Not with a memory budget (XLA plans the
+  // cluster's memory itself).
+  bool jit_compile = false;
 };
 
 struct GradientResult {
@@ -66,6 +71,10 @@ struct GradientResult {
   MemoryPlan memory;           // estimated peak, and what a budget recomputes (PlanMemory)
   double build_seconds = 0;    // import + inline + backward graph
   double run_seconds = 0;      // Session::Create + Run of the backward graph
+  // With jit_compile: the nodes of the XLA cluster, and the time XLA took to compile it (part
+  // of run_seconds).
+  int xla_cluster_nodes = 0;
+  double xla_compile_seconds = 0;
   Tensor y;
   std::vector<Tensor> grads;   // one per x, d sum(y) / d x
   std::vector<Tensor> xs;      // the values of the xs in this run

@@ -23,6 +23,7 @@
 #include "tf_ext/graph/io/feeds.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/io/graph_io.h"
+#include "tf_ext/graph/passes/xla_cluster.h"
 #include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/session_options.h"
 
@@ -76,6 +77,7 @@ std::string IncomingGradientName(const TensorRef& y, const std::string& y_name) 
 }
 
 GradientSession::~GradientSession() {
+  absl::MutexLock lock(&session_mu_);
   if (session_ != nullptr) session_->Close().IgnoreError();
 }
 
@@ -189,11 +191,63 @@ absl::StatusOr<std::unique_ptr<GradientSession>> GradientSession::Create(
     run.budget = options.backward_memory_budget;
     TF_RETURN_IF_ERROR(PlanOptimizedRun(run, &built.graph, &session_options, &gs->build_.memory));
   }
+  if (options.jit_compile) {
+    if (options.backward_memory_budget.set()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kWhat, "jit_compile and a memory budget: XLA plans the memory of its cluster itself; "
+          "drop one"));
+    }
+    XlaClusterSpec cluster_spec;
+    cluster_spec.feeds = gs->input_tensors_;
+    for (const auto& [name, value] : gs->constant_feeds_) cluster_spec.feeds.push_back(name);
+    cluster_spec.fetches = gs->fetches_;
+    TF_ASSIGN_OR_RETURN(XlaCluster cluster, AddXlaCluster(&built.graph, cluster_spec));
+    gs->fetches_ = cluster.fetches;
+    gs->build_.xla_cluster_nodes = cluster.nodes;
+    gs->jit_ = true;
+    gs->jit_cache_ = std::max(options.jit_compile_cache, 1);
+    gs->jit_graph_ = built.graph;
+  }
+  gs->session_options_ = session_options;
   Session* session = nullptr;
   TF_RETURN_IF_ERROR(NewSession(session_options, &session));
+  absl::MutexLock lock(&gs->session_mu_);
   gs->session_.reset(session);
   TF_RETURN_IF_ERROR(gs->session_->Create(std::move(built.graph)));
   return gs;
+}
+
+int GradientSession::jit_compiled_signatures() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(jit_signatures_.size());
+}
+
+absl::Status GradientSession::NoteCompiledSignature(const std::string& signature) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (jit_signatures_.count(signature)) return absl::OkStatus();
+    if (jit_signatures_.size() < jit_cache_) {
+      jit_signatures_.insert(signature);
+      if (jit_signatures_.size() > 1 && !jit_warned_) {
+        jit_warned_ = true;
+        LOG(WARNING) << kWhat << "jit_compile: new feed shapes (" << signature
+                     << "): XLA compiles the cluster again for every new signature of feed "
+                        "shapes (at most " << jit_cache_ << " kept); pad inputs to fixed "
+                        "shapes to compile once (docs/xla.md)";
+      }
+      return absl::OkStatus();
+    }
+    jit_signatures_ = {signature};
+  }
+  // Past the cache: a new Session, whose devices hold no compiled program.
+  Session* fresh = nullptr;
+  TF_RETURN_IF_ERROR(NewSession(session_options_, &fresh));
+  std::unique_ptr<Session> owned(fresh);
+  TF_RETURN_IF_ERROR(owned->Create(jit_graph_));
+  absl::MutexLock lock(&session_mu_);
+  session_->Close().IgnoreError();
+  session_ = std::move(owned);
+  return absl::OkStatus();
 }
 
 absl::Status GradientSession::ValidateFeeds(
@@ -370,9 +424,10 @@ absl::Status GradientSession::CheckShapes(
 
 absl::Status GradientSession::Prepare(
     const std::vector<std::pair<std::string, Tensor>>& feeds,
-    std::vector<std::pair<std::string, Tensor>>* session_feeds) const {
+    std::vector<std::pair<std::string, Tensor>>* session_feeds, std::string* signature_out) const {
   std::string signature;
   TF_RETURN_IF_ERROR(ValidateFeeds(feeds, session_feeds, &signature));
+  if (signature_out != nullptr) *signature_out = signature;
   {
     absl::MutexLock lock(&mu_);
     auto it = checked_.find(signature);
@@ -394,10 +449,15 @@ absl::Status GradientSession::CheckRequest(
 absl::Status GradientSession::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                                   std::vector<Tensor>* ys, std::vector<Tensor>* dxs) const {
   std::vector<std::pair<std::string, Tensor>> session_feeds;
-  TF_RETURN_IF_ERROR(Prepare(feeds, &session_feeds));
+  std::string signature;
+  TF_RETURN_IF_ERROR(Prepare(feeds, &session_feeds, &signature));
+  if (jit_) TF_RETURN_IF_ERROR(NoteCompiledSignature(signature));
   session_feeds.insert(session_feeds.end(), constant_feeds_.begin(), constant_feeds_.end());
   std::vector<Tensor> outs;
-  TF_RETURN_IF_ERROR(session_->Run(session_feeds, fetches_, {}, &outs));
+  {
+    absl::ReaderMutexLock lock(&session_mu_);
+    TF_RETURN_IF_ERROR(session_->Run(session_feeds, fetches_, {}, &outs));
+  }
   const size_t ny = spec_.ys.size();
   ys->assign(outs.begin(), outs.begin() + ny);
   dxs->assign(outs.begin() + ny, outs.end());

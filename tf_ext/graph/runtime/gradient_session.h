@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/public/session.h"
+#include "tensorflow/core/public/session_options.h"
 #include "tf_ext/graph/pipeline/gradient_request.h"
 #include "tf_ext/graph/io/tensor_ref.h"
 
@@ -70,6 +72,13 @@ struct GradientSessionOptions {
   // Threads of the Session's pools; 0: TensorFlow's default (one per core).
   int intra_op_threads = 0;
   int inter_op_threads = 0;
+  // Run the gradient as one must-compile XLA cluster (GradientOptions::jit_compile). XLA
+  // compiles it again for every new signature of feed shapes (a warning says so, once): once
+  // `jit_compile_cache` signatures have been compiled, the next new one starts the Session
+  // afresh, dropping the compiled programs. Pad inputs to fixed shapes to compile once
+  // (docs/xla.md). Not with a memory budget.
+  bool jit_compile = false;
+  int jit_compile_cache = 16;
 };
 
 // A feed a request gives: a Placeholder of the forward graph (PlaceholderWithDefault ones may be
@@ -106,6 +115,9 @@ class GradientSession {
   // Checks a request as Run does, without running it.
   absl::Status CheckRequest(const std::vector<std::pair<std::string, Tensor>>& feeds) const;
 
+  // With jit_compile: the feed-shape signatures compiled since the Session (re)started.
+  int jit_compiled_signatures() const;
+
   const std::vector<GradientSessionInput>& inputs() const { return inputs_; }
   const GradientSessionSpec& spec() const { return spec_; }
   int64_t max_tensor_bytes() const { return budget_; }
@@ -119,9 +131,13 @@ class GradientSession {
   absl::Status ValidateFeeds(const std::vector<std::pair<std::string, Tensor>>& feeds,
                              std::vector<std::pair<std::string, Tensor>>* session_feeds,
                              std::string* signature) const;
-  // ValidateFeeds, then CheckShapes through the cache.
+  // ValidateFeeds, then CheckShapes through the cache; `signature` (may be null): the
+  // request's feed signature.
   absl::Status Prepare(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                       std::vector<std::pair<std::string, Tensor>>* session_feeds) const;
+                       std::vector<std::pair<std::string, Tensor>>* session_feeds,
+                       std::string* signature = nullptr) const;
+  // jit_compile: counts the signature's compilation, restarting the Session past the cache.
+  absl::Status NoteCompiledSignature(const std::string& signature) const;
   absl::Status CheckShapes(const std::vector<std::pair<std::string, Tensor>>& session_feeds) const;
 
   GradientSessionSpec spec_;
@@ -134,10 +150,19 @@ class GradientSession {
   std::string prefix_;  // of the nodes the build added
   // The graph shape checks run on: the built graph, large constants as shaped placeholders.
   std::unique_ptr<Graph> shape_graph_;
-  std::unique_ptr<Session> session_;
   GradientResult build_;
   mutable absl::Mutex mu_;
   mutable std::map<std::string, absl::Status> checked_ ABSL_GUARDED_BY(mu_);
+  // jit_compile: the graph the Session runs (kept to restart it) and the signatures compiled.
+  bool jit_ = false;
+  size_t jit_cache_ = 0;
+  SessionOptions session_options_;
+  GraphDef jit_graph_;
+  mutable std::set<std::string> jit_signatures_ ABSL_GUARDED_BY(mu_);
+  mutable bool jit_warned_ ABSL_GUARDED_BY(mu_) = false;
+  // Runs share the Session; a restart (jit_compile) replaces it.
+  mutable absl::Mutex session_mu_;
+  mutable std::unique_ptr<Session> session_ ABSL_GUARDED_BY(session_mu_);
 };
 
 }  // namespace tensorflow::tf_ext

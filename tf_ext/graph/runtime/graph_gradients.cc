@@ -9,6 +9,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/env_time.h"
 #include "tf_ext/graph/io/graph_io.h"
+#include "tf_ext/graph/passes/xla_cluster.h"
 #include "tf_ext/graph/pipeline/gradient_pipeline.h"
 #include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/session_options.h"
@@ -94,12 +95,28 @@ absl::Status ComputeGraphGradients(GradientRequest* request, GradientResult* res
     result->backward_nodes = backward.node_size();
     if (options.keep_backward_graph) result->backward_graph = backward;  // as it runs
   }
+  if (options.jit_compile) {
+    if (spec.backward_memory_budget.set()) {
+      return absl::InvalidArgumentError(
+          "jit_compile and a memory budget: XLA plans the memory of its cluster itself; drop one");
+    }
+    XlaClusterSpec cluster_spec;
+    for (const auto& f : feeds) cluster_spec.feeds.push_back(f.first);
+    cluster_spec.fetches = fetches;
+    TF_ASSIGN_OR_RETURN(XlaCluster cluster, AddXlaCluster(&backward, cluster_spec));
+    fetches = cluster.fetches;
+    result->xla_cluster_nodes = cluster.nodes;
+  }
   result->session.reset(NewSession(session_options));
   if (result->session == nullptr) return absl::InternalError("could not create a Session");
   TF_RETURN_IF_ERROR(result->session->Create(std::move(backward)));
   std::vector<Tensor> outs;
   result->fetches.assign(fetches.begin(), fetches.begin() + 1 + grad_names.size());
+  const XlaCompileStats compiled = XlaCompilations();
   TF_RETURN_IF_ERROR(result->session->Run(feeds, fetches, {}, &outs));
+  if (options.jit_compile) {
+    result->xla_compile_seconds = (XlaCompilations().micros - compiled.micros) * 1e-6;
+  }
   result->y = outs[0];
   const size_t n = req.xs.size();
   result->grads.assign(outs.begin() + 1, outs.begin() + 1 + n);
