@@ -8,10 +8,11 @@
 // then picks the element of that key and rank among equals, which is exactly the CPU kernel's
 // element. Larger windows sort the slot keys (with the slot as the tie-break) instead.
 //
-// The gradient materialises each output's chosen slot (an optimization barrier, so the
-// selection is not recomputed per input element), then adds d_y into the input grid slot by
-// slot, from the last slot to the first: for any input element that is output-pixel order, the
-// CPU kernel's order, so the sums are its sums bit for bit. No scatter, no dot.
+// The gradient loops over the slots, from the last to the first, adding d_y of the outputs whose
+// median is that slot at the slot's place in the input grid: for any input element that is
+// output-pixel order, the CPU kernel's order, so the sums are its sums bit for bit. No scatter,
+// no dot.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "tf_ext/xla/lowerings.h"
 #include "xla/hlo/builder/lib/arithmetic.h"
 #include "xla/hlo/builder/lib/constants.h"
+#include "xla/hlo/builder/lib/loops.h"
 #include "xla/shape.h"
 #include "xla/shape_util.h"
 
@@ -212,6 +214,56 @@ absl::StatusOr<Choice> ChooseMedians(XlaOp x, const functor::MedianPool2DParams&
   return SortChoice(keys, bits, m, k);
 }
 
+// The gradient's padded input grid as blocks of the stride along each axis: window slot t of
+// output o is padded element o * stride + t = (o + t / stride) * stride + t % stride, so one
+// slot's outputs fill a dense [N, out_h, 1, out_w, 1, C] block of the [N, blocks_h, stride_h,
+// blocks_w, stride_w, C] grid.
+struct SumAxis {
+  int64_t blocks = 0, stride = 1;
+};
+
+SumAxis SumAxisOf(int64_t out, int64_t stride, const AxisSlots& a, int64_t in) {
+  const int64_t needed = std::max(a.padded, a.pad_low + in);
+  SumAxis axis;
+  axis.stride = stride;
+  axis.blocks = std::max(out + (a.count - 1) / stride, (needed + stride - 1) / stride);
+  return axis;
+}
+
+struct SumGrid {
+  SumAxis h, w;
+};
+
+SumGrid SumGridOf(const functor::MedianPool2DParams& p, const Slots& s) {
+  return {SumAxisOf(p.out_height, p.stride_height, s.h, p.in_height),
+          SumAxisOf(p.out_width, p.stride_width, s.w, p.in_width)};
+}
+
+// One step of the gradient's loop over window slots, from the last slot to the first (for any
+// input element that is output-pixel order, the CPU kernel's order, so the sums are its sums
+// bit for bit): d_y of the outputs whose median is slot t, added at the slot's place. A loop
+// rather than K unrolled placements: its state keeps the chosen slots in memory, where XLA
+// would otherwise fuse the whole selection into every placement and compute it K times over.
+absl::StatusOr<std::vector<XlaOp>> AddSlot(XlaOp i, absl::Span<const XlaOp> v,
+                                           const functor::MedianPool2DParams& p, const Slots& s,
+                                           xla::XlaBuilder* b) {
+  const XlaOp sum = v[0], slot = v[1], dy = v[2];
+  XlaOp t = xla::Sub(IntConst(b, xla::S32, s.count() - 1), i);
+  XlaOp th = xla::Div(t, IntConst(b, xla::S32, s.w.count));
+  XlaOp tw = xla::Rem(t, IntConst(b, xla::S32, s.w.count));
+  XlaOp stride_h = IntConst(b, xla::S32, p.stride_height);
+  XlaOp stride_w = IntConst(b, xla::S32, p.stride_width);
+  XlaOp zero = IntConst(b, xla::S32, 0);
+  const std::vector<XlaOp> start = {zero, xla::Div(th, stride_h), xla::Rem(th, stride_h),
+                                    xla::Div(tw, stride_w), xla::Rem(tw, stride_w), zero};
+  const std::vector<int64_t> block = {p.batch, p.out_height, 1, p.out_width, 1, p.channels};
+  XlaOp part = xla::Reshape(xla::Select(xla::Eq(slot, t), dy,
+                                        xla::ZerosLike(dy)),
+                            block);
+  XlaOp updated = xla::Add(xla::DynamicSlice(sum, start, block), part);
+  return std::vector<XlaOp>{xla::DynamicUpdateSlice(sum, updated, start), slot, dy};
+}
+
 bool Empty(const functor::MedianPool2DParams& p) {
   return p.InputSize() == 0 || p.OutputSize() == 0;
 }
@@ -237,32 +289,20 @@ absl::StatusOr<XlaOp> MedianPool2DGrad(XlaOp x, XlaOp d_y, const functor::Median
   if (Empty(p)) return xla::ZerosLike(x);
   const Slots s = SlotsOf(p);
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseMedians(x, p, s));
-  XlaOp slot = xla::OptimizationBarrier(choice.slot);
   XlaOp dy = Widen(d_y, type);
-  XlaOp zero = xla::ScalarLike(dy, 0);
-  // Room for every input element even where no window reaches the image's end.
-  const int64_t extra_h = std::max<int64_t>(0, s.h.pad_low + p.in_height - s.h.padded);
-  const int64_t extra_w = std::max<int64_t>(0, s.w.pad_low + p.in_width - s.w.padded);
-  XlaOp sum;
-  for (int64_t t = s.count() - 1; t >= 0; --t) {
-    const int64_t th = t / s.w.count, tw = t % s.w.count;
-    XlaOp part = xla::Select(xla::Eq(slot, IntConst(b, xla::S32, t)), dy, xla::ZerosLike(dy));
-    xla::PaddingConfig config;
-    for (int d = 0; d < 4; ++d) {
-      auto* dim = config.add_dimensions();
-      if (d == 1) {
-        dim->set_edge_padding_low(th);
-        dim->set_interior_padding(p.stride_height - 1);
-        dim->set_edge_padding_high(s.h.count - 1 - th + extra_h);
-      } else if (d == 2) {
-        dim->set_edge_padding_low(tw);
-        dim->set_interior_padding(p.stride_width - 1);
-        dim->set_edge_padding_high(s.w.count - 1 - tw + extra_w);
-      }
-    }
-    XlaOp placed = xla::Pad(part, zero, config);
-    sum = t == s.count() - 1 ? placed : xla::Add(sum, placed);
-  }
+  TF_ASSIGN_OR_RETURN(xla::Shape dy_shape, b->GetShape(dy));
+  const SumGrid g = SumGridOf(p, s);
+  XlaOp zeros = xla::Broadcast(xla::Zero(b, dy_shape.element_type()),
+                               {p.batch, g.h.blocks, g.h.stride, g.w.blocks, g.w.stride, p.channels});
+  TF_ASSIGN_OR_RETURN(std::vector<XlaOp> state,
+                      xla::ForEachIndex(s.count(), xla::S32,
+                                        [&](XlaOp i, absl::Span<const XlaOp> v, xla::XlaBuilder* lb)
+                                            -> absl::StatusOr<std::vector<XlaOp>> {
+                                          return AddSlot(i, v, p, s, lb);
+                                        },
+                                        {zeros, choice.slot, dy}, "median_pool_grad_slots", b));
+  XlaOp sum = xla::Reshape(state[0], {p.batch, g.h.blocks * g.h.stride, g.w.blocks * g.w.stride,
+                                      p.channels});
   XlaOp dx = xla::Slice(sum, {0, s.h.pad_low, s.w.pad_low, 0},
                         {p.batch, s.h.pad_low + p.in_height, s.w.pad_low + p.in_width, p.channels},
                         {1, 1, 1, 1});
