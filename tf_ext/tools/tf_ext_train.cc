@@ -198,8 +198,11 @@ int Main(int argc, char** argv) {
   if (!iterations.ok()) return Fail(std::string(iterations.status().message()));
   std::printf("optimizer iterations: %lld\n", static_cast<long long>(*iterations));
   if (options.jit_compile) {
-    std::printf("XLA: the step's %d nodes compiled as one cluster in %.2f s (once per batch "
-                "shape)\n", (*trainer)->xla_cluster_nodes(), (*trainer)->xla_compile_seconds());
+    const std::vector<std::string>& shapes = (*trainer)->xla_compiled_shapes();
+    std::printf("XLA: the step's %d nodes compiled as one cluster in %.2f s, for %zu batch "
+                "shape%s (%s)\n", (*trainer)->xla_cluster_nodes(), (*trainer)->xla_compile_seconds(),
+                shapes.size(), shapes.size() == 1 ? "" : "s: XLA compiles each anew",
+                absl::StrJoin(shapes, ", ").c_str());
   }
   if ((*trainer)->distributed() != nullptr) {
     // Every worker ends with the same variables: a fingerprint of their bytes to compare.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <set>
@@ -933,6 +934,12 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
     if (jit_.target.empty()) TF_RETURN_IF_ERROR(BuildStepCluster());
     loss_name = jit_.loss;
     targets_run = {jit_.target};
+    // XLA compiles the cluster once per batch shape: at most two in a fit (a last partial
+    // batch), and whatever Step's caller feeds.
+    const std::string shape = inputs.empty() ? "[]" : inputs[0].second.shape().DebugString();
+    if (std::find(jit_.shapes.begin(), jit_.shapes.end(), shape) == jit_.shapes.end()) {
+      jit_.shapes.push_back(shape);
+    }
   }
   if (trace != nullptr || collective) {
     RunOptions run_options = collective ? distributed_->Run(train::Distributed::RunKind::kStep) : RunOptions();

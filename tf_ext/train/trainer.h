@@ -194,6 +194,8 @@ class Trainer {
   // seconds XLA has spent compiling it (once per batch shape).
   int xla_cluster_nodes() const { return jit_.nodes; }
   double xla_compile_seconds() const { return jit_.compile_seconds; }
+  // The batch shapes the step was compiled for ("[8,8,8,2]", ...): one per shape seen.
+  const std::vector<std::string>& xla_compiled_shapes() const { return jit_.shapes; }
 
   // With a cluster (TrainerOptions::distributed or TF_CONFIG): this worker's part, else null.
   // Create checks that every worker loaded the same model with the same batch size and cluster,
@@ -282,6 +284,7 @@ class Trainer {
     std::string loss, target;
     int nodes = 0;
     double compile_seconds = 0;
+    std::vector<std::string> shapes;
   } jit_;
   absl::Status BuildStepCluster();
 };
