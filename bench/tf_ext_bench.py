@@ -127,13 +127,13 @@ def _time(variants: list[Variant], reps: int, warmup: int = 2) -> int:
 # Helpers for the workloads
 
 
-def _fwd_bwd(f: Callable[..., Any], *args: tf.Tensor) -> Callable[[], Any]:
+def _fwd_bwd(f: Callable[..., Any], *args: tf.Tensor, jit: bool | None = None) -> Callable[[], Any]:
     """fn() computing f(*args) and the gradient of sum(f * dy) with respect to args[0], in one
-    tf.function (dy fixed random, so no reduction kernel dominates)."""
+    tf.function (dy fixed random, so no reduction kernel dominates), with jit_compile=jit."""
     first = f(*args)
     dy = tf.random.normal(tf.shape(first), seed=3)
 
-    @tf.function
+    @tf.function(jit_compile=jit)
     def step(*a):
         with tf.GradientTape() as tape:
             tape.watch(a[0])
@@ -516,24 +516,10 @@ XLA_VARIANT, KERNELS_VARIANT = "XLA (jit_compile)", "kernels (tf.function)"
 N_XLA_ELEMENTWISE = 4 * 1024 * 1024
 
 
-def _jit_fwd_bwd(f: Callable[..., Any], *args: tf.Tensor, jit: bool) -> Callable[[], Any]:
-    first = f(*args)
-    dy = tf.random.normal(tf.shape(first), seed=3)
-
-    @tf.function(jit_compile=jit)
-    def step(*a):
-        with tf.GradientTape() as tape:
-            tape.watch(a[0])
-            y = f(*a)
-        return y, tape.gradient(y, a[0], output_gradients=dy)
-
-    return lambda: step(*args)
-
-
 def _xla_workload(desc: str, f: Callable[..., Any], *args: tf.Tensor, nbytes: float) -> Workload:
     return (f"{desc} fwd+bwd, XLA against the kernels", nbytes, [
-        Variant(XLA_VARIANT, _jit_fwd_bwd(f, *args, jit=True), baseline=False),
-        Variant(KERNELS_VARIANT, _jit_fwd_bwd(f, *args, jit=False)),
+        Variant(XLA_VARIANT, _fwd_bwd(f, *args, jit=True), baseline=False),
+        Variant(KERNELS_VARIANT, _fwd_bwd(f, *args, jit=False)),
     ])
 
 

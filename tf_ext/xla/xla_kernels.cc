@@ -117,10 +117,14 @@ class MedianPool2DGradXlaOp : public MedianPool2DXlaBase {
   }
 };
 
-// RoiPool's and PsRoiAlign's attrs in their functor's shape struct, completed from an image
-// tensor's shape [N, H, W, C] and the rois' [R, 5].
-template <typename Shape>
-Shape RoiShape(Shape s, const TensorShape& image, const TensorShape& rois) {
+// The ROI ops' attrs in their functor's shape struct, completed from an image tensor's shape
+// [N, H, W, C] and the rois' [R, 5].
+template <typename Shape, typename A>
+Shape RoiGeometry(const A& attrs, const TensorShape& image, const TensorShape& rois) {
+  Shape s;
+  s.pooled_height = attrs.pooled_height;
+  s.pooled_width = attrs.pooled_width;
+  s.spatial_scale = attrs.spatial_scale;
   s.batch = image.dim_size(0);
   s.height = image.dim_size(1);
   s.width = image.dim_size(2);
@@ -129,19 +133,33 @@ Shape RoiShape(Shape s, const TensorShape& image, const TensorShape& rois) {
   return s;
 }
 
-class RoiPoolXlaBase : public XlaKernelWithAttrs<RoiPoolAttrs, ValidateRoiPoolAttrs> {
+functor::RoiPoolShape RoiShapeOf(const RoiPoolAttrs& attrs, const TensorShape& data,
+                                 const TensorShape& rois) {
+  return RoiGeometry<functor::RoiPoolShape>(attrs, data, rois);
+}
+
+functor::PsRoiAlignShape RoiShapeOf(const PsRoiAlignAttrs& attrs, const TensorShape& features,
+                                    const TensorShape& rois) {
+  auto s = RoiGeometry<functor::PsRoiAlignShape>(attrs, features, rois);
+  s.sampling_ratio = attrs.sampling_ratio;
+  s.output_channels = s.channels / (s.pooled_height * s.pooled_width);
+  return s;
+}
+
+template <typename A, absl::Status (*kValidate)(std::string_view, const AttrSlice&, A*)>
+class RoiXlaBase : public XlaKernelWithAttrs<A, kValidate> {
  public:
-  using XlaKernelWithAttrs::XlaKernelWithAttrs;
+  using XlaKernelWithAttrs<A, kValidate>::XlaKernelWithAttrs;
 
  protected:
-  functor::RoiPoolShape Shape(const TensorShape& data, const TensorShape& rois) const {
-    functor::RoiPoolShape s;
-    s.pooled_height = attrs_.pooled_height;
-    s.pooled_width = attrs_.pooled_width;
-    s.spatial_scale = attrs_.spatial_scale;
-    return RoiShape(s, data, rois);
+  // The lowering's shape struct from inputs 0 (the image) and 1 (the rois).
+  auto Shape(XlaOpKernelContext* ctx) const {
+    return RoiShapeOf(this->attrs_, ctx->InputShape(0), ctx->InputShape(1));
   }
 };
+
+using RoiPoolXlaBase = RoiXlaBase<RoiPoolAttrs, ValidateRoiPoolAttrs>;
+using PsRoiAlignXlaBase = RoiXlaBase<PsRoiAlignAttrs, ValidatePsRoiAlignAttrs>;
 
 class RoiPoolXlaOp : public RoiPoolXlaBase {
  public:
@@ -151,7 +169,7 @@ class RoiPoolXlaOp : public RoiPoolXlaBase {
     OP_REQUIRES_OK(ctx, ValidateRoiPoolShapes(type_string(), attrs_, Partial(ctx->InputShape(0)),
                                               Partial(ctx->InputShape(1)), &pooled));
     auto lowered = lowering::RoiPool(ctx->Input(0), ctx->Input(1),
-                                     Shape(ctx->InputShape(0), ctx->InputShape(1)));
+                                     Shape(ctx));
     OP_REQUIRES_OK(ctx, lowered.status());
     ctx->SetOutput(0, lowered->first);
     ctx->SetOutput(1, lowered->second);
@@ -167,24 +185,7 @@ class RoiPoolGradXlaOp : public RoiPoolXlaBase {
                             Partial(ctx->InputShape(1)), Partial(ctx->InputShape(2)),
                             Partial(ctx->InputShape(3))));
     SetOutput(ctx, 0, lowering::RoiPoolGrad(ctx->Input(1), ctx->Input(2), ctx->Input(3),
-                                            Shape(ctx->InputShape(0), ctx->InputShape(1))));
-  }
-};
-
-class PsRoiAlignXlaBase : public XlaKernelWithAttrs<PsRoiAlignAttrs, ValidatePsRoiAlignAttrs> {
- public:
-  using XlaKernelWithAttrs::XlaKernelWithAttrs;
-
- protected:
-  functor::PsRoiAlignShape Shape(const TensorShape& features, const TensorShape& rois) const {
-    functor::PsRoiAlignShape s;
-    s.pooled_height = attrs_.pooled_height;
-    s.pooled_width = attrs_.pooled_width;
-    s.spatial_scale = attrs_.spatial_scale;
-    s.sampling_ratio = attrs_.sampling_ratio;
-    s = RoiShape(s, features, rois);
-    s.output_channels = s.channels / (s.pooled_height * s.pooled_width);
-    return s;
+                                            Shape(ctx)));
   }
 };
 
@@ -197,7 +198,7 @@ class PsRoiAlignXlaOp : public PsRoiAlignXlaBase {
                                                  Partial(ctx->InputShape(0)),
                                                  Partial(ctx->InputShape(1)), &output));
     SetOutput(ctx, 0, lowering::PsRoiAlign(ctx->Input(0), ctx->Input(1),
-                                           Shape(ctx->InputShape(0), ctx->InputShape(1))));
+                                           Shape(ctx)));
   }
 };
 
@@ -210,7 +211,7 @@ class PsRoiAlignGradXlaOp : public PsRoiAlignXlaBase {
                                                      Partial(ctx->InputShape(1)),
                                                      Partial(ctx->InputShape(2))));
     SetOutput(ctx, 0, lowering::PsRoiAlignGrad(ctx->Input(1), ctx->Input(2),
-                                               Shape(ctx->InputShape(0), ctx->InputShape(1))));
+                                               Shape(ctx)));
   }
 };
 

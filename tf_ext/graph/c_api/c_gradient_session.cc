@@ -66,6 +66,13 @@ absl::StatusOr<int64_t> ParseInt(const std::string& text) {
   return v;
 }
 
+// A bool field's setter (true/false, 1/0).
+template <bool GradientSessionOptions::*kField>
+absl::Status SetBool(const std::string& text, GradientSessionOptions* options) {
+  TF_ASSIGN_OR_RETURN(options->*kField, ParseBool(text));
+  return absl::OkStatus();
+}
+
 const std::vector<SessionOption>& SessionOptionTable() {
   static const auto* table = new std::vector<SessionOption>{
       {"max_tensor_bytes", "an integer >= 0",
@@ -79,21 +86,9 @@ const std::vector<SessionOption>& SessionOptionTable() {
          TF_ASSIGN_OR_RETURN(o->backward_memory_budget, ParseMemoryBudget(t));
          return absl::OkStatus();
        }},
-      {"optimize_graph", "true or false",
-       [](const std::string& t, GradientSessionOptions* o) {
-         TF_ASSIGN_OR_RETURN(o->optimize_graph, ParseBool(t));
-         return absl::OkStatus();
-       }},
-      {"hoist_constants", "true or false",
-       [](const std::string& t, GradientSessionOptions* o) {
-         TF_ASSIGN_OR_RETURN(o->hoist_constants, ParseBool(t));
-         return absl::OkStatus();
-       }},
-      {"jit_compile", "true or false",
-       [](const std::string& t, GradientSessionOptions* o) {
-         TF_ASSIGN_OR_RETURN(o->jit_compile, ParseBool(t));
-         return absl::OkStatus();
-       }},
+      {"optimize_graph", "true or false", SetBool<&GradientSessionOptions::optimize_graph>},
+      {"hoist_constants", "true or false", SetBool<&GradientSessionOptions::hoist_constants>},
+      {"jit_compile", "true or false", SetBool<&GradientSessionOptions::jit_compile>},
       {"jit_compile_cache", "an integer >= 1",
        [](const std::string& t, GradientSessionOptions* o) {
          TF_ASSIGN_OR_RETURN(int64_t n, ParseInt(t));
