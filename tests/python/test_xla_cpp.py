@@ -133,5 +133,16 @@ def test_tf_ext_train_jit_compile_trains_as_without(tmp_path):
                   r"batch shapes: XLA compiles each anew \(\[8,8,8,2\], \[4,8,8,2\]\)",
                   compiled_out)
     assert m and int(m.group(1)) > 20 and float(m.group(2)) > 0, compiled_out
+    # One shape compiled at most: the last partial batch runs without XLA, training the same.
+    r = run(TRAIN, *common, f"--history={tmp_path / 'one'}.csv", "--jit_compile",
+            "--jit_compile_cache=1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    np.testing.assert_allclose(read_losses(tmp_path / "one.csv"), plain, rtol=1e-5)
+    assert re.search(r"compiled as one cluster in [0-9.]+ s, for 1 batch shape \(\[8,8,8,2\]\)",
+                     r.stdout), r.stdout
+    assert "XLA: 1 batch shape past --jit_compile_cache ran without XLA ([4,8,8,2])" in r.stdout
+    assert r.stderr.count("steps of shapes past them run without XLA") == 1, r.stderr[-3000:]
+    r = run(TRAIN, *common, "--jit_compile", "--jit_compile_cache=0")
+    assert r.returncode != 0 and "'0' is below 1" in r.stderr, r.stderr[-2000:]
     r = run(TRAIN, *common, "--jit_compile", "--memory_budget=0.5")
     assert r.returncode != 0 and "jit_compile with a memory budget" in r.stderr, r.stderr[-2000:]

@@ -203,6 +203,11 @@ int Main(int argc, char** argv) {
                 "shape%s (%s)\n", (*trainer)->xla_cluster_nodes(), (*trainer)->xla_compile_seconds(),
                 shapes.size(), shapes.size() == 1 ? "" : "s: XLA compiles each anew",
                 absl::StrJoin(shapes, ", ").c_str());
+    const std::vector<std::string>& others = (*trainer)->xla_uncompiled_shapes();
+    if (!others.empty()) {
+      std::printf("XLA: %zu batch shape%s past --jit_compile_cache ran without XLA (%s)\n",
+                  others.size(), others.size() == 1 ? "" : "s", absl::StrJoin(others, ", ").c_str());
+    }
   }
   if ((*trainer)->distributed() != nullptr) {
     // Every worker ends with the same variables: a fingerprint of their bytes to compare.

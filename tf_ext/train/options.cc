@@ -97,12 +97,13 @@ TrainerOption Parsed(std::string name, std::string value_name, std::string help,
   return o;
 }
 
-// `o`, refusing a negative value (an integer option).
-TrainerOption NonNegative(TrainerOption o) {
-  o.set = [set = std::move(o.set)](absl::string_view v, TrainerOptions* out) -> absl::Status {
+// `o`, refusing an integer below `least` (an integer option).
+TrainerOption AtLeast(int64_t least, TrainerOption o) {
+  o.set = [least, set = std::move(o.set)](absl::string_view v, TrainerOptions* out) -> absl::Status {
     int64_t n = 0;
-    if (absl::SimpleAtoi(v, &n) && n < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("'", v, "' is negative"));
+    if (absl::SimpleAtoi(v, &n) && n < least) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", v, "' is ", least == 0 ? "negative" : absl::StrCat("below ", least)));
     }
     return set(v, out);
   };
@@ -179,6 +180,10 @@ std::vector<TrainerOption> MakeTable() {
             "Keras's jit_compile: each training step runs as one XLA cluster, compiled at the "
             "first step (and again for a partial batch); not with --memory_budget or a cluster",
             TF_EXT_OPTION_FIELD(jit_compile)),
+      AtLeast(1, Field("jit_compile_cache", "N",
+                       "with --jit_compile: the batch shapes compiled at most; a step of another "
+                       "shape past them runs without XLA (a warning once)",
+                       TF_EXT_OPTION_FIELD(jit_compile_cache))),
       // The data and the loop (train::Fit, fit.h).
       Field("data", "PATH",
             "training data: an .npz file, or TFRecord files of tf.train.Example (a comma-separated "
@@ -263,7 +268,7 @@ std::vector<TrainerOption> MakeTable() {
             "the first training step's tensorflow.RunMetadata (binary; its step_stats give every "
             "node's time and output shapes)",
             TF_EXT_OPTION_FIELD(fit.step_stats)),
-      NonNegative(Field("threads", "N",
+      AtLeast(0, Field("threads", "N",
                         "threads of the training Session's kernels (intra-op and inter-op "
                         "parallelism; 0: TensorFlow's default, one per core)",
                         TF_EXT_OPTION_FIELD(threads))),

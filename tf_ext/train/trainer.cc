@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 
 #include <set>
@@ -10,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -190,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
             : "XLA on the CPU has no cross-process collectives", "); drop one"));
   }
   t->jit_.enabled = options.jit_compile;
+  t->jit_.cache = options.jit_compile_cache;
   if (cluster->has_value()) {
     if (options.fit.batch_size % (*cluster)->size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -930,16 +931,11 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   const bool collective = train && distributed_ != nullptr;
   std::string loss_name = train ? step_loss_tensor_ : inference ? eval_->loss : loss_tensor_;
   const XlaCompileStats compiled = XlaCompilations();
-  if (train && jit_.enabled) {  // the step, metrics included, as one XLA cluster
+  const bool jit = train && jit_.enabled && JitRuns(inputs);
+  if (jit) {  // the step, metrics included, as one XLA cluster
     if (jit_.target.empty()) TF_RETURN_IF_ERROR(BuildStepCluster());
     loss_name = jit_.loss;
     targets_run = {jit_.target};
-    // XLA compiles the cluster once per batch shape: at most two in a fit (a last partial
-    // batch), and whatever Step's caller feeds.
-    const std::string shape = inputs.empty() ? "[]" : inputs[0].second.shape().DebugString();
-    if (std::find(jit_.shapes.begin(), jit_.shapes.end(), shape) == jit_.shapes.end()) {
-      jit_.shapes.push_back(shape);
-    }
   }
   if (trace != nullptr || collective) {
     RunOptions run_options = collective ? distributed_->Run(train::Distributed::RunKind::kStep) : RunOptions();
@@ -951,7 +947,7 @@ absl::StatusOr<double> Trainer::Run(const std::vector<std::pair<std::string, Ten
   } else {
     TF_RETURN_IF_ERROR(bundle_.session->Run(feeds, {loss_name}, targets_run, &out));
   }
-  if (train && jit_.enabled) {
+  if (jit) {
     jit_.compile_seconds += (XlaCompilations().micros - compiled.micros) * 1e-6;
   }
   const Tensor& loss = out[0];
@@ -1069,6 +1065,26 @@ absl::Status Trainer::AddMetricUpdate(const Tensor& targets, bool inference) {
   }
   metric_targets_shape_ = shape;
   return absl::OkStatus();
+}
+
+bool Trainer::JitRuns(const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  // XLA compiles the cluster once per batch shape: at most two in a fit (a last partial
+  // batch), and whatever Step's caller feeds, up to jit_compile_cache shapes.
+  const std::string shape = inputs.empty() ? "[]" : inputs[0].second.shape().DebugString();
+  if (absl::c_linear_search(jit_.shapes, shape)) return true;
+  if (static_cast<int64_t>(jit_.shapes.size()) < jit_.cache) {
+    jit_.shapes.push_back(shape);
+    return true;
+  }
+  if (!absl::c_linear_search(jit_.uncompiled, shape)) {
+    if (jit_.uncompiled.empty()) {
+      LOG(WARNING) << kWhat << "jit_compile: a batch of shape " << shape << " after "
+                   << jit_.shapes.size() << " compiled shapes (jit_compile_cache); steps of "
+                   << "shapes past them run without XLA";
+    }
+    jit_.uncompiled.push_back(shape);
+  }
+  return false;
 }
 
 absl::Status Trainer::BuildStepCluster() {

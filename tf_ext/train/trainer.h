@@ -101,6 +101,9 @@ struct TrainerOptions {
   // must-compile XLA cluster (passes/xla_cluster.h), compiled at the first step and again for
   // a batch of another size (a last partial batch). Not with a memory budget or a cluster.
   bool jit_compile = false;
+  // With jit_compile: the batch shapes compiled at most (XLA keeps each compiled program); a
+  // step of another shape past them runs without XLA, with a warning once.
+  int64_t jit_compile_cache = 16;
 };
 
 class Trainer {
@@ -194,8 +197,10 @@ class Trainer {
   // seconds XLA has spent compiling it (once per batch shape).
   int xla_cluster_nodes() const { return jit_.nodes; }
   double xla_compile_seconds() const { return jit_.compile_seconds; }
-  // The batch shapes the step was compiled for ("[8,8,8,2]", ...): one per shape seen.
+  // The batch shapes the step was compiled for ("[8,8,8,2]", ...), at most jit_compile_cache,
+  // and those that ran without XLA past them.
   const std::vector<std::string>& xla_compiled_shapes() const { return jit_.shapes; }
+  const std::vector<std::string>& xla_uncompiled_shapes() const { return jit_.uncompiled; }
 
   // With a cluster (TrainerOptions::distributed or TF_CONFIG): this worker's part, else null.
   // Create checks that every worker loaded the same model with the same batch size and cluster,
@@ -284,8 +289,11 @@ class Trainer {
     std::string loss, target;
     int nodes = 0;
     double compile_seconds = 0;
-    std::vector<std::string> shapes;
+    int64_t cache = 0;
+    std::vector<std::string> shapes, uncompiled;
   } jit_;
+  // Whether a training step fed `inputs` runs the step's XLA cluster (noting its batch shape).
+  bool JitRuns(const std::vector<std::pair<std::string, Tensor>>& inputs);
   absl::Status BuildStepCluster();
 };
 
