@@ -18,10 +18,6 @@ namespace {
 
 using xla::XlaOp;
 
-int64_t MaxOfWidth(int width) {
-  return width == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (width - 1)) - 1;
-}
-
 XlaOp Bits(XlaOp x, const FloatLayout& l) { return xla::BitcastConvertType(x, l.bits_type); }
 
 // 2^e as a `type` scalar-shaped tensor like `e` (S32), from the exponent field: e must lie in
