@@ -59,17 +59,22 @@ audit: setup
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/audit_gradients.py --gradcheck=$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck \
 	  --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so --spec=$(ROOT)/tf_ext/tools/tf_core_gradcheck_spec.txt
 
-# The example workspace that uses tf_ext from outside, then every C++ (gtest) and Python
-# (pytest) test, `pip install .` of this tree, then the CUDA build (nvcc must keep compiling
-# the *.cu.cc kernels even on machines without a GPU).
+# Every C++ (gtest) and Python (pytest) test, two at a time (.bazelrc), with the op library's
+# CUDA variant built in the same run and its kernels listed (nvcc must keep compiling the
+# *.cu.cc kernels even on machines without a GPU); then the example workspace that uses tf_ext
+# from outside: its op library and C++ test there, and its Python test against tf_ext installed
+# by `pip install .` of this tree, as a third-party library's users run it (so tf_ext's own op
+# library is compiled once, not again inside the example's workspace).
+EXAMPLE_BIN := $(ROOT)/examples/third_party_ops/bazel-bin
 test: setup
-	$(MAKE) --no-print-directory example
-	$(BAZEL) test //... $(BAZEL_TEST_FLAGS)
-	$(MAKE) --no-print-directory pip-install
-	$(MAKE) --no-print-directory cuda
+	$(BAZEL) test //... //tf_ext:_tf_ext_ops_cuda.so $(BAZEL_TEST_FLAGS)
+	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $(ROOT)/bazel-bin/tf_ext/_tf_ext_ops_cuda.so
+	cd $(ROOT)/examples/third_party_ops && $(BAZEL) test //:swish_cc_test //:swish_ops.so $(BAZEL_TEST_FLAGS)
+	bash $(ROOT)/scripts/check_install.sh --in-tree --example=$(EXAMPLE_BIN)/swish_ops.so
 
 # examples/third_party_ops: its own Bazel workspace (tf_ext as a local_repository), its own
-# op library built with tf_custom_op_library + //tf_ext:grad_lib, C++ and Python gradient tests.
+# op library built with tf_custom_op_library + //tf_ext:grad_lib, C++ and Python gradient tests
+# (the Python one with tf_ext's package and op library built in that workspace too).
 example: setup
 	cd $(ROOT)/examples/third_party_ops && $(BAZEL) test //... $(BAZEL_TEST_FLAGS)
 

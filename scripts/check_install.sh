@@ -6,12 +6,22 @@
 #                  (cold Bazel build, ~10 min; `make test-install`)
 #   --wheel        `pip install dist/tf_ext-*.whl` with no TensorFlow present: pip must pull a
 #                  compatible one from the index by itself (`make test-wheel`)
+# then, with --example=LIBRARY (`make test`: examples/third_party_ops's swish_ops.so), that
+# third-party library's Python test with the installed tf_ext bridging its C++ gradient.
 # For the two source builds the new virtualenv sees .venv's TensorFlow through a .pth file and
 # pip runs with --no-index, so the install only succeeds if the wheel's Requires-Dist is
 # satisfied by the TensorFlow distribution already there (pip must not fetch another).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-mode="${1:?usage: scripts/check_install.sh --in-tree|--clean-clone|--wheel}"
+usage="usage: scripts/check_install.sh --in-tree|--clean-clone|--wheel [--example=LIBRARY.so]"
+mode="${1:?$usage}"
+example=""
+case "${2:-}" in
+  "") ;;
+  --example=*) example="$(realpath "${2#--example=}")" ;;
+  *) echo "check_install: unknown argument '$2' ($usage)"; exit 2 ;;
+esac
+[ -z "$example" ] || [ -f "$example" ] || { echo "check_install: no library '$example'"; exit 1; }
 tmp="$(mktemp -d /tmp/tf_ext_install.XXXXXX)"
 clone=""
 cleanup() {
@@ -98,4 +108,9 @@ want="$("$venv/bin/python" -c 'import importlib.metadata as md; print(md.version
 include="$(env -u PYTHONPATH "$venv/bin/python" -c 'import tf_ext; print(tf_ext.get_include())' 2>/dev/null)"
 [ -f "$include/tf_ext/train/c_trainer.h" ] || { echo "check_install $mode: no c_trainer.h under $include"; exit 1; }
 echo "check_install $mode: $version; C API headers in $include"
+if [ -n "$example" ]; then
+  env -u PYTHONPATH -u TF_EXT_LIBRARY -u RUNFILES_DIR SWISH_OPS_LIBRARY="$example" \
+    "$venv/bin/python" "$root/examples/third_party_ops/swish_test.py"
+  echo "check_install $mode: $example's gradient through the installed tf_ext"
+fi
 echo "check_install $mode: passed in $((SECONDS - start)) s"

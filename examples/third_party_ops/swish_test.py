@@ -10,8 +10,9 @@ import tensorflow as tf
 
 import tf_ext
 
-# Runfiles path of this workspace's op library (Bazel runs tests in the runfiles root).
-_LIBRARY = os.path.realpath("swish_ops.so")
+# This workspace's op library: its runfiles path (Bazel runs tests in the runfiles root), or
+# SWISH_OPS_LIBRARY (make test runs this file with tf_ext installed by pip).
+_LIBRARY = os.path.realpath(os.environ.get("SWISH_OPS_LIBRARY", "swish_ops.so"))
 
 
 def _swish_grad(x):
