@@ -39,6 +39,17 @@ TEST(ArrayGrads, Gather) {
   ExpectMatchesNumeric({"Gather", {}, {Random(DT_DOUBLE, {4}, 2), Ints({3, 3, 1}, {3})}, {1}});
 }
 
+// BroadcastTo with an int32 and an int64 shape (TensorFlow's own gradient refuses int64): new
+// leading axes, a size-1 axis broadcast, an axis kept; a scalar broadcast everywhere.
+TEST(ArrayGrads, BroadcastToBothIndexTypes) {
+  const Tensor shape32 = Ints({2, 2, 3, 4}, {4});
+  const Tensor shape64 = AsTensor<int64_t>({2, 2, 3, 4}, {4});
+  for (const Tensor& shape : {shape32, shape64}) {
+    ExpectMatchesNumeric({"BroadcastTo", {}, {Random(DT_DOUBLE, {1, 3, 1}, 7), shape}, {1}});
+    ExpectMatchesNumeric({"BroadcastTo", {}, {Random(DT_DOUBLE, {}, 8), shape}, {1}});
+  }
+}
+
 // Distinct indices for Max/Min (their numeric derivative is defined away from ties); duplicate
 // indices for Add/Sub (each duplicate gets the whole gradient). K = 1 (rows) and K = 2.
 TEST(ArrayGrads, TensorScatter) {

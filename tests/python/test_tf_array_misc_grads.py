@@ -1,4 +1,4 @@
-"""tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update and Print ops
+"""tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update, BroadcastTo and Print ops
 (tf_ext/grads/tf/array_grad.cc), fake-quantisation ops (quantization_grad.cc), stateless
 gamma and truncated-normal samplers (random_grad.cc) and AccumulateNV2 (math_grad.cc) against Python's gradients of the same op on the same inputs:
 duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices,
@@ -44,6 +44,34 @@ def test_gather_with_duplicates(index_dtype, dtype):
     params = grid((5, 3), dtype, seed=1)
     indices = np.array([[0, 4], [4, 2], [4, 4]], index_dtype)
     compare(lambda: tf.raw_ops.Gather(params=params, indices=indices), TOL[dtype])
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_broadcast_to_either_index_type(index_dtype, dtype):
+    # (a scalar input's gradient is the sum of compare's incoming grid, zero by symmetry:
+    # tests/tf_array_misc_grads_test.cc checks it against central differences)
+    for in_shape in [(1, 3, 1), (3, 4), (2, 1, 1, 1)]:
+        x = grid(in_shape, dtype, seed=4)
+        shape = np.array([2, 2, 3, 4], index_dtype)
+        compare(lambda: tf.raw_ops.BroadcastTo(input=x, shape=shape), TOL[dtype])
+
+
+def test_broadcast_to_int64_shape_under_use_cpp_gradients():
+    """tf.broadcast_to with an int64 shape differentiated by GradientTape through C++."""
+    x = tf.constant(grid((1, 3, 1), np.float64, seed=5))
+    shape = tf.constant([2, 3, 4], tf.int64)
+
+    def grad():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.broadcast_to(x, shape) * tf.constant(grid((2, 3, 4), np.float64, seed=6))
+        return tape.gradient(y, x)
+
+    want = grad()
+    with tf_ext.use_cpp_gradients():
+        got = grad()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("op", ["TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate"])

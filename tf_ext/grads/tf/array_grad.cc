@@ -427,6 +427,25 @@ absl::Status SliceGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// BroadcastTo(input, shape): d(input) = d(output) summed over the broadcast axes (kept), reshaped
+// to the input's shape, the axes from BroadcastGradientArgs(shape, shape(input)); every index
+// in the type of `shape`, int32 or int64 (Python's _BroadcastToGrad). Overrides TensorFlow's
+// (declared below).
+absl::Status BroadcastToGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("BroadcastTo", attrs);
+  const grad::FDH::AttrValueWrapper index = b.TypeOf("shape");
+  const grad::FDH::AttrValueWrapper type = b.TypeOf("input");
+  b.Add({{"input_shape"}, "Shape", {"input"}, {{"T", type}, {"out_type", index}}});
+  b.Add({{"output_axes", "input_axes"}, "BroadcastGradientArgs", {"shape", "input_shape"},
+         {{"T", index}}});
+  b.Add({{"summed"}, "Sum", {grad::GradName("output"), "input_axes"},
+         {{"T", type}, {"Tidx", index}, {"keep_dims", true}}});
+  b.Return("input", b.Add({{"dinput"}, "Reshape", {"summed", "input_shape"},
+                           {{"T", type}, {"Tshape", index}}}));
+  b.NotDifferentiable("shape");  // integer sizes
+  return b.Build(g);
+}
+
 }  // namespace
 
 TF_EXT_REGISTER_TF_GRADIENT("CompositeTensorVariantFromComponents",
@@ -456,6 +475,12 @@ TF_EXT_DECLARE_OP("Slice")
     .Overrides("TensorFlow 2.21's function gradient pads by shape(input) - begin - size: a size "
                "of -1 (to the end) gives a gradient of the wrong shape; int64 indices are "
                "refused")
+    .Register();
+TF_EXT_DECLARE_OP("BroadcastTo")
+    .Doc("Broadcasts a tensor to a shape (TensorFlow's op).")
+    .Gradient(&BroadcastToGrad, "d(input) = reshape(sum(d(output), broadcast axes), shape(input))")
+    .Overrides("TensorFlow 2.21's gradient (cc/gradients/array_grad.cc, a client gradient) "
+               "refuses an int64 shape ('BroadcastToGrad for int64 index are not supported')")
     .Register();
 TF_EXT_REGISTER_TF_GRADIENT("PlaceholderWithDefault", [](const AttrSlice& a, FunctionDef* g) {
   return PassThroughGrad("PlaceholderWithDefault", "input", "output", a, g);
