@@ -74,10 +74,11 @@ TEST(GradientOverrides, EveryDeclaredOverrideIsInstalledInBothRegistries) {
   EXPECT_EQ(declared,
             (std::vector<std::string>{
                 "Acos", "Acosh", "Angle", "Asin", "Asinh", "Atan", "Atan2", "Atanh",
-                "BatchMatMul", "BatchMatMulV2", "Complex", "Conv2D", "Cos", "Cosh", "Div",
-                "DivNoNan", "Exp", "Expm1", "GatherV2", "Imag", "Inv", "LRN", "Log", "Log1p",
-                "MatMul", "Max", "MaxPool", "MaxPoolGrad", "Mean", "Min", "Pow", "Prod", "Real",
-                "RealDiv", "Reciprocal", "Rsqrt", "Sigmoid", "Sin", "Sinh", "Slice",
+                "BatchMatMul", "BatchMatMulV2", "BroadcastTo", "Complex", "Conv2D", "Cos",
+                "Cosh", "Div", "DivNoNan", "Exp", "Expm1", "GatherV2", "Imag", "Inv", "LRN",
+                "Log", "Log1p", "MatMul", "Max", "MaxPool", "MaxPoolGrad", "Mean", "Min", "Pow",
+                "Prod", "QuantizeAndDequantizeV4", "Real", "RealDiv", "Reciprocal", "Reshape",
+                "Rsqrt", "Sigmoid", "Sin", "Sinh", "Slice",
                 "SoftmaxCrossEntropyWithLogits", "Split", "Sqrt", "Square", "SquaredDifference",
                 "Sum", "Tan", "Tanh"}));
   EXPECT_EQ(OverriddenTfGradientOps(), declared);
@@ -253,6 +254,54 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     auto good = RunCreator(ours, attrs, args);
     ASSERT_TRUE(good.ok()) << good.status();
     EXPECT_EQ((*good)[0].shape(), TensorShape({2, 5}));
+    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+  }
+  {
+    SCOPED_TRACE("BroadcastTo, int64 shape: fails");
+    AttrValueMap attrs;
+    attrs["T"].set_type(DT_DOUBLE);
+    attrs["Tidx"].set_type(DT_INT64);
+    const std::vector<Tensor> args = {Random(DT_DOUBLE, {1, 3}, 14), Axes(DT_INT64, {2, 3}),
+                                      Random(DT_DOUBLE, {2, 3}, 15)};
+    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("BroadcastTo", &ours));
+    ASSERT_TRUE(FindReplacedTfGradient("BroadcastTo", &theirs));
+    auto good = RunCreator(ours, attrs, args);
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ((*good)[0].shape(), TensorShape({1, 3}));
+    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+  }
+  {
+    SCOPED_TRACE("Reshape, int64 shape: the function's shape argument is int32");
+    AttrValueMap attrs;
+    attrs["T"].set_type(DT_DOUBLE);
+    attrs["Tshape"].set_type(DT_INT64);
+    const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 3}, 16), Axes(DT_INT64, {3, 2}),
+                                      Random(DT_DOUBLE, {3, 2}, 17)};
+    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("Reshape", &ours));
+    ASSERT_TRUE(FindReplacedTfGradient("Reshape", &theirs));
+    auto good = RunCreator(ours, attrs, args);
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 3}));
+    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+  }
+  {
+    SCOPED_TRACE("QuantizeAndDequantizeV4: fails for every dtype");
+    AttrValueMap attrs;
+    attrs["T"].set_type(DT_DOUBLE);
+    attrs["signed_input"].set_b(true);
+    attrs["num_bits"].set_i(8);
+    attrs["range_given"].set_b(true);
+    attrs["round_mode"].set_s("HALF_TO_EVEN");
+    attrs["narrow_range"].set_b(false);
+    attrs["axis"].set_i(-1);
+    const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 3}, 18),
+                                      test::AsTensor<double>({-0.5}), test::AsTensor<double>({0.5}),
+                                      Random(DT_DOUBLE, {2, 3}, 19)};
+    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("QuantizeAndDequantizeV4", &ours));
+    ASSERT_TRUE(FindReplacedTfGradient("QuantizeAndDequantizeV4", &theirs));
+    auto good = RunCreator(ours, attrs, args);
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 3}));
     EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
   }
   for (const char* op : {"Max", "Min"}) {

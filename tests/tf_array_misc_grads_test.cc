@@ -50,6 +50,13 @@ TEST(ArrayGrads, BroadcastToBothIndexTypes) {
   }
 }
 
+// Reshape with an int32 and an int64 shape (TensorFlow's function gradient declares it int32).
+TEST(ArrayGrads, ReshapeBothIndexTypes) {
+  ExpectMatchesNumeric({"Reshape", {}, {Random(DT_DOUBLE, {3, 4}, 9), Ints({2, -1, 3}, {3})}, {1}});
+  ExpectMatchesNumeric(
+      {"Reshape", {}, {Random(DT_DOUBLE, {3, 4}, 9), AsTensor<int64_t>({2, -1, 3}, {3})}, {1}});
+}
+
 // Distinct indices for Max/Min (their numeric derivative is defined away from ties); duplicate
 // indices for Add/Sub (each duplicate gets the whole gradient). K = 1 (rows) and K = 2.
 TEST(ArrayGrads, TensorScatter) {
@@ -159,6 +166,17 @@ TEST(QuantizationGrads, QuantizeAndDequantizeV2IsStraightThrough) {
   test::ExpectTensorNear<double>((*r)[0], dy);  // Python: d(input) = d(output)
   test::ExpectTensorNear<double>((*r)[1], AsTensor<double>({0.0}));
   test::ExpectTensorNear<double>((*r)[2], AsTensor<double>({0.0}));
+}
+
+// Python's straight-through estimator, masked to the range (TensorFlow's own gradient of the
+// op fails to build).
+TEST(QuantizationGrads, QuantizeAndDequantizeV4MasksToTheRange) {
+  const Tensor x = AsTensor<double>({-2.0, -0.3, 0.4, 1.7});
+  const Tensor dy = AsTensor<double>({1, 2, 3, 4});
+  auto r = test::RunSymbolicGradient("QuantizeAndDequantizeV4", {{"range_given", true}},
+                                     {x, AsTensor<double>({-1.0}), AsTensor<double>({1.0})}, {dy});
+  ASSERT_TRUE(r.ok()) << r.status();
+  test::ExpectTensorNear<double>((*r)[0], AsTensor<double>({0, 2, 3, 0}));
 }
 
 // Linear in `gradients`, piecewise constant in the rest: numeric Jacobians away from the

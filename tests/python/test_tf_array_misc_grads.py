@@ -1,4 +1,4 @@
-"""tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update, BroadcastTo and Print ops
+"""tf_ext's C++ gradients of TensorFlow's gather, scatter, strided-update, Reshape, BroadcastTo and Print ops
 (tf_ext/grads/tf/array_grad.cc), fake-quantisation ops (quantization_grad.cc), stateless
 gamma and truncated-normal samplers (random_grad.cc) and AccumulateNV2 (math_grad.cc) against Python's gradients of the same op on the same inputs:
 duplicate indices, ties of TensorScatterMax/Min, broadcast strided updates, int64 indices,
@@ -55,6 +55,28 @@ def test_broadcast_to_either_index_type(index_dtype, dtype):
         x = grid(in_shape, dtype, seed=4)
         shape = np.array([2, 2, 3, 4], index_dtype)
         compare(lambda: tf.raw_ops.BroadcastTo(input=x, shape=shape), TOL[dtype])
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_reshape_either_index_type(index_dtype):
+    x = grid((3, 4), np.float64, seed=7)
+    compare(lambda: tf.raw_ops.Reshape(tensor=x, shape=np.array([2, -1, 3], index_dtype)),
+            TOL[np.float64])
+
+
+def test_reshape_int64_shape_in_a_graph_under_use_cpp_gradients():
+    """tf.gradients in a tf.function of a Reshape to an int64 shape, through C++."""
+    x = tf.constant(grid((3, 4), np.float64, seed=8))
+    dy = tf.constant(grid((4, 3), np.float64, seed=9))
+
+    @tf.function
+    def grad(a):
+        return tf.gradients(tf.reshape(a, tf.constant([4, 3], tf.int64)), [a], grad_ys=[dy])[0]
+
+    want = grad(x)
+    with tf_ext.use_cpp_gradients():
+        got = tf.function(grad.python_function)(x)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 def test_broadcast_to_int64_shape_under_use_cpp_gradients():
@@ -181,6 +203,37 @@ def test_quantize_and_dequantize_v2(dtype):
     compare(lambda: tf.raw_ops.QuantizeAndDequantizeV2(
         input=QUANT_X.astype(dtype), input_min=dtype(-1.0), input_max=dtype(1.0),
         range_given=True), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_quantize_and_dequantize_v4(dtype):
+    """TensorFlow's own C++ gradient of this op fails to build; tf_ext's is Python's, for a
+    range given or taken from the input, and per channel."""
+    x = QUANT_X.astype(dtype)
+    compare(lambda: tf.raw_ops.QuantizeAndDequantizeV4(
+        input=x, input_min=dtype(-1.0), input_max=dtype(1.0), range_given=True), TOL[dtype])
+    compare(lambda: tf.raw_ops.QuantizeAndDequantizeV4(
+        input=x, input_min=dtype(0.0), input_max=dtype(0.0), range_given=False), TOL[dtype])
+    compare(lambda: tf.raw_ops.QuantizeAndDequantizeV4(
+        input=x, input_min=np.array([-1, -0.5, -2, -0.1], dtype),
+        input_max=np.array([1, 0.5, 2, 0.1], dtype), range_given=True, axis=1), TOL[dtype])
+
+
+def test_quantize_and_dequantize_v2_api_under_use_cpp_gradients():
+    """tf.quantization.quantize_and_dequantize_v2 (the V4 op) on a GradientTape through C++."""
+    x = tf.constant(QUANT_X.astype(np.float32))
+
+    def grad():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.quantization.quantize_and_dequantize_v2(x, -1.0, 1.0, range_given=True)
+        return tape.gradient(y, x, output_gradients=tf.constant(grid((2, 4), np.float32, seed=13)))
+
+    want = grad()
+    with tf_ext.use_cpp_gradients() as scope:
+        got = grad()
+    assert scope.counts().cpp.get("QuantizeAndDequantizeV4", 0) == 1, scope.counts()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 def test_quantize_and_dequantize_v4_grad():

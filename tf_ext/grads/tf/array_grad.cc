@@ -427,6 +427,20 @@ absl::Status SliceGrad(const AttrSlice& attrs, FunctionDef* g) {
   return b.Build(g);
 }
 
+// Reshape(tensor, shape): d(tensor) = d(output) reshaped to the tensor's shape, in the op's
+// own index type (Tshape: int32 or int64). Overrides TensorFlow's function gradient (declared
+// below).
+absl::Status ReshapeGrad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("Reshape", attrs);
+  const grad::FDH::AttrValueWrapper index = b.TypeOf("shape");
+  const grad::FDH::AttrValueWrapper type = b.TypeOf("tensor");
+  b.Add({{"tensor_shape"}, "Shape", {"tensor"}, {{"T", type}, {"out_type", index}}});
+  b.Return("tensor", b.Add({{"dtensor"}, "Reshape", {grad::GradName("output"), "tensor_shape"},
+                            {{"T", type}, {"Tshape", index}}}));
+  b.NotDifferentiable("shape");  // integer sizes
+  return b.Build(g);
+}
+
 // BroadcastTo(input, shape): d(input) = d(output) summed over the broadcast axes (kept), reshaped
 // to the input's shape, the axes from BroadcastGradientArgs(shape, shape(input)); every index
 // in the type of `shape`, int32 or int64 (Python's _BroadcastToGrad). Overrides TensorFlow's
@@ -475,6 +489,13 @@ TF_EXT_DECLARE_OP("Slice")
     .Overrides("TensorFlow 2.21's function gradient pads by shape(input) - begin - size: a size "
                "of -1 (to the end) gives a gradient of the wrong shape; int64 indices are "
                "refused")
+    .Register();
+TF_EXT_DECLARE_OP("Reshape")
+    .Doc("Reshapes a tensor (TensorFlow's op).")
+    .Gradient(&ReshapeGrad, "d(tensor) = reshape(d(output), shape(tensor))")
+    .Overrides("TensorFlow 2.21's function gradient declares the shape int32 whatever Tshape "
+               "is: with an int64 shape its function's arguments are not the op's (a graph "
+               "gradient fails to bind them)")
     .Register();
 TF_EXT_DECLARE_OP("BroadcastTo")
     .Doc("Broadcasts a tensor to a shape (TensorFlow's op).")

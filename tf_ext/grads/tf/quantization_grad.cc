@@ -1,7 +1,8 @@
 // Gradients of TensorFlow's fake-quantisation ops that no C++ registry has in TensorFlow 2.21,
 // written from Python's python/ops/array_ops.py and array_grad.py. Each is registered in both
 // C++ registries when the op library loads, unless TensorFlow has one already
-// (TF_EXT_REGISTER_TF_GRADIENT). Where Python returns None the gradient is zeros.
+// (TF_EXT_REGISTER_TF_GRADIENT); QuantizeAndDequantizeV4's replaces TensorFlow's, which fails
+// (TF_EXT_DECLARE_OP ... Overrides). Where Python returns None the gradient is zeros.
 //
 // Checked against numeric Jacobians (tests/tf_array_misc_grads_test.cc) and against Python's
 // gradients on the same inputs (tests/python/test_tf_array_misc_grads.py).
@@ -9,6 +10,7 @@
 
 #include "tensorflow/core/framework/function.h"
 #include "tf_ext/grads/grad_builder.h"
+#include "tf_ext/grads/manifest.h"
 #include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
@@ -46,6 +48,19 @@ absl::Status QuantizeAndDequantizeV2Grad(const AttrSlice& attrs, FunctionDef* g)
   return b.Build(g);
 }
 
+// QuantizeAndDequantizeV4(input, input_min, input_max): Python's gradient, the backward op
+// QuantizeAndDequantizeV4Grad(d(output), input, input_min, input_max) with the op's axis: the
+// incoming gradient masked to the range, and the range's gradients. Overrides TensorFlow's
+// (declared below).
+absl::Status QuantizeAndDequantizeV4Grad(const AttrSlice& attrs, FunctionDef* g) {
+  grad::GradBuilder b("QuantizeAndDequantizeV4", attrs);
+  b.RequireTypes("T", {DT_HALF, DT_BFLOAT16, DT_FLOAT, DT_DOUBLE});
+  b.DedicatedOp("QuantizeAndDequantizeV4Grad",
+                {GradName("output"), "input", "input_min", "input_max"}, {"T", "axis"},
+                {"input", "input_min", "input_max"});
+  return b.Build(g);
+}
+
 // QuantizeAndDequantizeV4Grad(gradients, input, input_min, input_max) = (gradients masked to
 // input_min <= input <= input_max (per channel along `axis`), 0, 0): linear in `gradients`
 // with the same mask, piecewise constant in the rest. Python's registered gradient of this op
@@ -77,6 +92,17 @@ TF_EXT_REGISTER_TF_GRADIENT("FakeQuantWithMinMaxVarsPerChannel",
                             });
 TF_EXT_REGISTER_TF_GRADIENT("QuantizeAndDequantizeV2", QuantizeAndDequantizeV2Grad);
 TF_EXT_REGISTER_TF_GRADIENT("QuantizeAndDequantizeV4Grad", QuantizeAndDequantizeV4GradGrad);
+// TensorFlow's gradient of this one is wrong: replaced in every registry (docs/registries.md).
+TF_EXT_DECLARE_OP("QuantizeAndDequantizeV4")
+    .Doc("Quantizes then dequantizes a tensor (TensorFlow's op; tf.quantization."
+         "quantize_and_dequantize_v2 runs it).")
+    .Gradient(&QuantizeAndDequantizeV4Grad,
+              "QuantizeAndDequantizeV4Grad(d(output), input, input_min, input_max)")
+    .Overrides("TensorFlow 2.21's gradient (cc/gradients/array_grad.cc, a client gradient) "
+               "passes an int32 tensor where QuantizeAndDequantizeV4Grad takes the input: it "
+               "fails to build for every dtype (\"Inconsistent values for attr 'T' DT_FLOAT vs. "
+               "DT_INT32\")")
+    .Register();
 // The backward ops themselves: not differentiable, as in Python (array_grad.py).
 TF_EXT_REGISTER_TF_GRADIENT("FakeQuantWithMinMaxArgsGradient", nullptr);
 TF_EXT_REGISTER_TF_GRADIENT("FakeQuantWithMinMaxVarsGradient", nullptr);
