@@ -502,11 +502,7 @@ def _symbolic_gradient_defs(
     instantiates the op's gradient from the C++ registry TfExt>GradientFunctionDef reads.
     Not differentiable (SymbolicGradient has no gradient)."""
     op_def = _tf_compat.op_def(node.op)
-    full = _tf_compat.NodeDef()
-    full.CopyFrom(node)
-    for attr in op_def.attr:
-        if attr.name not in full.attr and attr.HasField("default_value"):
-            full.attr[attr.name].CopyFrom(attr.default_value)
+    full = _with_defaults(node, op_def)
     in_types = _flat_types(op_def.input_arg, full)
     out_types = _flat_types(op_def.output_arg, full)
     digest = hashlib.sha256(full.SerializeToString(deterministic=True)).hexdigest()[:16]
@@ -544,6 +540,16 @@ def _symbolic_gradient_defs(
     return fdef, forward
 
 
+def _with_defaults(node: _tf_compat.NodeDef, op_def: Any) -> _tf_compat.NodeDef:
+    """A copy of `node` with every attr it leaves out set to op_def's default."""
+    full = _tf_compat.NodeDef()
+    full.CopyFrom(node)
+    for attr in op_def.attr:
+        if attr.name not in full.attr and attr.HasField("default_value"):
+            full.attr[attr.name].CopyFrom(attr.default_value)
+    return full
+
+
 def _flat_types(args: Iterable[Any], node: _tf_compat.NodeDef) -> list[int]:
     """The dtypes of an OpDef's input or output arguments for `node`'s attrs, list arguments
     flattened (N*T: N times T; a type list: its types)."""
@@ -562,6 +568,29 @@ def _shapes_key(shapes: Iterable[tf.TensorShape | None]) -> tuple[Any, ...]:
     return tuple(None if s is None or s.rank is None else tuple(s.as_list()) for s in shapes)
 
 
+# Dtypes a gradient flows through (gradients_util._IsBackpropagatable's): a node whose every
+# output is of another dtype (ints, bool, strings) is never differentiated, so it needs no
+# gradient of its own (Prod's gradient computes its permutation with ListDiff and Mod on int32).
+_BACKPROPAGATED_DTYPES = frozenset(
+    t.as_datatype_enum for t in (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.complex64,
+                                 tf.complex128, tf.resource, tf.variant))
+
+
+def _backpropagates(node: _tf_compat.NodeDef) -> bool:
+    """Whether a gradient can flow out of one of `node`'s outputs (True where its output
+    types are unknown: a function call, an attr missing)."""
+    op_def = _tf_compat.op_def(node.op)
+    if op_def is None:
+        return True
+    full = _with_defaults(node, op_def)
+    try:
+        types = _flat_types(op_def.output_arg, full)
+    except (KeyError, ValueError):
+        return True
+    # (DT_INVALID: an attr still a placeholder)
+    return any(t in _BACKPROPAGATED_DTYPES or t == 0 for t in types)
+
+
 def _callable_gradient(
         op_type: str, fdef: _tf_compat.FunctionDef,
         forward: _tf_compat.FunctionDef | None = None,
@@ -572,7 +601,7 @@ def _callable_gradient(
     or one registered as not implemented. shapes: the arguments' static shapes, which the
     callable then requires (default: any shapes)."""
     lacking, unimplemented = [], []
-    for node_type in sorted({n.op for n in fdef.node_def}):
+    for node_type in sorted({n.op for n in fdef.node_def if _backpropagates(n)}):
         # Body ops with a C++ gradient (tf_ext's or a third party's) get bridged too.
         if (not _tf_compat.has_python_gradient(node_type) and
                 _tf_compat.is_registered_op(node_type)):

@@ -1,5 +1,6 @@
 """Second-order gradients through the bridge: they work where the C++ gradient is made of
-differentiable ops (ZeroOut, SignSTE, GradientReversal) and match closed forms; for the ops
+differentiable ops (ZeroOut, SignSTE, GradientReversal) and match closed forms, and Prod's
+(under use_cpp_gradients) matches Python's; for the ops
 with a dedicated backward op (RoiPool, PsRoiAlign, MedianPool2D) C++ registers the backward
 op's gradient as not implemented, and Python raises GradientNotImplementedError naming the op
 instead of returning zeros or None."""
@@ -33,6 +34,21 @@ def test_sign_ste(mode, dtype):
     mask = np.abs(x64**3) <= clip
     assert 0 < mask.sum() < mask.size
     np.testing.assert_allclose(h, 12 * mask * x64**2 * v, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_prod_under_use_cpp_gradients(mode, dtype):
+    """Prod's C++ gradient computes its permutation with ListDiff and Mod on int32: ops without
+    a gradient that nothing differentiates, so its second derivative is Python's (it was
+    refused as "not differentiable")."""
+    x = ref.shuffled_grid((3, 4), dtype, seed=2) + 2.0
+    v = ref.shuffled_grid((3, 4), dtype, seed=3)
+    f = lambda t: tf.reduce_prod(t, axis=1)
+    want = hvp(mode, f, x, v)
+    with tf_ext.use_cpp_gradients() as scope:
+        got = hvp(mode, f, x, v)
+    assert scope.counts().cpp.get("Prod", 0) >= 1, scope.counts()
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * np.abs(want).max())
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
