@@ -5,7 +5,7 @@ export PYTHON_BIN_PATH := $(ROOT)/.venv/bin/python
 BAZEL ?= bazel
 BAZEL_TEST_FLAGS ?=
 
-.PHONY: setup build demo test docs xla-sweep cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train bench-train-distributed
+.PHONY: setup build demo test docs tf-test-bases xla-sweep cuda gpu-harness-build gpu-harness-host gpu-test gpu-bench gradcheck models registries audit fuzz sanitize sanitize-py clean example pip-install wheel test-wheel test-install test-tf bench bench-models bench-train bench-train-distributed
 
 setup:
 	@bash $(ROOT)/scripts/setup.sh
@@ -43,6 +43,16 @@ registries: setup
 	$(BAZEL) build //tf_ext:tf_ext_gradcheck //tf_ext:_tf_ext_ops.so
 	$(ROOT)/bazel-bin/tf_ext/tf_ext_gradcheck --registries=full --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
 	$(PYTHON_BIN_PATH) $(ROOT)/scripts/parity_report.py --library=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so
+
+# TensorFlow's six gradient test bases from its wheel (xent, sparse xent, bias, depthwise
+# convolution, cuDNN-deterministic convolution, image resizing), every test run with Python's
+# gradients and again under use_cpp_gradients (scripts/tf_test_bases.py): prints each base's
+# counts, every regression and `regressions: N`, and fails unless N is 0. `make test` runs a
+# seeded subset (//tests:tf_test_bases_py_test).
+tf-test-bases: setup
+	$(BAZEL) build //tf_ext:_tf_ext_ops.so
+	PYTHONPATH=$(ROOT)/python TF_EXT_LIBRARY=$(ROOT)/bazel-bin/tf_ext/_tf_ext_ops.so \
+	  $(PYTHON_BIN_PATH) $(ROOT)/scripts/tf_test_bases.py --json=$(ROOT)/.tf_test_bases.json
 
 # Attribute-sweep audit: every op with both a C++ and a Python gradient, on configurations
 # generated from its OpDef (tf_ext_gradcheck --emit_configs), C++'s gradient against Python's,
