@@ -78,7 +78,7 @@ audit: setup
 EXAMPLE_BIN := $(ROOT)/examples/third_party_ops/bazel-bin
 test: setup
 	$(BAZEL) test //... //tf_ext:_tf_ext_ops_cuda.so $(BAZEL_TEST_FLAGS)
-	$(PYTHON_BIN_PATH) $(ROOT)/scripts/check_cuda_kernels.py $(ROOT)/bazel-bin/tf_ext/_tf_ext_ops_cuda.so
+	$(MAKE) --no-print-directory cuda
 	cd $(ROOT)/examples/third_party_ops && $(BAZEL) test //:swish_cc_test //:swish_ops.so $(BAZEL_TEST_FLAGS)
 	bash $(ROOT)/scripts/check_install.sh --in-tree --example=$(EXAMPLE_BIN)/swish_ops.so
 
