@@ -173,6 +173,19 @@ absl::StatusOr<std::vector<Tensor>> RunCreator(const gradient::Creator& creator,
   return RunGradientFunction(fdef, attrs, args);
 }
 
+// For an override where TensorFlow's replaced gradient fails to build or run: tf_ext's runs and
+// gives d(first input) of `want` shape, TensorFlow's fails.
+void ExpectOursRunWhereTheirsFail(const std::string& op, const AttrValueMap& attrs,
+                                  const std::vector<Tensor>& args, const TensorShape& want) {
+  gradient::Creator ours, theirs;
+  TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator(op, &ours));
+  ASSERT_TRUE(FindReplacedTfGradient(op, &theirs));
+  auto good = RunCreator(ours, attrs, args);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ((*good)[0].shape(), want);
+  EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+}
+
 // What each override corrects, shown on TensorFlow's replaced gradient and on tf_ext's, run the
 // same way: TensorFlow's fails or differs, tf_ext's matches the SymbolicGradient checked against
 // central differences below.
@@ -249,12 +262,7 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     axis.scalar<int32>()() = -1;
     const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 5}, 12), Axes(DT_INT32, {3, 0, 3}),
                                       axis, Random(DT_DOUBLE, {2, 3}, 13)};
-    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("GatherV2", &ours));
-    ASSERT_TRUE(FindReplacedTfGradient("GatherV2", &theirs));
-    auto good = RunCreator(ours, attrs, args);
-    ASSERT_TRUE(good.ok()) << good.status();
-    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 5}));
-    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+    ExpectOursRunWhereTheirsFail("GatherV2", attrs, args, TensorShape({2, 5}));
   }
   {
     SCOPED_TRACE("BroadcastTo, int64 shape: fails");
@@ -263,12 +271,7 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     attrs["Tidx"].set_type(DT_INT64);
     const std::vector<Tensor> args = {Random(DT_DOUBLE, {1, 3}, 14), Axes(DT_INT64, {2, 3}),
                                       Random(DT_DOUBLE, {2, 3}, 15)};
-    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("BroadcastTo", &ours));
-    ASSERT_TRUE(FindReplacedTfGradient("BroadcastTo", &theirs));
-    auto good = RunCreator(ours, attrs, args);
-    ASSERT_TRUE(good.ok()) << good.status();
-    EXPECT_EQ((*good)[0].shape(), TensorShape({1, 3}));
-    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+    ExpectOursRunWhereTheirsFail("BroadcastTo", attrs, args, TensorShape({1, 3}));
   }
   {
     SCOPED_TRACE("Reshape, int64 shape: the function's shape argument is int32");
@@ -277,12 +280,7 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     attrs["Tshape"].set_type(DT_INT64);
     const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 3}, 16), Axes(DT_INT64, {3, 2}),
                                       Random(DT_DOUBLE, {3, 2}, 17)};
-    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("Reshape", &ours));
-    ASSERT_TRUE(FindReplacedTfGradient("Reshape", &theirs));
-    auto good = RunCreator(ours, attrs, args);
-    ASSERT_TRUE(good.ok()) << good.status();
-    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 3}));
-    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+    ExpectOursRunWhereTheirsFail("Reshape", attrs, args, TensorShape({2, 3}));
   }
   {
     SCOPED_TRACE("QuantizeAndDequantizeV4: fails for every dtype");
@@ -297,12 +295,7 @@ TEST(GradientOverrides, TensorFlowsReplacedGradientsAreWrongWhereOursAreNot) {
     const std::vector<Tensor> args = {Random(DT_DOUBLE, {2, 3}, 18),
                                       test::AsTensor<double>({-0.5}), test::AsTensor<double>({0.5}),
                                       Random(DT_DOUBLE, {2, 3}, 19)};
-    TF_EXT_ASSERT_OK(gradient::GetOpGradientCreator("QuantizeAndDequantizeV4", &ours));
-    ASSERT_TRUE(FindReplacedTfGradient("QuantizeAndDequantizeV4", &theirs));
-    auto good = RunCreator(ours, attrs, args);
-    ASSERT_TRUE(good.ok()) << good.status();
-    EXPECT_EQ((*good)[0].shape(), TensorShape({2, 3}));
-    EXPECT_FALSE(RunCreator(theirs, attrs, args).ok());
+    ExpectOursRunWhereTheirsFail("QuantizeAndDequantizeV4", attrs, args, TensorShape({2, 3}));
   }
   for (const char* op : {"Max", "Min"}) {
     SCOPED_TRACE(absl::StrCat(op, ", keep_dims: fails or wrong"));
