@@ -71,16 +71,16 @@ audit: setup
 
 # Every C++ (gtest) and Python (pytest) test, two at a time (.bazelrc), with the op library's
 # CUDA variant built in the same run and its kernels listed (nvcc must keep compiling the
-# *.cu.cc kernels even on machines without a GPU); then the example workspace that uses tf_ext
-# from outside: its op library and C++ test there, and its Python test against tf_ext installed
-# by `pip install .` of this tree, as a third-party library's users run it (so tf_ext's own op
-# library is compiled once, not again inside the example's workspace).
-EXAMPLE_BIN := $(ROOT)/examples/third_party_ops/bazel-bin
+# *.cu.cc kernels even on machines without a GPU), and the example op library that uses tf_ext
+# from outside (examples/third_party_ops, as the external repository @third_party_ops: its op
+# library and C++ test, in the same run, so the tf_ext libraries it uses are compiled once);
+# then the example's Python test against tf_ext installed by `pip install .` of this tree, as a
+# third-party library's users run it. `make example` builds the example in its own workspace.
+EXAMPLE_OPS := $(ROOT)/bazel-bin/external/third_party_ops/swish_ops.so
 test: setup
-	$(BAZEL) test //... //tf_ext:_tf_ext_ops_cuda.so $(BAZEL_TEST_FLAGS)
+	$(BAZEL) test //... //tf_ext:_tf_ext_ops_cuda.so @third_party_ops//:swish_cc_test @third_party_ops//:swish_ops.so $(BAZEL_TEST_FLAGS)
 	$(MAKE) --no-print-directory cuda
-	cd $(ROOT)/examples/third_party_ops && $(BAZEL) test //:swish_cc_test //:swish_ops.so $(BAZEL_TEST_FLAGS)
-	bash $(ROOT)/scripts/check_install.sh --in-tree --example=$(EXAMPLE_BIN)/swish_ops.so
+	bash $(ROOT)/scripts/check_install.sh --in-tree --example=$(EXAMPLE_OPS)
 
 # examples/third_party_ops: its own Bazel workspace (tf_ext as a local_repository), its own
 # op library built with tf_custom_op_library + //tf_ext:grad_lib, C++ and Python gradient tests

@@ -50,11 +50,18 @@ SANITIZE_FLAGS = [
     "-fno-omit-frame-pointer",
 ]
 
-# Labels of this repository, resolved here: a macro called from another workspace (which has
-# tf_ext as an external repository) would otherwise resolve "//tf_ext:..." in the caller's.
-_CUDA_ENABLED = str(Label("//tf_ext:cuda_enabled"))
-_ASAN_ENABLED = str(Label("//tf_ext:asan_enabled"))
-_SANITIZER_OPTIONS = str(Label("//tf_ext/sanitizers:sanitizer_options"))
+# Labels of this repository, resolved here to strings that name their repository: a macro
+# called from another repository (a workspace with tf_ext as an external repository, or the
+# example built from tf_ext's own workspace) would otherwise resolve "//tf_ext:..." in the
+# caller's. str() of a main-repository Label drops the repository ("//tf_ext:x"), so "@" names
+# it; select() takes only strings.
+def _this_repository(label):
+    s = str(Label(label))
+    return s if s.startswith("@") else "@" + s
+
+_CUDA_ENABLED = _this_repository("//tf_ext:cuda_enabled")
+_ASAN_ENABLED = _this_repository("//tf_ext:asan_enabled")
+_SANITIZER_OPTIONS = _this_repository("//tf_ext/sanitizers:sanitizer_options")
 
 # NDEBUG_SANITIZER: under ASan, absl's raw_hash_set (flat_hash_map/set) switches on
 # "generations" (ABSL_SWISSTABLE_ENABLE_GENERATIONS), which changes its memory layout.
