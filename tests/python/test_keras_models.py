@@ -35,14 +35,23 @@ MODELS = [
 ]
 
 
-def freeze(tmp_path, model, size, training, *extra):
-    out = str(tmp_path / model)
-    cmd = [sys.executable, FREEZE, model, "--out=" + out, "--size=%d" % size] + list(extra)
-    if training:
-        cmd.append("--training")
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out, json.load(open(os.path.join(out, "info.json")))
+@pytest.fixture(scope="module")
+def freeze(tmp_path_factory):
+    """freeze(model, size, training, *extra) -> (directory, info): each model frozen once per
+    test process; the tests that use the same one share it and write only to their tmp_path."""
+    frozen = {}
+
+    def run(model, size, training, *extra):
+        key = (model, size, training) + extra
+        if key not in frozen:
+            out = str(tmp_path_factory.mktemp(model))
+            cmd = [sys.executable, FREEZE, model, "--out=" + out, "--size=%d" % size]
+            cmd += list(extra) + (["--training"] if training else [])
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-3000:]
+            frozen[key] = out, json.load(open(os.path.join(out, "info.json")))
+        return frozen[key]
+    return run
 
 
 def tf_ext_grad(*args):
@@ -52,9 +61,9 @@ def tf_ext_grad(*args):
 
 @pytest.mark.parametrize("model,size,training", MODELS,
                          ids=["%s-%s" % (m, "training" if t else "inference") for m, _, t in MODELS])
-def test_frozen_model_gradient_matches_python(tmp_path, model, size, training):
-    out, info = freeze(tmp_path, model, size, training)
-    grad = os.path.join(out, "grad.npz")
+def test_frozen_model_gradient_matches_python(freeze, tmp_path, model, size, training):
+    out, info = freeze(model, size, training)
+    grad = str(tmp_path / "grad.npz")
     r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
                     "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -77,9 +86,9 @@ def test_frozen_model_gradient_matches_python(tmp_path, model, size, training):
         assert "negative reduction axes" not in r.stdout, r.stdout
 
 
-def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
+def test_frozen_model_random_projection_check_and_optimize_flag(freeze, tmp_path):
     # --check stays bounded on a model with 6144 inputs: random projections, PASS.
-    out, _ = freeze(tmp_path, "MobileNetV2", 32, False)
+    out, _ = freeze("MobileNetV2", 32, False)
     r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x", "--check",
                     "--seed=3")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
@@ -90,7 +99,7 @@ def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
     # the same function's, and the tool reports its peak memory either way.
     ref = np.load(os.path.join(out, "expected.npz"))["dy_dx"]
     for flags in ([], ["--optimize=false"]):
-        grad = os.path.join(out, "grad_%d.npz" % len(flags))
+        grad = str(tmp_path / ("grad_%d.npz" % len(flags)))
         r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
                         "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad, *flags)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -99,13 +108,13 @@ def test_frozen_model_random_projection_check_and_optimize_flag(tmp_path):
         assert rel <= 1e-3, (flags, rel)
 
 
-def test_lstm_while_loop_gradient_matches_python(tmp_path):
+def test_lstm_while_loop_gradient_matches_python(freeze, tmp_path):
     # The default freeze lowers the loop to v1 frames (Enter/Exit/Switch/Merge/NextIteration),
     # which tf_ext converts back to a While and differentiates (docs/control_flow.md). Python
     # cannot differentiate the imported loop: the reference is its gradient of the eager call.
-    out, info = freeze(tmp_path, "LSTM", 6, False, "--eager_reference")
+    out, info = freeze("LSTM", 6, False, "--eager_reference")
     assert {"Enter", "Exit", "NextIteration"} <= set(info["op_types"]), info["op_types"]
-    grad = os.path.join(out, "grad.npz")
+    grad = str(tmp_path / "grad.npz")
     r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
                     "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -117,19 +126,19 @@ def test_lstm_while_loop_gradient_matches_python(tmp_path):
     assert rel <= 1e-4, rel
 
 
-def test_mixtral_backbone_gradient_every_pipeline_matches_python(tmp_path):
+def test_mixtral_backbone_gradient_every_pipeline_matches_python(freeze, tmp_path):
     # keras-hub's MixtralBackbone (two decoder layers of four experts, top-2 routing) on float
     # embeddings. Its router's TopKV2 gradient reads Size(Shape(input)): the default pipeline
     # (each op's gradient inlined, static shapes made constants) once failed at run time there
     # ("indices = -1 is not in [0, 2)") while --symbolic_gradients ran. Every pipeline now gives
     # Python's gradient of the same frozen function.
-    out, info = freeze(tmp_path, "MixtralBackbone", 8, False)
+    out, info = freeze("MixtralBackbone", 8, False)
     assert "TopKV2" in info["op_types"], info["op_types"]
     ref = np.load(os.path.join(out, "expected.npz"))
     scale = np.abs(ref["dy_dx"]).max()
     assert scale > 0
     for flags in ([], ["--symbolic_gradients"], ["--optimize=false"]):
-        grad = os.path.join(out, "grad_%s.npz" % "".join(flags).strip("-"))
+        grad = str(tmp_path / ("grad_%s.npz" % "".join(flags).strip("-")))
         r = tf_ext_grad("--graph=" + os.path.join(out, "model.pb"), "--y=y", "--x=x",
                         "--feed=x=@" + os.path.join(out, "input.npy"), "--save=" + grad, *flags)
         assert r.returncode == 0, (flags, r.stderr[-3000:])
