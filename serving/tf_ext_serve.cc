@@ -28,6 +28,7 @@
 #include "tensorflow/core/public/session_options.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
+#include "tf_ext/tools/quiet_startup.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -79,7 +80,7 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
   }
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tf_ext_serve: ", s.message(), "\n", parser.Usage()));
+        absl::StrCat("tf_ext_serve: ", parser.ErrorLine(s.message())));
   }
   std::vector<double> numbers;
   TF_RETURN_IF_ERROR(ParseNumbers("shape", shape, &numbers));
@@ -158,6 +159,7 @@ absl::Status Run(const Flags& flags) {
 }  // namespace tensorflow::tf_ext
 
 int main(int argc, char** argv) {
+  tensorflow::tf_ext::tools::QuietTensorFlowStartup();
   tensorflow::tf_ext::Flags flags;
   bool help = false;
   absl::Status s = tensorflow::tf_ext::ParseFlags(argc, argv, &flags, &help);

@@ -132,7 +132,8 @@ def test_malformed_budgets_are_refused_naming_the_value(tmp_path, bad):
     errors = [line for line in r.stderr.splitlines() if line.startswith("tf_ext_train:")]
     assert errors == [f"tf_ext_train: bad --memory_budget: memory budget '{bad}': "
                       f"{'not a fraction in (0, 1]' if '.' in bad else 'not a positive integer'} "
-                      "(a fraction in (0, 1] such as 0.5, or bytes such as 536870912 or 512M)"], r.stderr
+                      "(a fraction in (0, 1] such as 0.5, or bytes such as 536870912 or 512M) "
+                      "(see tf_ext_train --help)"], r.stderr
     r = subprocess.run([RUNNER, export, "data=d.npz", "inputs=x", f"memory_budget={bad}"],
                        capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, TF_EXT_LIBRARY=LIBRARY))

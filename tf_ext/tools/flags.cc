@@ -193,6 +193,11 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+std::string FlagParser::ErrorLine(absl::string_view message) const {
+  if (absl::StrContains(message, "see --help")) return std::string(message);
+  return absl::StrCat(message, " (see ", program_, " --help)");
+}
+
 std::string FlagParser::Usage() const {
   std::string out = absl::StrCat("usage: ", program_, " [flags]\n");
   if (!description_.empty()) {

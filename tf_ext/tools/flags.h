@@ -113,6 +113,9 @@ class FlagParser {
   // "usage: program [flags]\n" + description + one aligned entry per flag, in declaration
   // order, with its help text, choices and default.
   std::string Usage() const;
+  // The one line a tool prints for a command line it refuses (an error of Parse or of its own
+  // checks): the message, and where the flags are described unless it says so already.
+  std::string ErrorLine(absl::string_view message) const;
 
  private:
   Flag& Add(const std::string& name, Type type, std::string help, std::string default_text);

@@ -32,6 +32,7 @@
 #include "tf_ext/graph/runtime/graph_gradients.h"
 #include "tf_ext/tools/default_example.h"
 #include "tf_ext/tools/library_lookup.h"
+#include "tf_ext/tools/quiet_startup.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -202,93 +203,82 @@ absl::Status BenchmarkGradientSession(const Flags& flags, GradientRequest* reque
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  Flags flags;
-  FlagParser parser("tf_ext_grad",
-                    "Gradients of a forward GraphDef computed entirely in C++ (no Python).\n"
-                    "Without --graph it differentiates a built-in example graph through the "
-                    "tf_ext ops.");
-  DeclareFlags(&parser, &flags);
-  const absl::Status parsed = parser.Parse(argc, argv);
-  if (parser.help_requested()) {
-    std::cout << parser.Usage();
-    return 0;
-  }
-  if (!parsed.ok()) return Fail(absl::StrCat(parsed.message(), "\n", parser.Usage()));
-  MemoryBudget memory_budget;
-  if (!flags.memory_budget.empty()) {
-    auto budget = ParseMemoryBudget(flags.memory_budget);
-    if (!budget.ok()) return Fail(absl::StrCat("--", budget.status().message()));
-    memory_budget = *budget;
-  }
-
+// Flag combinations refused before any work (the export's target, --benchmark's limits).
+absl::Status CheckFlagCombinations(const Flags& flags) {
   if (!flags.export_dir.empty()) {
     // Refused before the work of building the gradient, not after it.
     if (flags.symbolic_gradients) {
-      return Fail("--export writes each op's gradient as plain ops: drop --symbolic_gradients");
+      return absl::InvalidArgumentError(
+          "--export writes each op's gradient as plain ops: drop --symbolic_gradients");
     }
-    if (absl::Status s = CheckExportTarget(flags.export_dir); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
+    TF_RETURN_IF_ERROR(CheckExportTarget(flags.export_dir));
   }
   if (flags.benchmark > 0) {
     for (const auto& [given, name] : std::vector<std::pair<bool, std::string>>{
              {flags.check, "--check"}, {!flags.dump_backward.empty(), "--dump_backward"},
              {!flags.export_dir.empty(), "--export"}, {flags.symbolic_gradients, "--symbolic_gradients"}}) {
       if (given) {
-        return Fail(absl::StrCat("--benchmark times the GradientSession a server runs; run ", name,
-                                 " without it"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--benchmark times the GradientSession a server runs; run ", name, " without it"));
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status LoadOpLibrary(const Flags& flags) {
   auto found = FindOpLibrary(LibraryLookupContext::FromProcess(flags.library));
-  if (!found.ok()) return Fail(std::string(found.status().message()));
+  if (!found.ok()) return found.status();
   const std::string library = *found;
   void* handle = nullptr;
   if (absl::Status s = Env::Default()->LoadDynamicLibrary(library.c_str(), &handle); !s.ok()) {
-    return Fail(absl::StrCat("cannot load op library '", library, "': ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load op library '", library, "': ", s.message()));
   }
+  return absl::OkStatus();
+}
 
-  GradientRequest request;
+// The graph, y, xs and feeds the flags name (the built-in example without --graph), with random
+// values for every placeholder left unfed.
+absl::Status BuildRequest(const Flags& flags, GradientRequest* request) {
   if (flags.graph.empty()) {
-    request = DefaultExample();
+    *request = DefaultExample();
     std::cout << "tf_ext_grad: no --graph given, differentiating the built-in example graph\n";
   } else {
-    if (flags.y.empty() || flags.x.empty()) return Fail("--graph needs --y and --x");
-    if (absl::Status s = LoadGraph(flags.graph, &request.graph); !s.ok()) {
-      return Fail(std::string(s.message()));
+    if (flags.y.empty() || flags.x.empty()) {
+      return absl::InvalidArgumentError("--graph needs --y and --x");
     }
+    TF_RETURN_IF_ERROR(LoadGraph(flags.graph, &request->graph));
   }
   if (!flags.y.empty()) {
     auto y = TensorRef::Parse(flags.y);
-    if (!y.ok()) return Fail(std::string(y.status().message()));
-    request.y = *y;
+    if (!y.ok()) return y.status();
+    request->y = *y;
   }
   if (!flags.x.empty()) {
-    request.xs.clear();
+    request->xs.clear();
     for (const std::string& part :
          std::vector<std::string>(absl::StrSplit(flags.x, ',', absl::SkipEmpty()))) {
       auto x = TensorRef::Parse(part);
-      if (!x.ok()) return Fail(std::string(x.status().message()));
-      request.xs.push_back(*x);
+      if (!x.ok()) return x.status();
+      request->xs.push_back(*x);
     }
   }
   for (const std::string& spec : flags.feeds) {
-    auto feed = ParseFeed(spec, request.graph);
-    if (!feed.ok()) return Fail(std::string(feed.status().message()));
-    request.feeds.push_back(*feed);
+    auto feed = ParseFeed(spec, request->graph);
+    if (!feed.ok()) return feed.status();
+    request->feeds.push_back(*feed);
   }
-
-  auto random_feeds = AddRandomFeeds(request.graph, &request.feeds, flags.seed);
-  if (!random_feeds.ok()) return Fail(std::string(random_feeds.status().message()));
+  auto random_feeds = AddRandomFeeds(request->graph, &request->feeds, flags.seed);
+  if (!random_feeds.ok()) return random_feeds.status();
   for (const std::string& name : *random_feeds) {
     std::cout << "tf_ext_grad: feeding '" << name << "' random values (--seed=" << flags.seed
               << "; reproduce with --feed=" << name << "=random:" << flags.seed << ")\n";
   }
-  request.backward_memory_budget = memory_budget;
-  const int64_t loaded_mb = ResidentMb("VmRSS");
+  return absl::OkStatus();
+}
 
-  GradientResult result;
+GradientOptions OptionsOf(const Flags& flags) {
   GradientOptions options;
   options.keep_backward_graph = !flags.dump_backward.empty() || !flags.export_dir.empty();
   options.release_forward_graph = !flags.check;  // the numeric check reruns the forward graph
@@ -296,13 +286,12 @@ int Main(int argc, char** argv) {
   options.hoist_constants = flags.hoist_constants;
   options.inline_gradients = !flags.symbolic_gradients;
   options.jit_compile = flags.jit_compile;
-  std::vector<double> benchmark_ms;
-  if (absl::Status s = flags.benchmark > 0
-                           ? BenchmarkGradientSession(flags, &request, &result, &benchmark_ms)
-                           : ComputeGraphGradients(&request, &result, options);
-      !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+  return options;
+}
+
+// How the backward graph was built and run: its size, what the pipeline rewrote, times.
+void PrintBuild(const Flags& flags, const GradientResult& result,
+                const std::vector<double>& benchmark_ms) {
   std::cout << "built the backward graph in " << absl::StrFormat("%.2f", result.build_seconds)
             << " s (" << result.backward_nodes << " nodes, gradients of "
             << result.gradient_nodes << " ops"
@@ -325,13 +314,18 @@ int Main(int argc, char** argv) {
     std::cout << "XLA: " << result.xla_cluster_nodes << " nodes compiled as one cluster in "
               << absl::StrFormat("%.2f", result.xla_compile_seconds) << " s (at the first run)\n";
   }
-  // A frozen model's weights are copied by every graph representation that holds them
-  // (GradientOptions): the peak says how many copies a run needed.
   if (flags.benchmark > 0) {
     std::cout << "steady state over " << flags.benchmark << " runs: min "
               << absl::StrFormat("%.1f", benchmark_ms.front()) << " ms, median "
               << absl::StrFormat("%.1f", benchmark_ms[benchmark_ms.size() / 2]) << " ms\n";
   }
+}
+
+// Memory (measured and estimated), then y and every gradient.
+void PrintValues(const Flags& flags, const GradientRequest& request, const GradientResult& result,
+                 int64_t loaded_mb) {
+  // A frozen model's weights are copied by every graph representation that holds them
+  // (GradientOptions): the peak says how many copies a run needed.
   std::cout << "peak resident memory: " << ResidentMb("VmHWM") << " MB (" << loaded_mb
             << " MB once the graph and feeds were loaded)\n";
   // The builder's estimate of the same rise above the loaded graph (passes/rematerialize.h).
@@ -349,78 +343,128 @@ int Main(int argc, char** argv) {
     std::cout << "d sum(y) / d " << request.xs[i].ToString() << ": "
               << FormatTensor(result.grads[i], flags.max_values) << "\n";
   }
+}
+
+absl::Status Export(const Flags& flags, const GradientRequest& request, GradientResult* result) {
+  ExportStats stats;
+  const uint64_t start = EnvTime::NowMicros();
+  TF_RETURN_IF_ERROR(ExportGradientSavedModel(flags.export_dir, request, result, {}, &stats));
+  std::cout << "exported the gradient to " << flags.export_dir << " in "
+            << absl::StrFormat("%.2f", (EnvTime::NowMicros() - start) * 1e-6)
+            << " s: SavedModel (tag serve), signature \"" << kGradientsSignatureKey
+            << "\" (inputs " << absl::StrJoin(stats.input_keys, ", ") << "; outputs "
+            << absl::StrJoin(stats.output_keys, ", ") << "), " << stats.variables
+            << (stats.variables == 1 ? " weight" : " weights") << " in variables/ (" << absl::StrFormat("%.1f", stats.variable_bytes / 1e6)
+            << " MB), saved_model.pb " << absl::StrFormat("%.1f", stats.saved_model_bytes / 1e3)
+            << " kB (" << stats.graph_nodes << " nodes, " << stats.functions << " functions)\n";
+  if (stats.tf_ext_ops.empty()) {
+    std::cout << "  only TensorFlow's own ops: it loads without tf_ext\n";
+  } else {
+    std::cout << "  it uses tf_ext's ops " << absl::StrJoin(stats.tf_ext_ops, ", ")
+              << ": load the op library before loading it\n";
+  }
+  return absl::OkStatus();
+}
+
+// --save, --dump_backward and --export.
+absl::Status WriteOutputs(const Flags& flags, const GradientRequest& request,
+                          GradientResult* result) {
   if (!flags.save.empty()) {
-    if (absl::Status s = SaveGradients(flags.save, request.xs, result.y, result.grads); !s.ok()) {
-      return Fail(absl::StrCat("cannot write '", flags.save, "': ", s.message()));
+    if (absl::Status s = SaveGradients(flags.save, request.xs, result->y, result->grads); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write '", flags.save, "': ", s.message()));
     }
   }
   if (!flags.dump_backward.empty()) {
-    if (absl::Status s = WriteTextProto(Env::Default(), flags.dump_backward, result.backward_graph);
-        !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
+    TF_RETURN_IF_ERROR(WriteTextProto(Env::Default(), flags.dump_backward, result->backward_graph));
   }
-  if (!flags.export_dir.empty()) {
-    ExportStats stats;
-    const uint64_t start = EnvTime::NowMicros();
-    if (absl::Status s = ExportGradientSavedModel(flags.export_dir, request, &result, {}, &stats);
-        !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
-    std::cout << "exported the gradient to " << flags.export_dir << " in "
-              << absl::StrFormat("%.2f", (EnvTime::NowMicros() - start) * 1e-6)
-              << " s: SavedModel (tag serve), signature \"" << kGradientsSignatureKey
-              << "\" (inputs " << absl::StrJoin(stats.input_keys, ", ") << "; outputs "
-              << absl::StrJoin(stats.output_keys, ", ") << "), " << stats.variables
-              << (stats.variables == 1 ? " weight" : " weights") << " in variables/ (" << absl::StrFormat("%.1f", stats.variable_bytes / 1e6)
-              << " MB), saved_model.pb " << absl::StrFormat("%.1f", stats.saved_model_bytes / 1e3)
-              << " kB (" << stats.graph_nodes << " nodes, " << stats.functions << " functions)\n";
-    if (stats.tf_ext_ops.empty()) {
-      std::cout << "  only TensorFlow's own ops: it loads without tf_ext\n";
-    } else {
-      std::cout << "  it uses tf_ext's ops " << absl::StrJoin(stats.tf_ext_ops, ", ")
-                << ": load the op library before loading it\n";
-    }
+  if (!flags.export_dir.empty()) TF_RETURN_IF_ERROR(Export(flags, request, result));
+  return absl::OkStatus();
+}
+
+// --check: central differences against the gradient; sets *pass.
+absl::Status Check(const Flags& flags, const GradientRequest& request,
+                   const GradientResult& result, bool* pass) {
+  NumericCheckResult check;
+  NumericCheckOptions check_options;
+  check_options.delta = flags.delta;
+  check_options.projections = flags.projections;
+  check_options.seed = flags.seed;
+  check_options.optimize_graph = flags.optimize;
+  if (absl::Status s = NumericCheck(request, result, check_options, &check); !s.ok()) {
+    return absl::InternalError(absl::StrCat("numeric check failed to run: ", s.message()));
   }
-  if (flags.check) {
-    NumericCheckResult check;
-    NumericCheckOptions check_options;
-    check_options.delta = flags.delta;
-    check_options.projections = flags.projections;
-    check_options.seed = flags.seed;
-    check_options.optimize_graph = flags.optimize;
-    if (absl::Status s = NumericCheck(request, result, check_options, &check); !s.ok()) {
-      return Fail(absl::StrCat("numeric check failed to run: ", s.message()));
-    }
-    bool all_double = true;
-    for (const Tensor& x : result.xs) all_double &= x.dtype() == DT_DOUBLE;
-    const double tol = flags.tolerance >= 0 ? flags.tolerance : (all_double ? 1e-6 : 1e-2);
-    const bool pass = check.max_rel_error <= tol;
-    std::cout << "numeric check (central differences, "
-              << (check.projections > 0
-                      ? absl::StrCat(check.elements, " directions: ", check.projections,
-                                     " random projections per x over 256 elements, each element "
-                                     "of smaller xs")
-                      : absl::StrCat(check.elements, " elements"))
-              << ", " << absl::StrFormat("%.2f", check.seconds) << " s): max abs error " << check.max_abs_error << ", max rel error "
-              << check.max_rel_error;
-    if (check.worst_x >= 0) {
-      std::cout << " at " << request.xs[check.worst_x].ToString()
-                << (check.projections > 0 ? " direction " : "[") << check.worst_element
-                << (check.projections > 0 ? "" : "]") << " (symbolic " << check.worst_symbolic << ", numeric " << check.worst_numeric
-                << ")";
-    }
-    std::cout << ", tolerance " << tol << ": " << (pass ? "PASS" : "FAIL") << "\n";
-    for (const std::string& op : check.surrogates) {
-      std::cout << "  (differenced the surrogate forward of " << op
-                << ": its gradient is by design not the derivative of its forward)\n";
-    }
-    if (!pass) return 2;
+  bool all_double = true;
+  for (const Tensor& x : result.xs) all_double &= x.dtype() == DT_DOUBLE;
+  const double tol = flags.tolerance >= 0 ? flags.tolerance : (all_double ? 1e-6 : 1e-2);
+  *pass = check.max_rel_error <= tol;
+  std::cout << "numeric check (central differences, "
+            << (check.projections > 0
+                    ? absl::StrCat(check.elements, " directions: ", check.projections,
+                                   " random projections per x over 256 elements, each element "
+                                   "of smaller xs")
+                    : absl::StrCat(check.elements, " elements"))
+            << ", " << absl::StrFormat("%.2f", check.seconds) << " s): max abs error " << check.max_abs_error << ", max rel error "
+            << check.max_rel_error;
+  if (check.worst_x >= 0) {
+    std::cout << " at " << request.xs[check.worst_x].ToString()
+              << (check.projections > 0 ? " direction " : "[") << check.worst_element
+              << (check.projections > 0 ? "" : "]") << " (symbolic " << check.worst_symbolic << ", numeric " << check.worst_numeric
+              << ")";
   }
-  return 0;
+  std::cout << ", tolerance " << tol << ": " << (*pass ? "PASS" : "FAIL") << "\n";
+  for (const std::string& op : check.surrogates) {
+    std::cout << "  (differenced the surrogate forward of " << op
+              << ": its gradient is by design not the derivative of its forward)\n";
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  FlagParser parser("tf_ext_grad",
+                    "Gradients of a forward GraphDef computed entirely in C++ (no Python).\n"
+                    "Without --graph it differentiates a built-in example graph through the "
+                    "tf_ext ops.");
+  DeclareFlags(&parser, &flags);
+  const absl::Status parsed = parser.Parse(argc, argv);
+  if (parser.help_requested()) {
+    std::cout << parser.Usage();
+    return 0;
+  }
+  if (!parsed.ok()) return Fail(parser.ErrorLine(parsed.message()));
+  MemoryBudget memory_budget;
+  if (!flags.memory_budget.empty()) {
+    auto budget = ParseMemoryBudget(flags.memory_budget);
+    if (!budget.ok()) return Fail(absl::StrCat("--", budget.status().message()));
+    memory_budget = *budget;
+  }
+  GradientRequest request;
+  absl::Status s = CheckFlagCombinations(flags);
+  if (s.ok()) s = LoadOpLibrary(flags);
+  if (s.ok()) s = BuildRequest(flags, &request);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  request.backward_memory_budget = memory_budget;
+  const int64_t loaded_mb = ResidentMb("VmRSS");
+
+  GradientResult result;
+  std::vector<double> benchmark_ms;
+  s = flags.benchmark > 0 ? BenchmarkGradientSession(flags, &request, &result, &benchmark_ms)
+                          : ComputeGraphGradients(&request, &result, OptionsOf(flags));
+  if (!s.ok()) return Fail(std::string(s.message()));
+  PrintBuild(flags, result, benchmark_ms);
+  PrintValues(flags, request, result, loaded_mb);
+  bool pass = true;
+  s = WriteOutputs(flags, request, &result);
+  if (s.ok() && flags.check) s = Check(flags, request, result, &pass);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  return pass ? 0 : 2;
 }
 
 }  // namespace
 }  // namespace tensorflow::tf_ext::tools
 
-int main(int argc, char** argv) { return tensorflow::tf_ext::tools::Main(argc, argv); }
+int main(int argc, char** argv) {
+  tensorflow::tf_ext::tools::QuietTensorFlowStartup();
+  return tensorflow::tf_ext::tools::Main(argc, argv);
+}

@@ -50,6 +50,7 @@
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/gradcheck_spec.h"
 #include "tf_ext/tools/library_lookup.h"
+#include "tf_ext/tools/quiet_startup.h"
 
 namespace tensorflow::tf_ext::tools {
 namespace {
@@ -416,6 +417,112 @@ int EmitConfigs(const std::string& dir, const std::vector<std::string>& ops,
   return 0;
 }
 
+// The rows as an aligned table, their notes and the summary line; returns the failures.
+int PrintRows(const std::vector<Row>& rows) {
+  const std::vector<std::string> header = {"op", "gradient", "dtype", "rows x cols",
+                                           "max abs err", "max rel err", "result", "config"};
+  std::vector<size_t> width(header.size());
+  auto cells = [](const Row& r) {
+    return std::vector<std::string>{r.op, r.gradient, r.dtype, r.size, r.abs_err, r.rel_err,
+                                    r.result, r.config};
+  };
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const Row& r : rows) {
+    auto cs = cells(r);
+    for (size_t c = 0; c < cs.size(); ++c) width[c] = std::max(width[c], cs[c].size());
+  }
+  auto print = [&](const std::vector<std::string>& cs) {
+    std::cout << "|";
+    for (size_t c = 0; c < cs.size(); ++c) std::cout << " " << std::left << std::setw(width[c]) << cs[c] << " |";
+    std::cout << "\n";
+  };
+  print(header);
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  print(rule);
+  int pass = 0, fail = 0, other = 0;
+  for (const Row& r : rows) {
+    print(cells(r));
+    if (r.result == "PASS") {
+      ++pass;
+    } else if (r.result == "FAIL" || r.result == "ERROR") {
+      ++fail;
+    } else {
+      ++other;
+    }
+  }
+  for (const Row& r : rows) {
+    if (!r.note.empty()) {
+      std::cout << "note: " << r.op << " (" << r.dtype << ", config " << r.config
+                << "): " << r.note << "\n";
+    }
+  }
+  std::cout << "gradcheck: " << pass << " passed, " << fail << " failed, " << other
+            << " without a checkable gradient\n";
+  return fail;
+}
+
+// Loads the op library and names the ops to check: --ops, else the TensorFlow ops whose
+// gradients it adds (--added_tf_gradients; =list only lists them and sets *listed), else its
+// own. False after printing an error.
+bool LibraryOps(const std::string& library, const std::string& added_tf_gradients,
+                std::vector<std::string>* ops, bool* listed) {
+  TF_Status* status = TF_NewStatus();
+  TF_Library* lib = TF_LoadLibrary(library.c_str(), status);
+  if (TF_GetCode(status) != TF_OK) {
+    std::cerr << "tf_ext_gradcheck: error: cannot load '" << library
+              << "': " << TF_Message(status) << "\n";
+    TF_DeleteStatus(status);
+    return false;
+  }
+  TF_DeleteStatus(status);
+  TF_Buffer list = TF_GetOpList(lib);
+  OpList op_list;
+  op_list.ParseFromArray(list.data, static_cast<int>(list.length));
+  TF_DeleteLibraryHandle(lib);  // frees the handle and its op list; the library stays loaded
+  std::vector<std::string> lib_ops;
+  for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
+  std::cout << "ops in the op library: " << lib_ops.size() << "\n";
+  if (!added_tf_gradients.empty()) {
+    std::vector<std::string> added = AddedTfGradientOps();
+    std::cout << "TensorFlow ops whose gradient the op library adds: " << added.size() << "\n";
+    if (added_tf_gradients == "list") {
+      for (const std::string& op : added) std::cout << "added: " << op << "\n";
+      *listed = true;
+      return true;
+    }
+    if (ops->empty()) *ops = added;
+  } else if (ops->empty()) {
+    *ops = lib_ops;
+  }
+  return true;
+}
+
+// Input specs: the library's own (its declarations' GradCheck, through the C entry point
+// TfExtGradCheckSpecs, when it has one), then --spec's lines, whose configurations of an op
+// replace the library's. False after printing an error.
+bool ReadSpecs(const std::string& library, const std::string& spec_path,
+               std::map<std::string, std::vector<OpSpec>>* specs) {
+  std::vector<std::string> texts = {library.empty() ? "" : LibrarySpecs(library)};
+  if (!spec_path.empty()) {
+    std::string file;
+    if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &file); !s.ok()) {
+      std::cerr << "tf_ext_gradcheck: error: cannot read spec '" << spec_path << "'\n";
+      return false;
+    }
+    texts.push_back(file);
+  }
+  for (const std::string& text : texts) {
+    auto parsed = ParseSpecConfigs(text);
+    if (!parsed.ok()) {
+      std::cerr << "tf_ext_gradcheck: error: " << parsed.status().message() << "\n";
+      return false;
+    }
+    for (auto& [op, configs] : *parsed) (*specs)[op] = std::move(configs);
+  }
+  return true;
+}
+
 int Main(int argc, char** argv) {
   std::string library, ops_flag, spec_path, registries;
   std::string added_tf_gradients, emit_configs;
@@ -464,13 +571,14 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!parsed.ok()) {
-    std::cerr << "tf_ext_gradcheck: error: " << parsed.message() << "\n" << parser.Usage();
+    std::cerr << "tf_ext_gradcheck: error: " << parser.ErrorLine(parsed.message()) << "\n";
     return 2;
   }
   std::vector<std::string> ops;
   if (!ops_flag.empty()) ops = absl::StrSplit(ops_flag, ',', absl::SkipEmpty());
   if (registries.empty() && library == kNoLibrary && ops.empty()) {
-    std::cerr << "tf_ext_gradcheck: error: --library=none needs --ops\n" << parser.Usage();
+    std::cerr << "tf_ext_gradcheck: error: " << parser.ErrorLine("--library=none needs --ops")
+              << "\n";
     return 2;
   }
   absl::StatusOr<std::string> resolved = ResolveLibrary(library);
@@ -481,55 +589,12 @@ int Main(int argc, char** argv) {
   library = *resolved;
   if (!registries.empty()) return RegistriesReport(library, registries == "full");
   if (!library.empty()) {
-    TF_Status* status = TF_NewStatus();
-    TF_Library* lib = TF_LoadLibrary(library.c_str(), status);
-    if (TF_GetCode(status) != TF_OK) {
-      std::cerr << "tf_ext_gradcheck: error: cannot load '" << library
-                << "': " << TF_Message(status) << "\n";
-      TF_DeleteStatus(status);
-      return 2;
-    }
-    TF_DeleteStatus(status);
-    TF_Buffer list = TF_GetOpList(lib);
-    OpList op_list;
-    op_list.ParseFromArray(list.data, static_cast<int>(list.length));
-    TF_DeleteLibraryHandle(lib);  // frees the handle and its op list; the library stays loaded
-    std::vector<std::string> lib_ops;
-    for (const OpDef& d : op_list.op()) lib_ops.push_back(d.name());
-    std::cout << "ops in the op library: " << lib_ops.size() << "\n";
-    if (!added_tf_gradients.empty()) {
-      std::vector<std::string> added = AddedTfGradientOps();
-      std::cout << "TensorFlow ops whose gradient the op library adds: " << added.size() << "\n";
-      if (added_tf_gradients == "list") {
-        for (const std::string& op : added) std::cout << "added: " << op << "\n";
-        return 0;
-      }
-      if (ops.empty()) ops = added;
-    } else if (ops.empty()) {
-      ops = lib_ops;
-    }
+    bool listed = false;
+    if (!LibraryOps(library, added_tf_gradients, &ops, &listed)) return 2;
+    if (listed) return 0;
   }
-  // Input specs: the library's own (its declarations' GradCheck, through the C entry point
-  // TfExtGradCheckSpecs, when it has one), then --spec's lines, whose configurations of an op
-  // replace the library's.
   std::map<std::string, std::vector<OpSpec>> specs;
-  std::vector<std::string> texts = {library.empty() ? "" : LibrarySpecs(library)};
-  if (!spec_path.empty()) {
-    std::string file;
-    if (absl::Status s = ReadFileToString(Env::Default(), spec_path, &file); !s.ok()) {
-      std::cerr << "tf_ext_gradcheck: error: cannot read spec '" << spec_path << "'\n";
-      return 2;
-    }
-    texts.push_back(file);
-  }
-  for (const std::string& text : texts) {
-    auto parsed = ParseSpecConfigs(text);
-    if (!parsed.ok()) {
-      std::cerr << "tf_ext_gradcheck: error: " << parsed.status().message() << "\n";
-      return 2;
-    }
-    for (auto& [op, configs] : *parsed) specs[op] = std::move(configs);
-  }
+  if (!ReadSpecs(library, spec_path, &specs)) return 2;
 
   if (!emit_configs.empty()) {
     if (ops_flag.empty()) {  // every registered op with a C++ (function) gradient
@@ -560,50 +625,13 @@ int Main(int argc, char** argv) {
     CheckOp(op, configs, seed, tol_float, tol_double, &rows);
   }
 
-  const std::vector<std::string> header = {"op", "gradient", "dtype", "rows x cols",
-                                           "max abs err", "max rel err", "result", "config"};
-  std::vector<size_t> width(header.size());
-  auto cells = [](const Row& r) {
-    return std::vector<std::string>{r.op, r.gradient, r.dtype, r.size, r.abs_err, r.rel_err,
-                                    r.result, r.config};
-  };
-  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
-  for (const Row& r : rows) {
-    auto cs = cells(r);
-    for (size_t c = 0; c < cs.size(); ++c) width[c] = std::max(width[c], cs[c].size());
-  }
-  auto print = [&](const std::vector<std::string>& cs) {
-    std::cout << "|";
-    for (size_t c = 0; c < cs.size(); ++c) std::cout << " " << std::left << std::setw(width[c]) << cs[c] << " |";
-    std::cout << "\n";
-  };
-  print(header);
-  std::vector<std::string> rule;
-  for (size_t w : width) rule.push_back(std::string(w, '-'));
-  print(rule);
-  int pass = 0, fail = 0, other = 0;
-  for (const Row& r : rows) {
-    print(cells(r));
-    if (r.result == "PASS") {
-      ++pass;
-    } else if (r.result == "FAIL" || r.result == "ERROR") {
-      ++fail;
-    } else {
-      ++other;
-    }
-  }
-  for (const Row& r : rows) {
-    if (!r.note.empty()) {
-      std::cout << "note: " << r.op << " (" << r.dtype << ", config " << r.config
-                << "): " << r.note << "\n";
-    }
-  }
-  std::cout << "gradcheck: " << pass << " passed, " << fail << " failed, " << other
-            << " without a checkable gradient\n";
-  return fail == 0 ? 0 : 1;
+  return PrintRows(rows) == 0 ? 0 : 1;
 }
 
 }  // namespace
 }  // namespace tensorflow::tf_ext::tools
 
-int main(int argc, char** argv) { return tensorflow::tf_ext::tools::Main(argc, argv); }
+int main(int argc, char** argv) {
+  tensorflow::tf_ext::tools::QuietTensorFlowStartup();
+  return tensorflow::tf_ext::tools::Main(argc, argv);
+}

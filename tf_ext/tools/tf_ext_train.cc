@@ -35,6 +35,7 @@
 #include "tensorflow/c/c_api.h"
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
+#include "tf_ext/tools/quiet_startup.h"
 #include "tf_ext/train/fit.h"
 #include "tf_ext/train/options.h"
 #include "tf_ext/train/trainer.h"
@@ -100,14 +101,14 @@ int Main(int argc, char** argv) {
   std::string library;
   parser.String("library", &library, "the op library (default: found as tf_ext_grad finds it)");
   if (absl::Status s = parser.Parse(argc, argv); !s.ok()) {
-    return Fail(absl::StrCat(s.message(), "\n", parser.Usage()));
+    return Fail(parser.ErrorLine(s.message()));
   }
   if (parser.help_requested()) {
     std::printf("%s", parser.Usage().c_str());
     return 0;
   }
-  if (options.fit.data.empty()) return Fail(absl::StrCat("--data is required\n", parser.Usage()));
-  if (options.fit.inputs.empty()) return Fail(absl::StrCat("--inputs is required\n", parser.Usage()));
+  if (options.fit.data.empty()) return Fail(parser.ErrorLine("--data is required"));
+  if (options.fit.inputs.empty()) return Fail(parser.ErrorLine("--inputs is required"));
   // The op library: tf_ext's ops and its gradients of TensorFlow ops Python alone differentiates.
   auto found = tools::FindOpLibrary(tools::LibraryLookupContext::FromProcess(library));
   if (!found.ok()) return Fail(std::string(found.status().message()));
@@ -225,4 +226,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace tensorflow::tf_ext
 
-int main(int argc, char** argv) { return tensorflow::tf_ext::Main(argc, argv); }
+int main(int argc, char** argv) {
+  tensorflow::tf_ext::tools::QuietTensorFlowStartup();
+  return tensorflow::tf_ext::Main(argc, argv);
+}
