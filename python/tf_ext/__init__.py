@@ -17,6 +17,9 @@ from tf_ext import _loader
 
 _loader.check_tensorflow_version()
 
+# tf_ext's release, as the wheel's metadata and the C API's TF_EXT_VERSION_STRING give it.
+__version__ = _loader.tf_ext_version()
+
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_ext._bridge import (
     GradientNotImplementedError,

@@ -25,6 +25,7 @@ wrappers (the ops were registered by the first load), so every caller must use o
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -85,6 +86,19 @@ def build_info() -> dict[str, str]:
             return dict(json.load(f))
     except (OSError, ValueError):
         return {}
+
+
+def tf_ext_version() -> str:
+    """tf_ext's release (tf_ext/version.h's TF_EXT_VERSION_STRING, recorded in the build info
+    by Bazel and the wheel build); the installed distribution's version where a package runs
+    without its build info."""
+    version = build_info().get("tf_ext_version")
+    if version:
+        return version
+    try:
+        return importlib.metadata.version("tf_ext")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def _release(version: str) -> tuple[int, int, int] | None:

@@ -5,6 +5,8 @@ the real cross-release one in `make test-tf`."""
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
 
 import pytest
@@ -86,3 +88,27 @@ def test_this_build_matches_the_running_tensorflow():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _loader.check_tensorflow_version()
+
+
+def test_version_is_version_h_release():
+    # tf_ext.__version__: TF_EXT_VERSION_STRING of tf_ext/version.h (the C API's and the
+    # wheel's version), through the build info; a package without one asks its distribution.
+    root = os.path.join(os.environ.get("TEST_SRCDIR", ""), "tf_ext")
+    with open(os.path.join(root, "tf_ext", "version.h"), encoding="utf-8") as f:
+        (line,) = [l for l in f if l.startswith("#define TF_EXT_VERSION_STRING ")]
+    assert tf_ext.__version__ == line.split()[2].strip('"')
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tf_ext.__version__)
+    assert tf_ext.build_info()["tf_ext_version"] == tf_ext.__version__
+
+
+def test_version_without_build_info_is_the_distributions(monkeypatch):
+    import importlib.metadata
+    monkeypatch.setattr(_loader, "build_info", lambda: {})
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: {"tf_ext": "9.8.7"}[name])
+    assert _loader.tf_ext_version() == "9.8.7"
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert _loader.tf_ext_version() == "0+unknown"

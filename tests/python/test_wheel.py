@@ -150,7 +150,8 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
                                     "lib": tf_ext.get_lib(),
                                     "c_library": tf_ext.c_library_path(),
                                     "y": y.numpy().tolist(), "g": g.numpy().tolist(),
-                                    "built_for": tf_ext.build_info()["tensorflow_version"]}))
+                                    "built_for": tf_ext.build_info()["tensorflow_version"],
+                                    "version": tf_ext.__version__}))
     """)
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
@@ -166,6 +167,7 @@ def test_installed_wheel_is_self_contained(wheel, tmp_path):
     assert got["y"] == [0.0, 0.0, 3.0, 0.0]
     assert got["g"] == [0.0, 0.0, 7.0, 0.0]
     assert got["built_for"]
+    assert got["version"] == _metadata(wheel)["Version"], got
 
 
 def test_metadata_requires_the_tensorflow_it_was_built_for(wheel):
