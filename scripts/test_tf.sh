@@ -14,13 +14,22 @@ dir=".tf/$version"
 venv="$root/$dir/venv"
 mkdir -p "$dir"
 
-reqs="$(grep -vE '^\s*(#|$)|^tensorflow' requirements.txt | tr '\n' ' ')"
-want="tensorflow-cpu==$version $reqs"
+# The same set as make setup's (requirements.txt, then requirements-nodeps.txt without their
+# dependencies), with this release's companions: TensorBoard is released with TensorFlow and
+# each TensorFlow requires its own minor release of it.
+minor="${version%.*}"
+reqs="$(grep -vE '^\s*(#|$)|^tensorflow' requirements.txt \
+  | sed -E "s/^tensorboard==.*/tensorboard~=$minor.0/" | tr '\n' ' ')"
+nodeps="$(grep -vE '^\s*(#|$)' requirements-nodeps.txt | tr '\n' ' ')"
+want="tensorflow-cpu==$version $reqs; no deps: $nodeps"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
   echo "test-tf: creating $venv with $want"
   python3 -m venv "$venv"
   # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check $want \
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorflow-cpu==$version" $reqs \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps $nodeps \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$venv/.requirements"
 fi
