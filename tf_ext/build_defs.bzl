@@ -88,13 +88,20 @@ def _sanitize_deps():
         "//conditions:default": [],
     })
 
+# The tests' own code (the tests/ package: gtests and their helpers) at -O1: a third less
+# compile time than -O2 (22 s against 15 s for a gtest source), and what runs hot in a test is
+# the library under test and TensorFlow, both built as for users.
+def _test_code_copts():
+    package = native.package_name()
+    return ["-O1"] if package == "tests" or package.startswith("tests/") else []
+
 TF_FRAMEWORK = "@local_config_tf//:libtensorflow_framework"
 TF_CC = "@local_config_tf//:libtensorflow_cc"
 
 def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
     native.cc_library(
         name = name,
-        copts = TF_EXT_COPTS + copts + _sanitize_copts(),
+        copts = TF_EXT_COPTS + copts + _test_code_copts() + _sanitize_copts(),
         deps = deps + [TF_CC],
         **kwargs
     )
@@ -102,7 +109,7 @@ def tf_ext_cc_library(name, copts = [], deps = [], **kwargs):
 def tf_ext_cc_binary(name, copts = [], deps = [], linkopts = [], **kwargs):
     native.cc_binary(
         name = name,
-        copts = TF_EXT_COPTS + copts + _sanitize_copts(),
+        copts = TF_EXT_COPTS + copts + _test_code_copts() + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
         deps = deps + [TF_CC] + _sanitize_deps(),
         **kwargs
@@ -111,7 +118,7 @@ def tf_ext_cc_binary(name, copts = [], deps = [], linkopts = [], **kwargs):
 def tf_ext_cc_test(name, copts = [], deps = [], linkopts = [], **kwargs):
     native.cc_test(
         name = name,
-        copts = TF_EXT_COPTS + copts + _sanitize_copts(),
+        copts = TF_EXT_COPTS + copts + _test_code_copts() + _sanitize_copts(),
         linkopts = linkopts + _sanitize_linkopts(),
         deps = deps + [TF_CC, "@com_google_googletest//:gtest"] + _sanitize_deps(),
         **kwargs
