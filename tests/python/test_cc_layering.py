@@ -1,10 +1,22 @@
-"""The C++ library's layering: each folder of tf_ext/ includes only from the folders below it,
-and production code includes no test helper (tf_ext/testing/).
+"""The C++ library's shape. Its layering: each folder of tf_ext/ includes only from the folders
+below it, and production code includes no test helper (tf_ext/testing/).
 
 From the bottom: the gradient library (grads/) and kernels, then the XLA kernels (xla/, part
 of the op library beside them) and tf_ext/graph/'s rooms (io, engine, passes, pipeline,
 runtime, c_api), then tools/ and train/. Bazel's targets
 (tf_ext/BUILD) enforce the same order; this test names the offending include.
+
+And the length of its functions: none in tf_ext/ longer than 150 lines (from its opening to its
+closing brace), with named exceptions that may only shrink: the declarative tables that are
+longer by nature, and the functions still waiting to be split, each at most as long as it is
+now. A new long
+function, or a listed one that grew, fails and is named with its file and line.
+
+The scanner reads C++ as text: comments, string and character literals and preprocessor lines
+blanked, then each brace classified by what precedes it since the last `;`, `{` or `}`: a
+namespace, class, struct, union, enum or `extern "C"` opens a scope, an initializer (`= {`,
+`T x{`) data, anything else at scope level a function body (free functions, member functions,
+namespace-scope lambdas); braces inside a body belong to it (lambdas count in their function).
 """
 
 from __future__ import annotations
@@ -113,3 +125,154 @@ def test_each_layer_includes_only_from_below():
         with open(os.path.join(root, path), encoding="utf-8") as f:
             bad += violations(path, f.read())
     assert bad == [], "\n".join(bad)
+
+
+# Function length.
+LIMIT = 150
+# Declarative tables: data written as code, longer by nature.
+TABLES = {
+    ("train/options.cc", "MakeTable"),  # the option table: flags, C API keys and docs
+}
+# Functions still over the limit: (file, name) -> the most lines each may have. Split one and
+# remove it here; none may grow, none may be added.
+WAITING = {
+    ("graph/engine/control_flow.cc", "RewriteWhile"): 551,
+}
+
+_SCOPE = re.compile(r'\b(namespace|class|struct|union|enum)\b[^()]*$|extern\s*"C"\s*$')
+_LAMBDA = re.compile(r"\]\s*(\([^()]*(\([^()]*\)[^()]*)*\))?\s*(mutable\s*)?(->[^{]*)?$")
+_DECLARED = re.compile(r"([A-Za-z_~][\w~]*(?:\s*::\s*[A-Za-z_~][\w~]*)*)\s*(?:<[^()]*>)?\s*\(")
+
+
+def _name(head: str) -> str:
+    """A body's name: the declarator before its first parenthesis ("Class::Member" kept to its
+    last two parts); "<lambda>" for a lambda at namespace scope."""
+    if _LAMBDA.search(head):
+        return "<lambda>"
+    head = re.sub(r"^template\s*<[^{]*?>\s*", "", head)
+    m = _DECLARED.search(head)
+    if not m:
+        return "<unnamed>"
+    return "::".join(re.sub(r"\s", "", m.group(1)).split("::")[-2:])
+
+
+def _blank(text: str) -> str:
+    """text with comments, literals and preprocessor lines replaced by spaces (newlines kept)."""
+    out, i, n = [], 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if line_start and c == "#":
+            j = i
+            while j < n and (text[j] != "\n" or text[j - 1] == "\\"):
+                j += 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+            continue
+        if c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+            continue
+        if c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+            continue
+        if c == "R" and text.startswith('R"', i):
+            m = re.match(r'R"([^(\s]*)\(', text[i:])
+            if m:
+                end = text.find(")" + m.group(1) + '"', i)
+                j = n if end < 0 else end + len(m.group(1)) + 2
+                out.append(re.sub(r"[^\n]", " ", text[i:j]))
+                i = j
+                continue
+        if c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + " " * (min(j, n) - i - 1) + (c if j < n else ""))
+            i = j + 1
+            continue
+        out.append(c)
+        line_start = c == "\n" or (line_start and c in " \t")
+        i += 1
+    return "".join(out)
+
+
+def functions(text: str):
+    """(name, first line, number of lines) of each function body in C++ source text."""
+    code = _blank(text)
+    stack = []  # kinds of the open braces: "scope", "data", "function", "block"
+    last_break = 0
+    for i, c in enumerate(code):
+        if c == "{":
+            head = code[last_break:i].strip()
+            if any(entry[0] in ("function", "data") for entry in stack):
+                kind = "block"
+            elif _SCOPE.search(head):
+                kind = "scope"
+            elif head.endswith("=") or re.search(r"[\w>\]]\s*$", head) and not head.endswith(
+                    ("const", "override", "noexcept", "final", "mutable")) and not re.search(
+                    r"\)\s*(->\s*[\w:<>,\s*&]+)?$", head):
+                kind = "data"
+            else:
+                kind = "function"
+            stack.append((kind, i, head))
+            last_break = i + 1
+        elif c == "}":
+            if stack:
+                kind, start, head = stack.pop()
+                if kind == "function":
+                    first = code.count("\n", 0, start) + 1
+                    last = code.count("\n", 0, i) + 1
+                    yield _name(head), first, last - first + 1
+            last_break = i + 1
+        elif c == ";":
+            last_break = i + 1
+
+
+def all_functions():
+    """(path under tf_ext/, name, first line, lines) of every function body in tf_ext/."""
+    root = source_root()
+    for rel in sources():
+        with open(os.path.join(root, rel), encoding="utf-8") as fh:
+            for name, line, length in functions(fh.read()):
+                yield rel, name, line, length
+
+
+def test_no_function_is_longer_than_the_limit():
+    found, too_long = {}, []
+    for rel, name, line, length in all_functions():
+        key = (rel, name)
+        if length <= LIMIT or key in TABLES:
+            continue
+        found[key] = max(found.get(key, 0), length)
+        allowed = WAITING.get(key)
+        if allowed is None or length > allowed:
+            too_long.append(f"tf_ext/{rel}:{line}: {name} is {length} lines"
+                            f" (limit {LIMIT}{'' if allowed is None else f', listed at {allowed}'})")
+    assert not too_long, "\n".join(too_long)
+    # A listed function that was split (or shortened) comes off the list.
+    stale = sorted(f"{rel} {name}: listed at {n}, now {found.get((rel, name), 'within the limit')}"
+                   for (rel, name), n in WAITING.items() if found.get((rel, name)) != n)
+    assert not stale, "\n".join(stale)
+
+
+def test_the_scanner_measures_functions_and_skips_the_rest():
+    src = (
+        '#include "x.h"\n'                     # 1
+        "namespace a {\n"                      # 2
+        "const int kTable[] = {1, 2,\n"        # 3  data
+        "  3};\n"                              # 4
+        "struct S { int f() const { return 1; } };\n"  # 5  member function, 1 line
+        "int Foo::Bar(int x) {\n"              # 6
+        '  const char* s = "}{";  // }\n'      # 7
+        "  if (x) { auto l = [](int) { return 0; }; }\n"  # 8
+        "  /* { */ return x;\n"                # 9
+        "}\n"                                  # 10
+        "}  // namespace a\n")
+    got = list(functions(src))
+    assert got == [("f", 5, 1), ("Foo::Bar", 6, 5)], got

@@ -1215,3 +1215,27 @@ def test_several_inputs_by_name_or_key_to_input(tmp_path):
         assert r.returncode == 1, r.stdout
         assert f"tf_ext_train: trainer: {message}{takes}{hint}\n" in r.stderr, (inputs, r.stderr)
 
+
+def test_one_input_fed_by_any_key_but_not_by_a_wrong_input_name(tmp_path):
+    """With one input, a data key of any name feeds it (Keras names an unnamed Input
+    keras_tensor_<N>); KEY:INPUT with an INPUT that is not the signature's is an error naming
+    the signature's input, not training on the one input anyway."""
+    import keras
+    keras.utils.set_random_seed(38)
+    x = keras.Input(shape=(5,), name="x")
+    model = keras.Model(x, keras.layers.Dense(2)(x))
+    export = str(tmp_path / "model")
+    model.export(export, verbose=False)
+    mse_data(tmp_path, 38, features=5)
+    base = [f"--saved_model={export}", f"--data={tmp_path / 'd.npz'}", "--targets=t", "--loss=mse",
+            f"--batch_size={BATCH}", "--epochs=1"]
+    ok = run_tool(tmp_path, *base, "--inputs=features")
+    assert ok.returncode == 0, ok.stderr
+    for inputs in ("features:no_such_input", "features:x2"):
+        r = run_tool(tmp_path, *base, f"--inputs={inputs}")
+        assert r.returncode == 1, r.stdout
+        name = inputs.split(":")[1]
+        assert (f"tf_ext_train: trainer: input '{name}' is not one of the signature's inputs; "
+                "signature 'serving_default' takes x: float32 [?,5]") in r.stderr, r.stderr
+        assert "epoch 1/1" not in r.stdout, r.stdout
+

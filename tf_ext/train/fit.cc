@@ -102,37 +102,46 @@ const double* FindLog(const Logs& logs, const std::string& name) {
   return nullptr;
 }
 
-absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
-                              const FitCallbacks& callbacks) {
-  FitOptions f = options.fit;
-  const Distributed* distributed = trainer->distributed();
+namespace {
+
+// The fit options Fit refuses before opening anything; clears what a non-chief worker does not
+// write (it resumes from the chief's state, broadcast at the start).
+absl::Status CheckFitOptions(const TrainerOptions& options, const Distributed* distributed,
+                             FitOptions* f) {
   if (distributed != nullptr) {
     const int64_t workers = distributed->cluster().size();
-    if (f.batch_size % workers != 0) {
-      return Invalid(absl::StrCat("batch_size=", f.batch_size, " (the global batch) does not split over ",
+    if (f->batch_size % workers != 0) {
+      return Invalid(absl::StrCat("batch_size=", f->batch_size, " (the global batch) does not split over ",
                                   workers, " workers: use a multiple of ", workers));
     }
     if (!distributed->cluster().is_chief()) {
       // Only the chief writes; the others resume from the chief's state (broadcast below).
-      for (std::string* written : {&f.history, &f.tensorboard, &f.checkpoint, &f.resume, &f.save_best,
-                                   &f.save_weights, &f.export_dir, &f.step_stats}) {
+      for (std::string* written : {&f->history, &f->tensorboard, &f->checkpoint, &f->resume, &f->save_best,
+                                   &f->save_weights, &f->export_dir, &f->step_stats}) {
         written->clear();
       }
     }
   }
-  if (f.data.empty()) return Invalid("option 'data' (the training data) is required");
-  if (f.inputs.empty()) return Invalid("option 'inputs' (the data's keys fed to the signature's inputs) is required");
-  if (f.batch_size < 1) return Invalid(absl::StrCat("batch_size=", f.batch_size, " is not positive"));
-  if (f.epochs < 1) return Invalid(absl::StrCat("epochs=", f.epochs, " is not positive"));
-  if (f.shuffle_buffer < 0) {
-    return Invalid(absl::StrCat("shuffle_buffer=", f.shuffle_buffer, " is negative"));
+  if (f->data.empty()) return Invalid("option 'data' (the training data) is required");
+  if (f->inputs.empty()) return Invalid("option 'inputs' (the data's keys fed to the signature's inputs) is required");
+  if (f->batch_size < 1) return Invalid(absl::StrCat("batch_size=", f->batch_size, " is not positive"));
+  if (f->epochs < 1) return Invalid(absl::StrCat("epochs=", f->epochs, " is not positive"));
+  if (f->shuffle_buffer < 0) {
+    return Invalid(absl::StrCat("shuffle_buffer=", f->shuffle_buffer, " is negative"));
   }
-  const bool has_targets = LossHasTargets(options.loss);
-  if (has_targets && f.targets.empty()) return Invalid("option 'targets' is required by this loss");
-  if (!f.export_dir.empty()) TF_RETURN_IF_ERROR(CheckExportTarget(f.export_dir));
+  if (LossHasTargets(options.loss) && f->targets.empty()) {
+    return Invalid("option 'targets' is required by this loss");
+  }
+  if (!f->export_dir.empty()) TF_RETURN_IF_ERROR(CheckExportTarget(f->export_dir));
+  return absl::OkStatus();
+}
 
-  // inputs=KEY[:INPUT]: the data's KEY fed as INPUT (default: KEY).
+// What the data feeds: inputs=KEY[:INPUT] (the data's KEY fed as INPUT, default KEY) resolved
+// against the signature, targets, weights, features and batching.
+absl::StatusOr<DataSpec> MakeDataSpec(Trainer* trainer, const TrainerOptions& options,
+                                      const FitOptions& f) {
   DataSpec spec;
+  std::vector<bool> named;  // KEY:INPUT (the input named), not KEY alone
   for (absl::string_view item : absl::StrSplit(f.inputs, ',')) {
     std::vector<std::string> parts = absl::StrSplit(item, absl::MaxSplits(':', 1));
     if (parts[0].empty() || (parts.size() == 2 && parts[1].empty())) {
@@ -140,8 +149,9 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
     }
     spec.input_keys.push_back(parts[0]);
     spec.input_names.push_back(parts.back());
+    named.push_back(parts.size() == 2);
   }
-  auto resolved = trainer->ResolveInputs(spec.input_names);
+  auto resolved = trainer->ResolveInputs(spec.input_names, named);
   if (!resolved.ok()) {
     return absl::Status(resolved.status().code(),
                         absl::StrCat(resolved.status().message(),
@@ -152,7 +162,7 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
     if (!input.ok()) return input.status();
     spec.input_specs.push_back(*input);
   }
-  spec.targets_key = has_targets ? f.targets : "";
+  spec.targets_key = LossHasTargets(options.loss) ? f.targets : "";
   spec.weights_key = f.sample_weights;
   // Class ids are fed as int64, which the sparse loss takes.
   if (options.loss.kind == LossKind::kSparseCategoricalCrossentropy) spec.targets_dtype = DT_INT64;
@@ -170,6 +180,202 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   spec.shuffle = f.shuffle;
   spec.shuffle_buffer = f.shuffle_buffer;
   spec.seed = f.seed;
+  return spec;
+}
+
+// --history: one row per step in `steps`; its .epochs.csv one row per epoch in `epochs`.
+absl::Status OpenHistory(const FitOptions& f, const std::vector<std::string>& metrics,
+                         bool validation, bool append, std::ofstream* steps,
+                         std::ofstream* epochs) {
+  std::string header = "step,epoch,loss";
+  for (const std::string& m : metrics) absl::StrAppend(&header, ",", m);
+  TF_RETURN_IF_ERROR(OpenCsv(f.history, header, append, steps));
+  std::string epochs_header = "epoch,loss";
+  for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",", m);
+  if (validation) {
+    absl::StrAppend(&epochs_header, ",val_loss");
+    for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",val_", m);
+  }
+  return OpenCsv(EpochsCsvPath(f.history), epochs_header, append, epochs);
+}
+
+// What an epoch of training reads and writes.
+struct EpochLoop {
+  Trainer* trainer;
+  const FitOptions& f;
+  const FitCallbacks& callbacks;
+  BatchSource* data;
+  const Distributed* distributed;
+  bool by_files;
+  const std::vector<std::string>& metrics;
+  // The metrics' running values are read after each step only when something shows them then:
+  // the per-step CSV, a front end's batch callback, TensorBoard's batch summaries.
+  bool per_step_logs;
+  bool batch_summaries;
+  std::ofstream* steps_csv;
+  TensorBoardLogger* tensorboard;
+  FitResult* result;
+  int64_t step;  // numbered as the optimizer counts them
+};
+
+// The next batch of this worker; false at the end of the epoch (for every worker when one
+// worker's files run out, with shard_by=files).
+absl::StatusOr<bool> NextBatch(EpochLoop* loop, Batch* batch) {
+  auto more = loop->data->Next(batch);
+  if (!more.ok()) {
+    return absl::Status(more.status().code(), absl::StrCat(loop->data->description(), ": ", more.status().message()));
+  }
+  if (loop->by_files) {
+    auto all = loop->trainer->AllWorkersHave(*more);
+    if (!all.ok()) {
+      return absl::Status(all.status().code(), absl::StrCat("step ", loop->step, ": ", all.status().message()));
+    }
+    if (!*all) return false;
+  }
+  if (!*more) return false;
+  if (loop->distributed != nullptr && !loop->by_files) {
+    if (absl::Status s = TakeSlice(loop->distributed->cluster(), batch); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("step ", loop->step, ": ", s.message()));
+    }
+  }
+  return true;
+}
+
+// One training step on `batch`: its loss in `loss`, the metrics' running values in `values`
+// when something reads them after each step, the per-step row and batch callbacks.
+absl::Status TrainStep(EpochLoop* loop, int64_t epoch, const Batch& batch, RunningMean* loss,
+                       std::vector<double>* values) {
+  const FitOptions& f = loop->f;
+  FitResult* result = loop->result;
+  const int64_t step = loop->step;
+  const auto started = std::chrono::steady_clock::now();
+  RunMetadata trace;
+  const bool traced = result->steps == 0 && !f.step_stats.empty();
+  auto value = loop->trainer->Step(batch.inputs, batch.targets, batch.weights, traced ? &trace : nullptr);
+  result->step_ms.push_back(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+  if (!value.ok()) {
+    return absl::Status(value.status().code(), absl::StrCat("step ", step, ": ", value.status().message()));
+  }
+  if (traced) {
+    if (absl::Status s = WriteBinaryProto(Env::Default(), f.step_stats, trace); !s.ok()) {
+      return Invalid(absl::StrCat("option 'step_stats': '", f.step_stats, "': ", s.message()));
+    }
+  }
+  if (!std::isfinite(*value)) {
+    return Invalid(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *value, "; stopping"));
+  }
+  loss->Add(*value, batch.size);
+  if (!loop->metrics.empty() && loop->per_step_logs) {
+    auto read = loop->trainer->MetricValues();
+    if (!read.ok()) return read.status();
+    *values = *read;
+  }
+  if (loop->steps_csv->is_open()) {
+    *loop->steps_csv << step << "," << epoch << "," << Number(*value);
+    for (double v : *values) *loop->steps_csv << "," << Number(v);
+    *loop->steps_csv << "\n";
+  }
+  ++loop->step;
+  ++result->steps;
+  if (loop->callbacks.on_batch_end || loop->batch_summaries) {
+    // Keras's batch logs: the running loss and metrics.
+    Logs running = {{"loss", loss->value()}};
+    for (size_t i = 0; i < values->size(); ++i) running.push_back({loop->metrics[i], (*values)[i]});
+    if (loop->callbacks.on_batch_end) {
+      loop->callbacks.on_batch_end(epoch, loss->count, loop->data->examples(), running);
+    }
+    if (loop->tensorboard) TF_RETURN_IF_ERROR(loop->tensorboard->OnTrainBatchEnd(step, running));
+  }
+  return absl::OkStatus();
+}
+
+// One epoch over the training data: its loss and metrics in `logs`.
+absl::Status TrainEpoch(EpochLoop* loop, int64_t epoch, EpochLogs* logs) {
+  TF_RETURN_IF_ERROR(loop->trainer->ResetMetrics());
+  TF_RETURN_IF_ERROR(loop->data->StartEpoch(epoch));
+  RunningMean loss;
+  std::vector<double> values;  // the metrics' running values
+  for (;;) {
+    Batch batch;
+    auto more = NextBatch(loop, &batch);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    TF_RETURN_IF_ERROR(TrainStep(loop, epoch, batch, &loss, &values));
+  }
+  if (!loop->metrics.empty() && !loop->per_step_logs && loss.count > 0) {
+    // Nothing reads the running values between steps: the epoch's, once.
+    auto read = loop->trainer->MetricValues();
+    if (!read.ok()) return read.status();
+    values = *read;
+  }
+  if (loss.count == 0) {
+    return Invalid(absl::StrCat(loop->data->description(), " gave no batch in epoch ", epoch,
+                                loop->f.drop_remainder ? " (fewer examples than one batch, and drop_remainder)" : ""));
+  }
+  logs->epoch = epoch;
+  logs->logs.push_back({"loss", loss.value()});
+  for (size_t i = 0; i < values.size(); ++i) logs->logs.push_back({loop->metrics[i], values[i]});
+  return absl::OkStatus();
+}
+
+// The validation data evaluated in inference mode: val_loss and val_<metric> added to `logs`.
+absl::Status Validate(Trainer* trainer, BatchSource* validation,
+                      const std::vector<std::string>& metrics, EpochLogs* logs) {
+  TF_RETURN_IF_ERROR(trainer->ResetMetrics());
+  TF_RETURN_IF_ERROR(validation->StartEpoch(0));
+  RunningMean val_loss;
+  for (;;) {
+    Batch batch;
+    auto more = validation->Next(&batch);
+    if (!more.ok()) {
+      return absl::Status(more.status().code(), absl::StrCat("validation: ", validation->description(), ": ",
+                                                             more.status().message()));
+    }
+    if (!*more) break;
+    auto value = trainer->Evaluate(batch.inputs, batch.targets, batch.weights);
+    if (!value.ok()) {
+      return absl::Status(value.status().code(), absl::StrCat("validation: ", value.status().message()));
+    }
+    val_loss.Add(*value, batch.size);
+  }
+  if (val_loss.count == 0) return Invalid(absl::StrCat("validation: ", validation->description(), " has no examples"));
+  logs->logs.push_back({"val_loss", val_loss.value()});
+  if (!metrics.empty()) {
+    auto read = trainer->MetricValues();
+    if (!read.ok()) return read.status();
+    for (size_t i = 0; i < read->size(); ++i) logs->logs.push_back({"val_" + metrics[i], (*read)[i]});
+  }
+  return absl::OkStatus();
+}
+
+// After the last epoch: --export and --save_weights.
+absl::Status WriteTrained(Trainer* trainer, const FitOptions& f, const FitCallbacks& callbacks) {
+  if (!f.export_dir.empty()) {
+    if (absl::Status s = trainer->Export(f.export_dir); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("option 'export': '", f.export_dir, "': ", s.message()));
+    }
+    if (callbacks.on_message) callbacks.on_message(absl::StrCat("exported the trained SavedModel to ", f.export_dir));
+  }
+  if (!f.save_weights.empty()) {
+    auto values = trainer->VariableValues();
+    if (!values.ok()) return values.status();
+    if (absl::Status s = WriteNpz(f.save_weights, *values); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("option 'save_weights': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
+                              const FitCallbacks& callbacks) {
+  FitOptions f = options.fit;
+  const Distributed* distributed = trainer->distributed();
+  TF_RETURN_IF_ERROR(CheckFitOptions(options, distributed, &f));
+  auto spec = MakeDataSpec(trainer, options, f);
+  if (!spec.ok()) return spec.status();
   // shard_by=files: this worker reads whole files (i, i + N, ... of the sorted list), its share
   // of the global batch a step, as tf.data's AutoShardPolicy.FILE.
   const bool by_files = distributed != nullptr && options.distributed.shard_by == "files";
@@ -178,9 +384,9 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
     auto mine = WorkerFiles(f.data, distributed->cluster());
     if (!mine.ok()) return mine.status();
     data_path = *mine;
-    spec.batch_size = f.batch_size / distributed->cluster().size();
+    spec->batch_size = f.batch_size / distributed->cluster().size();
   }
-  auto data = OpenData(data_path, spec);
+  auto data = OpenData(data_path, *spec);
   if (!data.ok()) return data.status();
   if ((*data)->examples() >= 0 && f.batch_size > (*data)->examples()) {
     return Invalid(absl::StrCat("batch_size=", f.batch_size, " is larger than the data (",
@@ -188,7 +394,7 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   }
   std::unique_ptr<BatchSource> validation;
   if (!f.validation.empty()) {
-    DataSpec v = spec;
+    DataSpec v = *spec;
     v.batch_size = f.batch_size;
     v.shuffle = false;
     v.shuffle_buffer = 0;
@@ -223,134 +429,22 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
     if (!chief_epoch.ok()) return chief_epoch.status();
     result.initial_epoch = *chief_epoch;
   }
-
-  // --history: one row per step; its .epochs.csv one row per epoch.
   std::ofstream steps_csv, epochs_csv;
   if (!f.history.empty()) {
-    const bool append = result.initial_epoch > 0;
-    std::string header = "step,epoch,loss";
-    for (const std::string& m : metrics) absl::StrAppend(&header, ",", m);
-    TF_RETURN_IF_ERROR(OpenCsv(f.history, header, append, &steps_csv));
-    std::string epochs_header = "epoch,loss";
-    for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",", m);
-    if (validation) {
-      absl::StrAppend(&epochs_header, ",val_loss");
-      for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",val_", m);
-    }
-    TF_RETURN_IF_ERROR(OpenCsv(EpochsCsvPath(f.history), epochs_header, append, &epochs_csv));
+    TF_RETURN_IF_ERROR(OpenHistory(f, metrics, validation != nullptr, result.initial_epoch > 0,
+                                   &steps_csv, &epochs_csv));
   }
 
   auto iterations = trainer->Iterations();
   if (!iterations.ok()) return iterations.status();
-  int64_t step = *iterations;  // numbered as the optimizer counts them
-  // The metrics' running values are read after each step only when something shows them then:
-  // the per-step CSV, a front end's batch callback, TensorBoard's batch summaries.
   const bool batch_summaries = tensorboard != nullptr && tensorboard->update_freq() > 0;
-  const bool per_step_logs = steps_csv.is_open() || callbacks.on_batch_end || batch_summaries;
+  EpochLoop loop{trainer, f, callbacks, data->get(), distributed, by_files, metrics,
+                 steps_csv.is_open() || callbacks.on_batch_end || batch_summaries,
+                 batch_summaries, &steps_csv, tensorboard.get(), &result, *iterations};
   for (int64_t epoch = result.initial_epoch; epoch < f.epochs; ++epoch) {
-    TF_RETURN_IF_ERROR(trainer->ResetMetrics());
-    TF_RETURN_IF_ERROR((*data)->StartEpoch(epoch));
-    RunningMean loss;
-    std::vector<double> values;  // the metrics' running values
-    Logs running;
-    for (;;) {
-      Batch batch;
-      auto more = (*data)->Next(&batch);
-      if (!more.ok()) {
-        return absl::Status(more.status().code(), absl::StrCat((*data)->description(), ": ", more.status().message()));
-      }
-      if (by_files) {
-        // The epoch ends for every worker when one worker's files run out.
-        auto all = trainer->AllWorkersHave(*more);
-        if (!all.ok()) {
-          return absl::Status(all.status().code(), absl::StrCat("step ", step, ": ", all.status().message()));
-        }
-        if (!*all) break;
-      }
-      if (!*more) break;
-      if (distributed != nullptr && !by_files) {
-        if (absl::Status s = TakeSlice(distributed->cluster(), &batch); !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
-        }
-      }
-      const auto started = std::chrono::steady_clock::now();
-      RunMetadata trace;
-      const bool traced = result.steps == 0 && !f.step_stats.empty();
-      auto value = trainer->Step(batch.inputs, batch.targets, batch.weights, traced ? &trace : nullptr);
-      result.step_ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
-      if (!value.ok()) {
-        return absl::Status(value.status().code(), absl::StrCat("step ", step, ": ", value.status().message()));
-      }
-      if (traced) {
-        if (absl::Status s = WriteBinaryProto(Env::Default(), f.step_stats, trace); !s.ok()) {
-          return Invalid(absl::StrCat("option 'step_stats': '", f.step_stats, "': ", s.message()));
-        }
-      }
-      if (!std::isfinite(*value)) {
-        return Invalid(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *value, "; stopping"));
-      }
-      loss.Add(*value, batch.size);
-      if (!metrics.empty() && per_step_logs) {
-        auto read = trainer->MetricValues();
-        if (!read.ok()) return read.status();
-        values = *read;
-      }
-      if (steps_csv.is_open()) {
-        steps_csv << step << "," << epoch << "," << Number(*value);
-        for (double v : values) steps_csv << "," << Number(v);
-        steps_csv << "\n";
-      }
-      ++step;
-      ++result.steps;
-      if (callbacks.on_batch_end || batch_summaries) {
-        // Keras's batch logs: the running loss and metrics.
-        running = {{"loss", loss.value()}};
-        for (size_t i = 0; i < values.size(); ++i) running.push_back({metrics[i], values[i]});
-        if (callbacks.on_batch_end) callbacks.on_batch_end(epoch, loss.count, (*data)->examples(), running);
-        if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->OnTrainBatchEnd(step - 1, running));
-      }
-    }
-    if (!metrics.empty() && !per_step_logs && loss.count > 0) {
-      // Nothing reads the running values between steps: the epoch's, once.
-      auto read = trainer->MetricValues();
-      if (!read.ok()) return read.status();
-      values = *read;
-    }
-    if (loss.count == 0) {
-      return Invalid(absl::StrCat((*data)->description(), " gave no batch in epoch ", epoch,
-                                  f.drop_remainder ? " (fewer examples than one batch, and drop_remainder)" : ""));
-    }
     EpochLogs epoch_logs;
-    epoch_logs.epoch = epoch;
-    epoch_logs.logs.push_back({"loss", loss.value()});
-    for (size_t i = 0; i < values.size(); ++i) epoch_logs.logs.push_back({metrics[i], values[i]});
-    if (validation) {
-      TF_RETURN_IF_ERROR(trainer->ResetMetrics());
-      TF_RETURN_IF_ERROR(validation->StartEpoch(0));
-      RunningMean val_loss;
-      for (;;) {
-        Batch batch;
-        auto more = validation->Next(&batch);
-        if (!more.ok()) {
-          return absl::Status(more.status().code(), absl::StrCat("validation: ", validation->description(), ": ",
-                                                                 more.status().message()));
-        }
-        if (!*more) break;
-        auto value = trainer->Evaluate(batch.inputs, batch.targets, batch.weights);
-        if (!value.ok()) {
-          return absl::Status(value.status().code(), absl::StrCat("validation: ", value.status().message()));
-        }
-        val_loss.Add(*value, batch.size);
-      }
-      if (val_loss.count == 0) return Invalid(absl::StrCat("validation: ", validation->description(), " has no examples"));
-      epoch_logs.logs.push_back({"val_loss", val_loss.value()});
-      if (!metrics.empty()) {
-        auto read = trainer->MetricValues();
-        if (!read.ok()) return read.status();
-        for (size_t i = 0; i < read->size(); ++i) epoch_logs.logs.push_back({"val_" + metrics[i], (*read)[i]});
-      }
-    }
+    TF_RETURN_IF_ERROR(TrainEpoch(&loop, epoch, &epoch_logs));
+    if (validation) TF_RETURN_IF_ERROR(Validate(trainer, validation.get(), metrics, &epoch_logs));
     std::vector<std::string> parts;
     for (const auto& [name, v] : epoch_logs.logs) parts.push_back(absl::StrFormat("%s %.6g", name, v));
     const std::string line = absl::StrFormat("epoch %d/%d: %s", epoch + 1, f.epochs, absl::StrJoin(parts, ", "));
@@ -378,19 +472,7 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   }
   TF_RETURN_IF_ERROR((*epoch_callbacks)->OnTrainEnd());
   if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->Close());
-  if (!f.export_dir.empty()) {
-    if (absl::Status s = trainer->Export(f.export_dir); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("option 'export': '", f.export_dir, "': ", s.message()));
-    }
-    if (callbacks.on_message) callbacks.on_message(absl::StrCat("exported the trained SavedModel to ", f.export_dir));
-  }
-  if (!f.save_weights.empty()) {
-    auto values = trainer->VariableValues();
-    if (!values.ok()) return values.status();
-    if (absl::Status s = WriteNpz(f.save_weights, *values); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("option 'save_weights': ", s.message()));
-    }
-  }
+  TF_RETURN_IF_ERROR(WriteTrained(trainer, f, callbacks));
   return result;
 }
 

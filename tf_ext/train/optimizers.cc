@@ -79,24 +79,14 @@ absl::Status ValidateOptimizer(const OptimizerSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
-                          const std::vector<TrainableVariable>& variables,
-                          const std::vector<Gradient>& gradients, const std::vector<Node*>& after,
-                          OptimizerGraph* out) {
-  TF_RETURN_IF_ERROR(ValidateOptimizer(spec));
-  std::vector<Node*> init;
-  Node* ready = ops->Group("ready", after);
-  // iterations: int64, 0 at first
-  GraphTensor iterations = ops->VarHandle("iterations", DT_INT64, PartialTensorShape({}));
-  init.push_back(ops->Assign("AssignVariableOp", iterations, ops->Scalar(DT_INT64, 0)));
-  GraphTensor step = ReadAfter(ops, iterations, DT_INT64, ready);
-  out->iterations = step;
-  out->state.push_back({"iterations", iterations});
-  out->state_types.push_back(DT_INT64);
+namespace {
 
-  // Keras's _clip_gradients, before anything else. A sparse gradient's norm is that of its rows
-  // (tf.clip_by_norm of an IndexedSlices; Keras's global_norm sums the squared rows), repeated
-  // ids not summed first; its rows are scaled (and, by global_clipnorm, made dense by Keras).
+// Keras's _clip_gradients, before anything else. A sparse gradient's norm is that of its rows
+// (tf.clip_by_norm of an IndexedSlices; Keras's global_norm sums the squared rows), repeated
+// ids not summed first; its rows are scaled (and, by global_clipnorm, made dense by Keras).
+std::vector<Gradient> ClipGradients(GraphOps* ops, const OptimizerSpec& spec,
+                                    const std::vector<TrainableVariable>& variables,
+                                    const std::vector<Gradient>& gradients) {
   std::vector<Gradient> clipped = gradients;
   if (spec.clipnorm > 0) {
     for (size_t i = 0; i < clipped.size(); ++i) {
@@ -141,200 +131,277 @@ absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
       clipped[i].indices = unique;
     }
   }
+  return clipped;
+}
+
+// One variable's update: what every optimizer's formula reads and where it puts its nodes.
+struct VariableUpdate {
+  GraphOps* ops;
+  const OptimizerSpec& spec;
+  const TrainableVariable& var;
+  DataType t;
+  GraphTensor g;       // the (clipped) gradient: dense, or the rows at ids
+  GraphTensor ids;     // sparse only
+  bool sparse;
+  GraphTensor lr;      // the learning rate at this step
+  GraphTensor stepf;   // iterations, in the variable's dtype
+  Node* ready;         // the step's loss and the other gradients (AddOptimizer's `after`)
+  Node* order;         // what the variable's own update waits for (AdamW's decay, or ready)
+  std::vector<Node*>* init;
+  std::vector<Node*>* updates;
+  OptimizerGraph* out;
+
+  GraphTensor c(double v) const { return ops->Scalar(t, v); }
+  GraphTensor Slot(const std::string& slot, double value) const {
+    return train::Slot(ops, var, slot, value, init, out);
+  }
+  // A sparse gradient's part of a dense slot: slot <- slot * keep, then its rows scattered in
+  // (added: repeated ids sum); returns the scatter, after which the slot holds the new value.
+  Node* DecayAndAdd(GraphTensor handle, double keep, GraphTensor rows) const {
+    GraphTensor s = ReadAfter(ops, handle, t, ready);
+    Node* scaled = ops->Assign("AssignVariableOp", handle, ops->Binary("Mul", s, c(keep)));
+    Node* added = ops->Scatter("ResourceScatterAdd", handle, ids, rows, {scaled});
+    updates->push_back(scaled);
+    updates->push_back(added);
+    return added;
+  }
+};
+
+// The learning rate at this step: u.lr (lr0), or Keras's schedule of iterations.
+GraphTensor ScheduledLearningRate(const VariableUpdate& u) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  GraphTensor lr = u.lr;
+  if (spec.schedule == "exponential") {
+    // lr0 * rate^(step / decay_steps)
+    lr = ops->Binary("Mul", lr, ops->Binary("Pow", u.c(spec.decay_rate),
+                                            ops->Binary("RealDiv", u.stepf, u.c(spec.decay_steps))));
+  } else if (spec.schedule == "cosine") {
+    // lr0 * 0.5 (1 + cos(pi min(step, decay_steps) / decay_steps))
+    GraphTensor s = ops->Binary("Minimum", u.stepf, u.c(spec.decay_steps));
+    GraphTensor cosine = ops->Unary(
+        "Cos", ops->Binary("Mul", u.c(M_PI), ops->Binary("RealDiv", s, u.c(spec.decay_steps))));
+    lr = ops->Binary("Mul", lr, ops->Binary("Mul", u.c(0.5), ops->Binary("AddV2", u.c(1), cosine)));
+  }
+  return lr;
+}
+
+// SGD: var -= g lr, or with momentum m <- m momentum - g lr; var += m (Nesterov: var += m
+// momentum - g lr).
+void SgdUpdate(const VariableUpdate& u) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  if (spec.momentum == 0) {
+    // var -= g lr (sparse: every row subtracted at its id)
+    u.updates->push_back(u.sparse ? ops->Scatter("ResourceScatterSub", u.var.handle, u.ids,
+                                                 ops->Binary("Mul", u.g, u.lr), {u.order})
+                                  : ops->Assign("AssignSubVariableOp", u.var.handle,
+                                                ops->Binary("Mul", u.g, u.lr), {u.order}));
+    return;
+  }
+  GraphTensor m_handle = u.Slot("momentum", 0);
+  if (u.sparse) {
+    // Keras: m momentum - (g lr densified, repeated ids summed)
+    GraphTensor gl = ops->Binary("Mul", u.g, u.lr);
+    GraphTensor m = ReadAfter(ops, m_handle, u.t, u.ready);
+    Node* scaled = ops->Assign("AssignVariableOp", m_handle, ops->Binary("Mul", m, u.c(spec.momentum)));
+    Node* sub = ops->Scatter("ResourceScatterSub", m_handle, u.ids, gl, {scaled});
+    u.updates->push_back(scaled);
+    u.updates->push_back(sub);
+    GraphTensor m_new = ReadAfter(ops, m_handle, u.t, sub);
+    if (spec.nesterov) {
+      Node* add = ops->Assign("AssignAddVariableOp", u.var.handle,
+                              ops->Binary("Mul", m_new, u.c(spec.momentum)), {u.order});
+      u.updates->push_back(add);
+      u.updates->push_back(ops->Scatter("ResourceScatterSub", u.var.handle, u.ids, gl, {add}));
+    } else {
+      u.updates->push_back(ops->Assign("AssignAddVariableOp", u.var.handle, m_new, {u.order}));
+    }
+    return;
+  }
+  // Dense: TensorFlow's ResourceApplyKerasMomentum computes exactly Keras's formula, in one
+  // pass over the variable: m <- m momentum - g lr; var += m (Nesterov: m momentum - g lr).
+  AttrValue nesterov;
+  nesterov.set_b(spec.nesterov);
+  u.updates->push_back(ops->Update("ResourceApplyKerasMomentum",
+                                   {u.var.handle, m_handle, u.lr, u.g, u.c(spec.momentum)},
+                                   {u.order}, {{"use_nesterov", nesterov}}));
+}
+
+// Adam and AdamW (whose decoupled decay came first, in u.order).
+void AdamUpdate(const VariableUpdate& u) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  // t = iterations + 1
+  GraphTensor local = ops->Binary("AddV2", u.stepf, u.c(1));
+  GraphTensor m_handle = u.Slot("m", 0);
+  GraphTensor v_handle = u.Slot("v", 0);
+  GraphTensor beta_1_power = ops->Binary("Pow", u.c(spec.beta_1), local);
+  GraphTensor beta_2_power = ops->Binary("Pow", u.c(spec.beta_2), local);
+  if (!u.sparse) {
+    // Dense: TensorFlow's ResourceApplyAdam computes exactly Keras's formula, in one pass
+    // over the variable instead of a dozen elementwise ops: alpha = lr sqrt(1 - beta_2^t) /
+    // (1 - beta_1^t); m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
+    // var -= m alpha / (sqrt(v) + epsilon).
+    u.updates->push_back(ops->Update("ResourceApplyAdam",
+                                     {u.var.handle, m_handle, v_handle, beta_1_power, beta_2_power,
+                                      u.lr, u.c(spec.beta_1), u.c(spec.beta_2), u.c(spec.epsilon), u.g},
+                                     {u.order}));
+    return;
+  }
+  // t = iterations + 1; alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t)
+  GraphTensor alpha = ops->Binary(
+      "RealDiv", ops->Binary("Mul", u.lr, ops->Unary("Sqrt", ops->Binary("Sub", u.c(1), beta_2_power))),
+      ops->Binary("Sub", u.c(1), beta_1_power));
+  // m += (dense(g) - m)(1 - beta_1); v += (dense(g^2 per row) - v)(1 - beta_2)
+  Node* m_done = u.DecayAndAdd(m_handle, spec.beta_1, ops->Binary("Mul", u.g, u.c(1 - spec.beta_1)));
+  Node* v_done = u.DecayAndAdd(
+      v_handle, spec.beta_2, ops->Binary("Mul", ops->Unary("Square", u.g), u.c(1 - spec.beta_2)));
+  GraphTensor m_new = ReadAfter(ops, m_handle, u.t, m_done);
+  GraphTensor v_new = ReadAfter(ops, v_handle, u.t, v_done);
+  // var -= m alpha / (sqrt(v) + epsilon)
+  GraphTensor delta = ops->Binary("RealDiv", ops->Binary("Mul", m_new, alpha),
+                                  ops->Binary("AddV2", ops->Unary("Sqrt", v_new), u.c(spec.epsilon)));
+  u.updates->push_back(ops->Assign("AssignSubVariableOp", u.var.handle, delta, {u.order}));
+}
+
+// RMSprop, a sparse gradient's rows: its velocity (and average) rows summed in by id.
+void SparseRmspropUpdate(const VariableUpdate& u, GraphTensor vel_handle, GraphTensor avg_handle) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  Node* vel_done = u.DecayAndAdd(vel_handle, spec.rho,
+                                 ops->Binary("Mul", u.c(1 - spec.rho), ops->Unary("Square", u.g)));
+  // denominator = velocity - average^2 + epsilon at the gradient's rows
+  GraphTensor denominator = ops->GatherRows(vel_handle, u.t, u.ids, vel_done);
+  if (spec.centered) {
+    Node* avg_done = u.DecayAndAdd(avg_handle, spec.rho, ops->Binary("Mul", u.c(1 - spec.rho), u.g));
+    denominator = ops->Binary(
+        "Sub", denominator, ops->Unary("Square", ops->GatherRows(avg_handle, u.t, u.ids, avg_done)));
+  }
+  denominator = ops->Binary("AddV2", denominator, u.c(spec.epsilon));
+  // increment = lr g / sqrt(denominator), one row per gradient row
+  GraphTensor increment =
+      ops->Binary("RealDiv", ops->Binary("Mul", u.lr, u.g), ops->Unary("Sqrt", denominator));
+  if (spec.momentum > 0) {
+    // m <- momentum m + dense(increment); var -= m
+    GraphTensor m_handle = u.Slot("momentum", 0);
+    Node* m_done = u.DecayAndAdd(m_handle, spec.momentum, increment);
+    u.updates->push_back(ops->Assign("AssignSubVariableOp", u.var.handle,
+                                     ReadAfter(ops, m_handle, u.t, m_done), {u.order}));
+  } else {
+    u.updates->push_back(ops->Scatter("ResourceScatterSub", u.var.handle, u.ids, increment, {u.order}));
+  }
+}
+
+// RMSprop: velocity <- rho velocity + (1 - rho) g^2 (sparse: each row squared, then summed by
+// id); centered, with the average gradient; with momentum, through a momentum slot.
+void RmspropUpdate(const VariableUpdate& u) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  GraphTensor vel_handle = u.Slot("velocity", 0);
+  GraphTensor avg_handle;
+  if (spec.centered) avg_handle = u.Slot("average_gradient", 0);
+  if (u.sparse) return SparseRmspropUpdate(u, vel_handle, avg_handle);
+  GraphTensor vel = ReadAfter(ops, vel_handle, u.t, u.ready);
+  GraphTensor vel_new = ops->Binary("AddV2", ops->Binary("Mul", u.c(spec.rho), vel),
+                                    ops->Binary("Mul", u.c(1 - spec.rho), ops->Unary("Square", u.g)));
+  u.updates->push_back(ops->Assign("AssignVariableOp", vel_handle, vel_new));
+  GraphTensor denominator;
+  if (spec.centered) {
+    // average <- rho average + (1 - rho) g; denominator = velocity - average^2 + epsilon
+    GraphTensor avg = ReadAfter(ops, avg_handle, u.t, u.ready);
+    GraphTensor avg_new = ops->Binary("AddV2", ops->Binary("Mul", u.c(spec.rho), avg),
+                                      ops->Binary("Mul", u.c(1 - spec.rho), u.g));
+    u.updates->push_back(ops->Assign("AssignVariableOp", avg_handle, avg_new));
+    denominator = ops->Binary("AddV2", ops->Binary("Sub", vel_new, ops->Unary("Square", avg_new)),
+                              u.c(spec.epsilon));
+  } else {
+    denominator = ops->Binary("AddV2", vel_new, u.c(spec.epsilon));
+  }
+  // increment = lr g / sqrt(denominator)
+  GraphTensor increment =
+      ops->Binary("RealDiv", ops->Binary("Mul", u.lr, u.g), ops->Unary("Sqrt", denominator));
+  if (spec.momentum > 0) {
+    // m <- momentum m + increment; var -= m
+    GraphTensor m_handle = u.Slot("momentum", 0);
+    GraphTensor m = ReadAfter(ops, m_handle, u.t, u.ready);
+    GraphTensor m_new = ops->Binary("AddV2", ops->Binary("Mul", u.c(spec.momentum), m), increment);
+    u.updates->push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
+    increment = m_new;
+  }
+  u.updates->push_back(ops->Assign("AssignSubVariableOp", u.var.handle, increment, {u.order}));
+}
+
+// Adagrad: accumulator += g^2; var -= lr g / sqrt(accumulator + epsilon).
+void AdagradUpdate(const VariableUpdate& u) {
+  GraphOps* ops = u.ops;
+  const OptimizerSpec& spec = u.spec;
+  GraphTensor acc_handle = u.Slot("accumulator", spec.initial_accumulator_value);
+  if (u.sparse) {
+    // each row squared and added at its id; then each row divided by its id's accumulator
+    Node* added = ops->Scatter("ResourceScatterAdd", acc_handle, u.ids, ops->Unary("Square", u.g),
+                               {u.ready});
+    u.updates->push_back(added);
+    GraphTensor acc_rows = ops->GatherRows(acc_handle, u.t, u.ids, added);
+    u.updates->push_back(ops->Scatter(
+        "ResourceScatterSub", u.var.handle, u.ids,
+        ops->Binary("RealDiv", ops->Binary("Mul", u.lr, u.g),
+                    ops->Unary("Sqrt", ops->Binary("AddV2", acc_rows, u.c(spec.epsilon)))),
+        {u.order}));
+    return;
+  }
+  GraphTensor acc = ReadAfter(ops, acc_handle, u.t, u.ready);
+  GraphTensor acc_new = ops->Binary("AddV2", acc, ops->Unary("Square", u.g));
+  u.updates->push_back(ops->Assign("AssignVariableOp", acc_handle, acc_new));
+  u.updates->push_back(ops->Assign(
+      "AssignSubVariableOp", u.var.handle,
+      ops->Binary("RealDiv", ops->Binary("Mul", u.lr, u.g),
+                  ops->Unary("Sqrt", ops->Binary("AddV2", acc_new, u.c(spec.epsilon)))),
+      {u.order}));
+}
+
+}  // namespace
+
+absl::Status AddOptimizer(GraphOps* ops, const OptimizerSpec& spec,
+                          const std::vector<TrainableVariable>& variables,
+                          const std::vector<Gradient>& gradients, const std::vector<Node*>& after,
+                          OptimizerGraph* out) {
+  TF_RETURN_IF_ERROR(ValidateOptimizer(spec));
+  std::vector<Node*> init;
+  Node* ready = ops->Group("ready", after);
+  // iterations: int64, 0 at first
+  GraphTensor iterations = ops->VarHandle("iterations", DT_INT64, PartialTensorShape({}));
+  init.push_back(ops->Assign("AssignVariableOp", iterations, ops->Scalar(DT_INT64, 0)));
+  GraphTensor step = ReadAfter(ops, iterations, DT_INT64, ready);
+  out->iterations = step;
+  out->state.push_back({"iterations", iterations});
+  out->state_types.push_back(DT_INT64);
+  const std::vector<Gradient> clipped = ClipGradients(ops, spec, variables, gradients);
 
   std::vector<Node*> updates;
   for (size_t i = 0; i < variables.size(); ++i) {
     const TrainableVariable& var = variables[i];
-    const DataType t = var.dtype;
-    GraphTensor g = clipped[i].values;
-    const bool sparse = clipped[i].sparse();
-    GraphTensor ids = clipped[i].indices;
-    auto c = [&](double v) { return ops->Scalar(t, v); };
-    // The learning rate at this step: lr0, or Keras's schedule of iterations.
-    const double lr0 = spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name);
-    GraphTensor lr = c(lr0);
-    GraphTensor stepf = ops->Cast(step, t);
-    if (spec.schedule == "exponential") {
-      // lr0 * rate^(step / decay_steps)
-      lr = ops->Binary("Mul", lr, ops->Binary("Pow", c(spec.decay_rate),
-                                              ops->Binary("RealDiv", stepf, c(spec.decay_steps))));
-    } else if (spec.schedule == "cosine") {
-      // lr0 * 0.5 (1 + cos(pi min(step, decay_steps) / decay_steps))
-      GraphTensor s = ops->Binary("Minimum", stepf, c(spec.decay_steps));
-      GraphTensor cosine = ops->Unary(
-          "Cos", ops->Binary("Mul", c(M_PI), ops->Binary("RealDiv", s, c(spec.decay_steps))));
-      lr = ops->Binary("Mul", lr, ops->Binary("Mul", c(0.5), ops->Binary("AddV2", c(1), cosine)));
-    }
-    Node* decayed = nullptr;
+    VariableUpdate u{ops, spec, var, var.dtype, clipped[i].values, clipped[i].indices,
+                     clipped[i].sparse(), GraphTensor(), GraphTensor(), ready, ready, &init,
+                     &updates, out};
+    u.lr = u.c(spec.learning_rate >= 0 ? spec.learning_rate : DefaultLearningRate(spec.name));
+    u.stepf = ops->Cast(step, u.t);
+    u.lr = ScheduledLearningRate(u);
     if (spec.name == "adamw") {
       // AdamW's decoupled decay, before the update: var <- var - var * wd * lr
       const double wd = spec.weight_decay >= 0 ? spec.weight_decay : 0.004;
-      GraphTensor v = ReadAfter(ops, var.handle, t, ready);
-      decayed = ops->Assign("AssignVariableOp", var.handle,
-                            ops->Binary("Sub", v, ops->Binary("Mul", v, ops->Binary("Mul", c(wd), lr))));
+      GraphTensor v = ReadAfter(ops, var.handle, u.t, ready);
+      u.order = ops->Assign("AssignVariableOp", var.handle,
+                            ops->Binary("Sub", v, ops->Binary("Mul", v, ops->Binary("Mul", u.c(wd), u.lr))));
     }
-    Node* order = decayed != nullptr ? decayed : ready;
-    // A sparse gradient's part of a dense slot: slot <- slot * keep, then its rows scattered in
-    // (added: repeated ids sum); returns the scatter, after which the slot holds the new value.
-    auto decay_and_add = [&](GraphTensor handle, double keep, GraphTensor rows) {
-      GraphTensor s = ReadAfter(ops, handle, t, ready);
-      Node* scaled = ops->Assign("AssignVariableOp", handle, ops->Binary("Mul", s, c(keep)));
-      Node* added = ops->Scatter("ResourceScatterAdd", handle, ids, rows, {scaled});
-      updates.push_back(scaled);
-      updates.push_back(added);
-      return added;
-    };
     if (spec.name == "sgd") {
-      if (spec.momentum == 0) {
-        // var -= g lr (sparse: every row subtracted at its id)
-        updates.push_back(sparse ? ops->Scatter("ResourceScatterSub", var.handle, ids,
-                                                ops->Binary("Mul", g, lr), {order})
-                                 : ops->Assign("AssignSubVariableOp", var.handle,
-                                               ops->Binary("Mul", g, lr), {order}));
-        continue;
-      }
-      // m <- m momentum - g lr; var += m (Nesterov: var += m momentum - g lr)
-      GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
-      if (sparse) {
-        // Keras: m momentum - (g lr densified, repeated ids summed)
-        GraphTensor gl = ops->Binary("Mul", g, lr);
-        GraphTensor m = ReadAfter(ops, m_handle, t, ready);
-        Node* scaled = ops->Assign("AssignVariableOp", m_handle, ops->Binary("Mul", m, c(spec.momentum)));
-        Node* sub = ops->Scatter("ResourceScatterSub", m_handle, ids, gl, {scaled});
-        updates.push_back(scaled);
-        updates.push_back(sub);
-        GraphTensor m_new = ReadAfter(ops, m_handle, t, sub);
-        if (spec.nesterov) {
-          Node* add = ops->Assign("AssignAddVariableOp", var.handle,
-                                  ops->Binary("Mul", m_new, c(spec.momentum)), {order});
-          updates.push_back(add);
-          updates.push_back(ops->Scatter("ResourceScatterSub", var.handle, ids, gl, {add}));
-        } else {
-          updates.push_back(ops->Assign("AssignAddVariableOp", var.handle, m_new, {order}));
-        }
-        continue;
-      }
-      // Dense: TensorFlow's ResourceApplyKerasMomentum computes exactly Keras's formula, in one
-      // pass over the variable: m <- m momentum - g lr; var += m (Nesterov: m momentum - g lr).
-      AttrValue nesterov;
-      nesterov.set_b(spec.nesterov);
-      updates.push_back(ops->Update("ResourceApplyKerasMomentum",
-                                    {var.handle, m_handle, lr, g, c(spec.momentum)}, {order},
-                                    {{"use_nesterov", nesterov}}));
+      SgdUpdate(u);
     } else if (spec.name == "adam" || spec.name == "adamw") {
-      // t = iterations + 1
-      GraphTensor local = ops->Binary("AddV2", stepf, c(1));
-      GraphTensor m_handle = Slot(ops, var, "m", 0, &init, out);
-      GraphTensor v_handle = Slot(ops, var, "v", 0, &init, out);
-      GraphTensor beta_1_power = ops->Binary("Pow", c(spec.beta_1), local);
-      GraphTensor beta_2_power = ops->Binary("Pow", c(spec.beta_2), local);
-      if (!sparse) {
-        // Dense: TensorFlow's ResourceApplyAdam computes exactly Keras's formula, in one pass
-        // over the variable instead of a dozen elementwise ops: alpha = lr sqrt(1 - beta_2^t) /
-        // (1 - beta_1^t); m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
-        // var -= m alpha / (sqrt(v) + epsilon).
-        updates.push_back(ops->Update("ResourceApplyAdam",
-                                      {var.handle, m_handle, v_handle, beta_1_power, beta_2_power,
-                                       lr, c(spec.beta_1), c(spec.beta_2), c(spec.epsilon), g},
-                                      {order}));
-        continue;
-      }
-      // t = iterations + 1; alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t)
-      GraphTensor alpha = ops->Binary(
-          "RealDiv", ops->Binary("Mul", lr, ops->Unary("Sqrt", ops->Binary("Sub", c(1), beta_2_power))),
-          ops->Binary("Sub", c(1), beta_1_power));
-      // m += (dense(g) - m)(1 - beta_1); v += (dense(g^2 per row) - v)(1 - beta_2)
-      Node* m_done = decay_and_add(m_handle, spec.beta_1, ops->Binary("Mul", g, c(1 - spec.beta_1)));
-      Node* v_done = decay_and_add(
-          v_handle, spec.beta_2, ops->Binary("Mul", ops->Unary("Square", g), c(1 - spec.beta_2)));
-      GraphTensor m_new = ReadAfter(ops, m_handle, t, m_done);
-      GraphTensor v_new = ReadAfter(ops, v_handle, t, v_done);
-      // var -= m alpha / (sqrt(v) + epsilon)
-      GraphTensor delta = ops->Binary("RealDiv", ops->Binary("Mul", m_new, alpha),
-                                      ops->Binary("AddV2", ops->Unary("Sqrt", v_new), c(spec.epsilon)));
-      updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, delta, {order}));
+      AdamUpdate(u);
     } else if (spec.name == "rmsprop") {
-      // velocity <- rho velocity + (1 - rho) g^2 (sparse: each row squared, then summed by id)
-      GraphTensor vel_handle = Slot(ops, var, "velocity", 0, &init, out);
-      GraphTensor avg_handle;
-      if (spec.centered) avg_handle = Slot(ops, var, "average_gradient", 0, &init, out);
-      if (sparse) {
-        Node* vel_done = decay_and_add(vel_handle, spec.rho,
-                                       ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
-        // denominator = velocity - average^2 + epsilon at the gradient's rows
-        GraphTensor denominator = ops->GatherRows(vel_handle, t, ids, vel_done);
-        if (spec.centered) {
-          Node* avg_done = decay_and_add(avg_handle, spec.rho, ops->Binary("Mul", c(1 - spec.rho), g));
-          denominator = ops->Binary(
-              "Sub", denominator, ops->Unary("Square", ops->GatherRows(avg_handle, t, ids, avg_done)));
-        }
-        denominator = ops->Binary("AddV2", denominator, c(spec.epsilon));
-        // increment = lr g / sqrt(denominator), one row per gradient row
-        GraphTensor increment =
-            ops->Binary("RealDiv", ops->Binary("Mul", lr, g), ops->Unary("Sqrt", denominator));
-        if (spec.momentum > 0) {
-          // m <- momentum m + dense(increment); var -= m
-          GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
-          Node* m_done = decay_and_add(m_handle, spec.momentum, increment);
-          updates.push_back(ops->Assign("AssignSubVariableOp", var.handle,
-                                        ReadAfter(ops, m_handle, t, m_done), {order}));
-        } else {
-          updates.push_back(ops->Scatter("ResourceScatterSub", var.handle, ids, increment, {order}));
-        }
-        continue;
-      }
-      GraphTensor vel = ReadAfter(ops, vel_handle, t, ready);
-      GraphTensor vel_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), vel),
-                                        ops->Binary("Mul", c(1 - spec.rho), ops->Unary("Square", g)));
-      updates.push_back(ops->Assign("AssignVariableOp", vel_handle, vel_new));
-      GraphTensor denominator;
-      if (spec.centered) {
-        // average <- rho average + (1 - rho) g; denominator = velocity - average^2 + epsilon
-        GraphTensor avg = ReadAfter(ops, avg_handle, t, ready);
-        GraphTensor avg_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.rho), avg),
-                                          ops->Binary("Mul", c(1 - spec.rho), g));
-        updates.push_back(ops->Assign("AssignVariableOp", avg_handle, avg_new));
-        denominator = ops->Binary("AddV2", ops->Binary("Sub", vel_new, ops->Unary("Square", avg_new)),
-                                  c(spec.epsilon));
-      } else {
-        denominator = ops->Binary("AddV2", vel_new, c(spec.epsilon));
-      }
-      // increment = lr g / sqrt(denominator)
-      GraphTensor increment =
-          ops->Binary("RealDiv", ops->Binary("Mul", lr, g), ops->Unary("Sqrt", denominator));
-      if (spec.momentum > 0) {
-        // m <- momentum m + increment; var -= m
-        GraphTensor m_handle = Slot(ops, var, "momentum", 0, &init, out);
-        GraphTensor m = ReadAfter(ops, m_handle, t, ready);
-        GraphTensor m_new = ops->Binary("AddV2", ops->Binary("Mul", c(spec.momentum), m), increment);
-        updates.push_back(ops->Assign("AssignVariableOp", m_handle, m_new));
-        increment = m_new;
-      }
-      updates.push_back(ops->Assign("AssignSubVariableOp", var.handle, increment, {order}));
-    } else {  // adagrad
-      // accumulator += g^2; var -= lr g / sqrt(accumulator + epsilon)
-      GraphTensor acc_handle = Slot(ops, var, "accumulator", spec.initial_accumulator_value, &init, out);
-      if (sparse) {
-        // each row squared and added at its id; then each row divided by its id's accumulator
-        Node* added = ops->Scatter("ResourceScatterAdd", acc_handle, ids, ops->Unary("Square", g),
-                                   {ready});
-        updates.push_back(added);
-        GraphTensor acc_rows = ops->GatherRows(acc_handle, t, ids, added);
-        updates.push_back(ops->Scatter(
-            "ResourceScatterSub", var.handle, ids,
-            ops->Binary("RealDiv", ops->Binary("Mul", lr, g),
-                        ops->Unary("Sqrt", ops->Binary("AddV2", acc_rows, c(spec.epsilon)))),
-            {order}));
-        continue;
-      }
-      GraphTensor acc = ReadAfter(ops, acc_handle, t, ready);
-      GraphTensor acc_new = ops->Binary("AddV2", acc, ops->Unary("Square", g));
-      updates.push_back(ops->Assign("AssignVariableOp", acc_handle, acc_new));
-      updates.push_back(ops->Assign(
-          "AssignSubVariableOp", var.handle,
-          ops->Binary("RealDiv", ops->Binary("Mul", lr, g),
-                      ops->Unary("Sqrt", ops->Binary("AddV2", acc_new, c(spec.epsilon)))),
-          {order}));
+      RmspropUpdate(u);
+    } else {
+      AdagradUpdate(u);
     }
   }
   // iterations += 1, after every update

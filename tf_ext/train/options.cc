@@ -195,7 +195,8 @@ std::vector<TrainerOption> MakeTable() {
             TF_EXT_OPTION_FIELD(fit.validation)),
       Field("inputs", "KEY[:INPUT],...",
             "the data's arrays or features fed to the signature's inputs: KEY feeds the input "
-            "named KEY, or the only input whatever its name; KEY:INPUT feeds INPUT",
+            "named KEY, or the only input whatever its name; KEY:INPUT feeds the input INPUT "
+            "(one of the signature's)",
             TF_EXT_OPTION_FIELD(fit.inputs)),
       Field("targets", "KEY", "the data's targets (required by every loss but output)",
             TF_EXT_OPTION_FIELD(fit.targets)),

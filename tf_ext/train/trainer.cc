@@ -168,298 +168,197 @@ Trainer::~Trainer() {
   if (bundle_.session != nullptr) bundle_.session->Close().IgnoreError();
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& export_dir,
-                                                         const TrainerOptions& options) {
-  TF_RETURN_IF_ERROR(train::ValidateOptimizer(options.optimizer));
-  auto metric_specs = train::ParseMetrics(options.metrics);
-  if (!metric_specs.ok()) return metric_specs.status();
-  if (!metric_specs->empty() && !train::LossHasTargets(options.loss)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kWhat, "metric '", metric_specs->front().key,
-        "' compares the output with targets, and the 'output' loss has none"));
+namespace train {
+
+// What Trainer::Create's phases share: the signature and output trained, the forward graph the
+// step is built in (renamed apart under kPrefix) and its variables.
+struct StepModel {
+  const MetaGraphDef* meta = nullptr;
+  std::string signature_key, output_key;
+  const SignatureDef* sig = nullptr;
+  const TensorInfo* out_info = nullptr;
+  TensorRef output_ref;
+  std::vector<CapturedVariable> captured;
+  std::map<std::string, std::string> trainable;  // handle node -> variable name
+  Graph g{OpRegistry::Global()};
+  train::GraphOps ops{&g, kPrefix};
+  std::map<std::string, Node*> nodes;  // the forward's, by (renamed) name
+  // Each trainable variable's reads and ResourceGathers, by (original) handle.
+  std::map<std::string, std::vector<GraphTensor>> reads;
+  std::map<std::string, std::vector<Node*>> gathers;
+  // The forward's own variable updates (BatchNormalization's moving averages in a training-mode
+  // function): nothing fetched depends on them, so the step runs them explicitly.
+  std::vector<Node*> forward_updates;
+  GraphTensor output, targets, weights, loss;
+
+  static std::string Renamed(const std::string& name) { return absl::StrCat(kPrefix, "/", name); }
+  static std::string Original(const Node* n) {
+    return std::string(absl::StripPrefix(n->name(), std::string(kPrefix) + "/"));
   }
-  std::unique_ptr<Trainer> t(new Trainer());
-  t->export_dir_ = export_dir;
-  auto cluster = train::ResolveCluster(options.distributed, std::getenv("TF_CONFIG"));
-  if (!cluster.ok()) return cluster.status();
-  if (options.jit_compile && (options.memory_budget.set() || cluster->has_value())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kWhat, "jit_compile with ", options.memory_budget.set() ? "a memory budget" : "a cluster",
-        ": not supported (", options.memory_budget.set()
-            ? "XLA plans the memory of its cluster itself"
-            : "XLA on the CPU has no cross-process collectives", "); drop one"));
+};
+
+}  // namespace train
+
+namespace {
+
+// The signature trained (the one asked for, else a training-mode "train" one when there is
+// one), the output the loss reads, and the trainable variables the signature captures.
+absl::Status ChooseOutput(const std::string& export_dir, const TrainerOptions& options,
+                          train::StepModel* m) {
+  const MetaGraphDef& meta = *m->meta;
+  m->signature_key = options.signature_key;
+  if (m->signature_key.empty()) {
+    m->signature_key = meta.signature_def().count("train") ? "train" : "serving_default";
   }
-  t->jit_.enabled = options.jit_compile;
-  t->jit_.cache = options.jit_compile_cache;
-  if (cluster->has_value()) {
-    if (options.fit.batch_size % (*cluster)->size() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kWhat, "batch_size=", options.fit.batch_size, " (the global batch) does not split over ",
-          (*cluster)->size(), " workers: use a multiple of ", (*cluster)->size()));
-    }
-    if (options.distributed.shard_by == "files" && !options.fit.data.empty()) {
-      // Refused before any peer is waited for.
-      TF_RETURN_IF_ERROR(train::WorkerFiles(options.fit.data, **cluster).status());
-    }
-    auto d = train::Distributed::Start(**cluster, options.distributed, options.threads);
-    if (!d.ok()) return d.status();
-    t->distributed_ = std::move(*d);
-    t->kernel_threads_ = t->distributed_->kernel_threads();
-    SessionOptions session_options = t->distributed_->session_options();
-    t->stage1_config_ = session_options.config;
-    if (options.memory_budget.set()) RemapOnly(&session_options.config);
-    TF_RETURN_IF_ERROR(LoadSavedModel(session_options, RunOptions(), export_dir, {options.tag},
-                                      &t->bundle_));
-    // Every worker trains the same model on the same global batch in the same cluster.
-    std::string model, tasks;
-    TF_RETURN_IF_ERROR(ReadFileToString(Env::Default(), io::JoinPath(export_dir, "saved_model.pb"), &model));
-    for (const train::ClusterTask& task : (*cluster)->tasks) absl::StrAppend(&tasks, task.job, task.address, ";");
-    TF_RETURN_IF_ERROR(t->distributed_->CheckAgree(
-        t->bundle_.session.get(), {"model fingerprint", "batch_size", "cluster fingerprint"},
-        {static_cast<int64_t>(Hash64(model)), options.fit.batch_size,
-         static_cast<int64_t>(Hash64(tasks))}));
-  } else {
-    TF_RETURN_IF_ERROR(
-        LoadSavedModelBundle(export_dir, options.tag, &t->bundle_, options.threads,
-                             options.memory_budget.set() ? &t->stage1_config_ : nullptr));
-    const DeviceMgr* devices = nullptr;
-    if (t->bundle_.session->LocalDeviceManager(&devices).ok()) t->kernel_threads_ = CpuIntraOpThreads(*devices);
-  }
-  const MetaGraphDef& meta = t->bundle_.meta_graph_def;
-  // The signature: the one asked for, else a training-mode "train" one when there is one.
-  std::string signature_key = options.signature_key;
-  if (signature_key.empty()) {
-    signature_key = meta.signature_def().count("train") ? "train" : "serving_default";
-  }
-  t->signature_key_ = signature_key;
-  auto sig = FindSignature(meta, export_dir, signature_key);
+  auto sig = FindSignature(meta, export_dir, m->signature_key);
   if (!sig.ok()) return sig.status();
-  // The output the loss reads.
-  std::string output_key = options.output_key;
-  if (output_key.empty()) {
-    if ((*sig)->outputs_size() != 1) {
+  m->sig = *sig;
+  m->output_key = options.output_key;
+  if (m->output_key.empty()) {
+    if (m->sig->outputs_size() != 1) {
       std::vector<std::string> keys;
-      for (const auto& [k, v] : (*sig)->outputs()) keys.push_back(k);
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", signature_key,
+      for (const auto& [k, v] : m->sig->outputs()) keys.push_back(k);
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", m->signature_key,
                                                      "' has several outputs (",
                                                      absl::StrJoin(keys, ", "),
                                                      "): name the one the loss reads"));
     }
-    output_key = (*sig)->outputs().begin()->first;
+    m->output_key = m->sig->outputs().begin()->first;
   }
-  auto out_info = (*sig)->outputs().find(output_key);
-  if (out_info == (*sig)->outputs().end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kWhat, "signature '", signature_key, "' has no output '", output_key, "'"));
+  auto out_info = m->sig->outputs().find(m->output_key);
+  if (out_info == m->sig->outputs().end()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", m->signature_key,
+                                                   "' has no output '", m->output_key, "'"));
   }
-  auto output_ref = TensorRef::Parse(out_info->second.name());
+  m->out_info = &out_info->second;
+  auto output_ref = TensorRef::Parse(m->out_info->name());
   if (!output_ref.ok()) return output_ref.status();
-  auto captured = SignatureVariables(meta, **sig);
+  m->output_ref = *output_ref;
+  auto captured = SignatureVariables(meta, *m->sig);
   if (!captured.ok()) return captured.status();
-  std::map<std::string, std::string> trainable;  // handle node -> variable name
-  for (const CapturedVariable& v : *captured) {
-    if (v.trainable) trainable[v.handle] = v.name;
+  m->captured = std::move(*captured);
+  for (const CapturedVariable& v : m->captured) {
+    if (v.trainable) m->trainable[v.handle] = v.name;
   }
-  if (trainable.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", signature_key,
+  if (m->trainable.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "signature '", m->signature_key,
                                                    "' reads no trainable variable"));
   }
+  return absl::OkStatus();
+}
 
-  // Variables the loaded graph initializes from the captured ones (AssignVariableOp(copy,
-  // ReadVariableOp(captured))): an export reassigns them, or it would save their old values.
-  {
-    std::set<std::string> captured_handles;
-    for (const CapturedVariable& v : *captured) captured_handles.insert(v.handle);
-    std::map<std::string, const NodeDef*> by_name;
-    for (const NodeDef& n : meta.graph_def().node()) by_name[n.name()] = &n;
-    for (const NodeDef& n : meta.graph_def().node()) {
-      if (n.op() != "AssignVariableOp" || n.input_size() < 2) continue;
-      auto read = by_name.find(std::string(absl::StripSuffix(n.input(1), ":0")));
-      if (read == by_name.end() || read->second->op() != "ReadVariableOp" ||
-          read->second->input_size() < 1) {
-        continue;
-      }
-      if (captured_handles.count(read->second->input(0))) t->sync_ops_.push_back(n.name());
+// Variables the loaded graph initializes from the captured ones (AssignVariableOp(copy,
+// ReadVariableOp(captured))): an export reassigns them, or it would save their old values.
+std::vector<std::string> SyncOps(const MetaGraphDef& meta,
+                                 const std::vector<CapturedVariable>& captured) {
+  std::vector<std::string> sync;
+  std::set<std::string> captured_handles;
+  for (const CapturedVariable& v : captured) captured_handles.insert(v.handle);
+  std::map<std::string, const NodeDef*> by_name;
+  for (const NodeDef& n : meta.graph_def().node()) by_name[n.name()] = &n;
+  for (const NodeDef& n : meta.graph_def().node()) {
+    if (n.op() != "AssignVariableOp" || n.input_size() < 2) continue;
+    auto read = by_name.find(std::string(absl::StripSuffix(n.input(1), ":0")));
+    if (read == by_name.end() || read->second->op() != "ReadVariableOp" ||
+        read->second->input_size() < 1) {
+      continue;
     }
+    if (captured_handles.count(read->second->input(0))) sync.push_back(n.name());
   }
+  return sync;
+}
 
-  // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined
-  // by the one gradient pipeline's forward steps, before the variables' reads are found
-  // (inlined calls hold them); its backward steps below.
-  Graph g(OpRegistry::Global());
-  GradientPipeline pipeline(ForwardPipelineOptions(kPrefix));
-  TF_RETURN_IF_ERROR(BuildForward(meta.graph_def(), output_ref->node, kPrefix, &pipeline, &g));
-  // Loops that read trainable variables (a Keras LSTM's While) take their values instead.
-  auto is_trainable = [&](const Node* v) {
-    return trainable.count(std::string(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"))) > 0;
-  };
-  TF_RETURN_IF_ERROR(ReadLoopVariablesOutside(&g, is_trainable).status());
-  std::map<std::string, Node*> nodes;
-  for (Node* n : g.op_nodes()) nodes[n->name()] = n;
-  auto renamed = [](const std::string& name) { return absl::StrCat(kPrefix, "/", name); };
-
-  // Each trainable variable's reads; any other use of it is refused.
-  std::map<std::string, std::vector<GraphTensor>> reads;  // handle (renamed) -> reads
-  std::map<std::string, std::vector<Node*>> gathers;      // handle -> its ResourceGathers
-  for (Node* n : g.op_nodes()) {
+// Each trainable variable's reads and gathers in the forward (m->reads, m->gathers) and the
+// forward's own variable updates; any other use of a trainable variable is refused.
+absl::Status FindVariableUses(train::StepModel* m) {
+  for (Node* n : m->g.op_nodes()) {
     for (const Edge* e : n->in_edges()) {
       if (e->IsControlEdge() || e->src()->output_type(e->src_output()) != DT_RESOURCE) continue;
       if (n->type_string() == "Identity" || n->type_string() == "IdentityN") continue;
       Node* v = VariableOfEdge(e);
       if (v == nullptr) continue;
-      const std::string original(absl::StripPrefix(v->name(), std::string(kPrefix) + "/"));
-      if (!trainable.count(original)) continue;
+      const std::string original = train::StepModel::Original(v);
+      if (!m->trainable.count(original)) continue;
       if (n->type_string() == "ResourceGather" && e->dst_input() == 0) {
         int32_t batch_dims = 0;
         if (!TryGetNodeAttr(n->attrs(), "batch_dims", &batch_dims)) batch_dims = 0;
         if (batch_dims == 0) {
-          gathers[original].push_back(n);
+          m->gathers[original].push_back(n);
           continue;
         }
       }
       if (n->type_string() != "ReadVariableOp") {
         return absl::UnimplementedError(absl::StrCat(
-            kWhat, "trainable variable '", trainable[original], "' is used by node '", n->name(),
+            kWhat, "trainable variable '", m->trainable[original], "' is used by node '", n->name(),
             "' (", n->type_string(), "); only variables read by ReadVariableOp or gathered by "
             "ResourceGather (batch_dims 0) in the signature's function, its loop bodies or its "
             "conditional branches can be trained yet (not one assigned there, or passed on to "
             "another function)"));
       }
-      reads[original].push_back({n, 0});
+      m->reads[original].push_back({n, 0});
     }
   }
-
-  // The forward's own variable updates (BatchNormalization's moving averages in a training-mode
-  // function): nothing fetched depends on them, so the step runs them explicitly.
-  std::vector<Node*> forward_updates;
-  for (Node* n : g.op_nodes()) {
+  for (Node* n : m->g.op_nodes()) {
     const std::string& op = n->type_string();
     if (op == "AssignVariableOp" || op == "AssignAddVariableOp" || op == "AssignSubVariableOp") {
-      forward_updates.push_back(n);
+      m->forward_updates.push_back(n);
     }
   }
+  return absl::OkStatus();
+}
 
-  // The mode the function runs in: a training-mode one updates variables (BatchNormalization's
-  // moving statistics) or draws random numbers (dropout's masks). An inference-mode dropout
-  // leaves no op at all; BatchNormalization leaves reads of its moving statistics.
-  t->training_mode_ = !forward_updates.empty();
-  for (Node* n : g.op_nodes()) {
-    if (absl::StrContains(n->type_string(), "Random")) t->training_mode_ = true;
-  }
-  if (!t->training_mode_) {
-    std::vector<std::string> statistics;
-    for (const CapturedVariable& v : *captured) {
-      if (!v.trainable && nodes.count(renamed(v.handle)) &&
-          (absl::EndsWith(v.name, "moving_mean") || absl::EndsWith(v.name, "moving_variance"))) {
-        statistics.push_back(absl::StrCat("'", v.name, "'"));
-      }
-    }
-    if (!statistics.empty()) {
-      t->warnings_.push_back(absl::StrCat(
-          "signature '", signature_key, "' runs BatchNormalization in inference mode: it "
-          "normalizes with its moving statistics (", absl::StrJoin(statistics, ", "),
-          "), which training leaves as they are, and dropout does nothing. ",
-          meta.signature_def().count("train")
-              ? "This SavedModel's 'train' signature runs the model in training mode."
-              : "Export the model with tf_ext.export_for_training to train it in training mode, "
-                "as model.fit does."));
-    }
-  }
+// What each variable's gradient is taken from. A read whose every use is a GatherV2 of rows
+// (axis 0, batch_dims 0: Keras 3's Embedding) or a shape (Shape, Size, Rank: no gradient), and
+// a ResourceGather of the variable, give a sparse gradient: the gradient of the gathered
+// values, reshaped to rows at the flattened indices (TensorFlow's IndexedSlices), so that no
+// [vocab, ...] gradient is formed. A variable with any other use of a read value gets the
+// dense gradient of its reads, to which its gathers' rows are added (as tf.GradientTape sums
+// IndexedSlices and a dense gradient).
+struct GradientSources {
+  std::vector<GraphTensor> dense;                             // reads
+  std::vector<std::pair<GraphTensor, GraphTensor>> gathered;  // (gathered values, indices)
+};
 
-  train::GraphOps ops(&g, kPrefix);
-  // The placeholders requests feed: the signature's inputs.
-  for (const auto& [key, info] : (*sig)->inputs()) {
-    auto ref = TensorRef::Parse(info.name());
-    if (!ref.ok()) return ref.status();
-    if (!nodes.count(renamed(ref->node))) continue;  // not needed by the output
-    t->input_keys_.push_back(key);
-    t->input_specs_[key] = absl::StrCat(PythonDtypeName(info.dtype()), " ",
-                                        PartialTensorShape(info.tensor_shape()).DebugString());
-    t->input_types_[key] = {info.dtype(), PartialTensorShape(info.tensor_shape())};
-    t->input_tensors_[key] = absl::StrCat(renamed(ref->node), ":", ref->index);
-  }
-  auto out_node = nodes.find(renamed(output_ref->node));
-  if (out_node == nodes.end()) return absl::InternalError("trainer: the output node is gone");
-  const GraphTensor output{out_node->second, output_ref->index};
-  const DataType out_type = output.node->output_type(output.index);
-  // Targets: class ids for the sparse loss, else the output's dtype; weights: the output's dtype.
-  t->has_targets_ = train::LossHasTargets(options.loss);
-  t->output_shape_ = PartialTensorShape(out_info->second.tensor_shape());
-  t->sparse_targets_ = options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy;
-  GraphTensor targets, weights;
-  auto placeholder = [&](const std::string& name, DataType dtype) {
-    AttrValue d;
-    d.set_type(dtype);
-    return ops.Op("Placeholder", {}, name, {{"dtype", d}});
-  };
-  if (t->has_targets_) {
-    targets = placeholder("targets", options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy
-                                         ? DT_INT64
-                                         : out_type);
-    t->targets_tensor_ = targets.node != nullptr ? targets.node->name() + ":0" : "";
-  }
-  t->sample_weights_ = options.sample_weights;
-  if (options.sample_weights) {
-    weights = placeholder("sample_weights", out_type);
-    t->weights_tensor_ = weights.node != nullptr ? weights.node->name() + ":0" : "";
-  }
-  GraphTensor loss = train::AddLoss(&ops, options.loss, output, targets, weights);
-  TF_RETURN_IF_ERROR(ops.status());
-  t->loss_tensor_ = absl::StrCat(loss.node->name(), ":", loss.index);
-  if (!metric_specs->empty()) {
-    TF_RETURN_IF_ERROR(train::AddMetrics(&ops, *metric_specs, output,
-                                         PartialTensorShape(out_info->second.tensor_shape()),
-                                         targets, weights, &t->metrics_));
-    for (const train::MetricSpec& m : *metric_specs) t->metric_names_.push_back(m.key);
-  }
+bool IsRowsGather(const Edge* e) {
+  const Node* n = e->dst();
+  if (n->type_string() != "GatherV2" || e->dst_input() != 0) return false;
+  int32_t batch_dims = 0;
+  if (TryGetNodeAttr(n->attrs(), "batch_dims", &batch_dims) && batch_dims != 0) return false;
+  const Edge* axis = nullptr;
+  if (!n->input_edge(2, &axis).ok() || axis->src()->type_string() != "Const") return false;
+  Tensor value;
+  if (!GetNodeAttr(axis->src()->attrs(), "value", &value).ok() || value.NumElements() != 1) return false;
+  if (value.dtype() == DT_INT32) return value.flat<int32>()(0) == 0;
+  if (value.dtype() == DT_INT64) return value.flat<int64_t>()(0) == 0;
+  return false;
+}
 
-  // What each variable's gradient is taken from. A read whose every use is a GatherV2 of rows
-  // (axis 0, batch_dims 0: Keras 3's Embedding) or a shape (Shape, Size, Rank: no gradient), and
-  // a ResourceGather of the variable, give a sparse gradient: the gradient of the gathered
-  // values, reshaped to rows at the flattened indices (TensorFlow's IndexedSlices), so that no
-  // [vocab, ...] gradient is formed. A variable with any other use of a read value gets the
-  // dense gradient of its reads, to which its gathers' rows are added (as tf.GradientTape sums
-  // IndexedSlices and a dense gradient).
-  struct Sources {
-    std::vector<GraphTensor> dense;                             // reads
-    std::vector<std::pair<GraphTensor, GraphTensor>> gathered;  // (gathered values, indices)
-  };
-  auto is_rows_gather = [](const Edge* e) {
-    const Node* n = e->dst();
-    if (n->type_string() != "GatherV2" || e->dst_input() != 0) return false;
-    int32_t batch_dims = 0;
-    if (TryGetNodeAttr(n->attrs(), "batch_dims", &batch_dims) && batch_dims != 0) return false;
-    const Edge* axis = nullptr;
-    if (!n->input_edge(2, &axis).ok() || axis->src()->type_string() != "Const") return false;
-    Tensor value;
-    if (!GetNodeAttr(axis->src()->attrs(), "value", &value).ok() || value.NumElements() != 1) return false;
-    if (value.dtype() == DT_INT32) return value.flat<int32>()(0) == 0;
-    if (value.dtype() == DT_INT64) return value.flat<int64_t>()(0) == 0;
-    return false;
-  };
-  auto no_gradient_use = [](const Node* n) {
-    const std::string& op = n->type_string();
-    return op == "Shape" || op == "ShapeN" || op == "Size" || op == "Rank";
-  };
-  std::vector<std::string> order;
-  for (const auto& [handle, rs] : reads) order.push_back(handle);
-  for (const auto& [handle, gs] : gathers) {
-    if (!reads.count(handle)) order.push_back(handle);
+bool IsNoGradientUse(const Node* n) {
+  const std::string& op = n->type_string();
+  return op == "Shape" || op == "ShapeN" || op == "Size" || op == "Rank";
+}
+
+// The variables in the order their gradients are taken (read ones, then only gathered ones),
+// and each one's sources.
+absl::Status ClassifySources(train::StepModel* m, std::vector<std::string>* order,
+                             std::map<std::string, GradientSources>* sources) {
+  for (const auto& [handle, rs] : m->reads) order->push_back(handle);
+  for (const auto& [handle, gs] : m->gathers) {
+    if (!m->reads.count(handle)) order->push_back(handle);
   }
-  std::map<std::string, Sources> sources;
-  for (const std::string& handle : order) {
-    Sources& src = sources[handle];
-    for (Node* g : gathers[handle]) {
+  for (const std::string& handle : *order) {
+    GradientSources& src = (*sources)[handle];
+    for (Node* g : m->gathers[handle]) {
       const Edge* indices = nullptr;
       TF_RETURN_IF_ERROR(g->input_edge(1, &indices));
       src.gathered.push_back({{g, 0}, {indices->src(), indices->src_output()}});
     }
-    for (const GraphTensor& r : reads[handle]) {
+    for (const GraphTensor& r : m->reads[handle]) {
       std::vector<const Edge*> rows;
       bool dense = false;
       for (const Edge* e : r.node->out_edges()) {
-        if (e->IsControlEdge() || no_gradient_use(e->dst())) continue;
-        if (is_rows_gather(e)) {
+        if (e->IsControlEdge() || IsNoGradientUse(e->dst())) continue;
+        if (IsRowsGather(e)) {
           rows.push_back(e);
         } else {
           dense = true;
@@ -476,184 +375,274 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
       }
     }
     // Nothing the loss can depend on (every read only measured): the reads, as before.
-    if (src.dense.empty() && src.gathered.empty()) src.dense = reads[handle];
+    if (src.dense.empty() && src.gathered.empty()) src.dense = m->reads[handle];
   }
-  // d loss / d (each source), combined per variable.
-  std::vector<GraphTensor> xs;
-  for (const std::string& handle : order) {
-    const Sources& src = sources[handle];
-    xs.insert(xs.end(), src.dense.begin(), src.dense.end());
-    for (const auto& [values, indices] : src.gathered) xs.push_back(values);
+  return absl::OkStatus();
+}
+
+GraphTensor IntConst(train::GraphOps* ops, DataType dtype, const std::vector<int64_t>& values) {
+  Tensor v(dtype, TensorShape({static_cast<int64_t>(values.size())}));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DT_INT32) v.flat<int32>()(i) = static_cast<int32>(values[i]);
+    else v.flat<int64_t>()(i) = values[i];
   }
-  if (xs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(kWhat, "output '", output_key,
-                                                   "' reads none of the trainable variables"));
+  return ops->Const(v);
+}
+
+// The variable's first dimension (its vocabulary, for rows at ids).
+GraphTensor FirstDimension(train::GraphOps* ops, GraphTensor handle) {
+  AttrValue shrink;
+  shrink.set_i(1);
+  return ops->Op("StridedSlice",
+                 {ops->Op("VariableShape", {handle}, "shape"), IntConst(ops, DT_INT32, {0}),
+                  IntConst(ops, DT_INT32, {1}), IntConst(ops, DT_INT32, {1})},
+                 "vocab", {{"shrink_axis_mask", shrink}});
+}
+
+// ConcatV2 of `parts` on axis 0 (the part itself when there is one).
+absl::StatusOr<GraphTensor> Concat(train::StepModel* m, const std::vector<GraphTensor>& parts,
+                                   const char* name) {
+  if (parts.size() == 1) return parts[0];
+  TF_RETURN_IF_ERROR(m->ops.status());
+  std::vector<NodeBuilder::NodeOut> outs;
+  for (const GraphTensor& p : parts) outs.push_back({p.node, p.index});
+  Node* n = nullptr;
+  TF_RETURN_IF_ERROR(NodeBuilder(m->g.NewName(absl::StrCat(kPrefix, "/", name)), "ConcatV2")
+                         .Input(outs)
+                         .Input(m->ops.Scalar(DT_INT32, 0).node)
+                         .Finalize(&m->g, &n));
+  return GraphTensor{n, 0};
+}
+
+// One variable's gradient from its sources' gradients (dxs from *next on): sparse, the gathers'
+// gradients as rows [n, dims of the variable after the first] at indices [n]; dense, the reads'
+// gradients plus the gathered rows summed into [vocab, ...]. Each source's gradient node is
+// added to `gradient_nodes`.
+absl::StatusOr<train::Gradient> AssembleGradient(train::StepModel* m,
+                                                 const train::TrainableVariable& var,
+                                                 const GradientSources& src,
+                                                 const std::vector<GraphTensor>& dxs, size_t* next,
+                                                 std::vector<Node*>* gradient_nodes) {
+  train::GraphOps& ops = m->ops;
+  std::vector<GraphTensor> dense(dxs.begin() + *next, dxs.begin() + *next + src.dense.size());
+  *next += src.dense.size();
+  std::vector<GraphTensor> rows, ids;
+  GraphTensor row_shape;
+  bool int64_ids = false;
+  for (const auto& [values, indices] : src.gathered) {
+    if (indices.node->output_type(indices.index) == DT_INT64) int64_ids = true;
   }
-  GraphTensor one = ops.Op("OnesLike", {loss}, "d_loss");
-  TF_RETURN_IF_ERROR(ops.status());
-  // The backward steps, with the memory budget's options once the feeds are known.
-  PipelineOptions backward_options = pipeline.options();
-  if (options.memory_budget.set()) {
-    TF_RETURN_IF_ERROR(t->BudgetOptions(options, g, &backward_options));
+  if (!src.gathered.empty()) {
+    // concat([-1], shape(variable)[1:])
+    GraphTensor shape = ops.Op("VariableShape", {var.handle}, "shape");
+    GraphTensor inner = ops.Op("Slice", {shape, IntConst(&ops, DT_INT32, {1}), IntConst(&ops, DT_INT32, {-1})},
+                               "row_shape");
+    auto joined = Concat(m, {IntConst(&ops, DT_INT32, {-1}), inner}, "row_shape");
+    row_shape = joined.ok() ? *joined : GraphTensor{};
+    if (!joined.ok()) return joined.status();
   }
-  GradientPipeline backward(std::move(backward_options));
-  std::vector<GraphTensor> dxs;
-  TF_RETURN_IF_ERROR(backward.AddBackward(&g, {loss}, {one}, xs, &dxs));
-  // With a budget, the step is planned once TensorFlow's optimizations ran (below).
-  OptimizedRunSpec step_run;
-  if (options.memory_budget.set()) {
-    t->memory_plan_ = backward.stats().memory;
-    step_run.prefix = backward.options().name_prefix;
-    step_run.deferred = DeferredGradientNodes(g, step_run.prefix, {one.node->name()});
-    step_run.keep = backward.options().keep;
-    step_run.feed_shapes = backward.options().feed_shapes;
-    step_run.budget = options.memory_budget;
+  for (const auto& [values, indices] : src.gathered) {
+    const GraphTensor& d = dxs[(*next)++];
+    gradient_nodes->push_back(d.node);
+    rows.push_back(ops.Op("Reshape", {d, row_shape}, "rows"));
+    GraphTensor flat = ops.Op("Reshape", {indices, IntConst(&ops, DT_INT32, {-1})}, "ids");
+    if (int64_ids && indices.node->output_type(indices.index) != DT_INT64) flat = ops.Cast(flat, DT_INT64);
+    ids.push_back(flat);
   }
-  std::vector<train::TrainableVariable> variables;
-  std::vector<train::Gradient> grads;
-  std::vector<Node*> gradient_nodes;  // each source's gradient, before they are combined
-  size_t next = 0;
-  auto int_const = [&](DataType dtype, std::vector<int64_t> values) {
-    Tensor v(dtype, TensorShape({static_cast<int64_t>(values.size())}));
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (dtype == DT_INT32) v.flat<int32>()(i) = static_cast<int32>(values[i]);
-      else v.flat<int64_t>()(i) = values[i];
-    }
-    return ops.Const(v);
-  };
-  for (const std::string& handle : order) {
-    const Sources& src = sources[handle];
-    train::TrainableVariable var;
-    var.name = trainable[handle];
-    var.handle = {nodes.at(renamed(handle)), 0};
-    TF_RETURN_IF_ERROR(GetNodeAttr(var.handle.node->attrs(), "dtype", &var.dtype));
-    std::vector<GraphTensor> dense(dxs.begin() + next, dxs.begin() + next + src.dense.size());
-    next += src.dense.size();
-    // The gathers' gradients as rows [n, dims of the variable after the first] at indices [n].
-    std::vector<GraphTensor> rows, ids;
-    GraphTensor row_shape;
-    bool int64_ids = false;
-    for (const auto& [values, indices] : src.gathered) {
-      if (indices.node->output_type(indices.index) == DT_INT64) int64_ids = true;
-    }
-    absl::Status concat_error;
-    auto concat = [&](const std::vector<GraphTensor>& parts, const char* name) {
-      if (parts.size() == 1) return parts[0];
-      if (!ops.status().ok()) return GraphTensor{};
-      std::vector<NodeBuilder::NodeOut> outs;
-      for (const GraphTensor& p : parts) outs.push_back({p.node, p.index});
-      Node* n = nullptr;
-      absl::Status s = NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/", name)), "ConcatV2")
-                           .Input(outs)
-                           .Input(ops.Scalar(DT_INT32, 0).node)
-                           .Finalize(&g, &n);
-      if (!s.ok()) {
-        concat_error = s;
-        return GraphTensor{};
-      }
-      return GraphTensor{n, 0};
-    };
-    if (!src.gathered.empty()) {
-      // concat([-1], shape(variable)[1:])
-      GraphTensor shape = ops.Op("VariableShape", {var.handle}, "shape");
-      GraphTensor inner = ops.Op("Slice", {shape, int_const(DT_INT32, {1}), int_const(DT_INT32, {-1})},
-                                 "row_shape");
-      row_shape = concat({int_const(DT_INT32, {-1}), inner}, "row_shape");
-    }
-    for (const auto& [values, indices] : src.gathered) {
-      const GraphTensor& d = dxs[next++];
-      gradient_nodes.push_back(d.node);
-      rows.push_back(ops.Op("Reshape", {d, row_shape}, "rows"));
-      GraphTensor flat = ops.Op("Reshape", {indices, int_const(DT_INT32, {-1})}, "ids");
-      if (int64_ids && indices.node->output_type(indices.index) != DT_INT64) flat = ops.Cast(flat, DT_INT64);
-      ids.push_back(flat);
-    }
-    train::Gradient grad;
-    if (dense.empty()) {
-      grad.values = concat(rows, "rows");
-      grad.indices = concat(ids, "ids");
-      TF_RETURN_IF_ERROR(concat_error);
-      TF_RETURN_IF_ERROR(ops.status());
-      if (grad.values.node == nullptr || grad.indices.node == nullptr) {
-        return absl::InternalError(absl::StrCat(kWhat, "cannot join the rows of '", var.name, "'"));
-      }
-    } else {
-      // dense: the reads' gradients plus the gathered rows summed into [vocab, ...]
-      for (size_t i = 0; i < rows.size(); ++i) {
-        AttrValue shrink;
-        shrink.set_i(1);
-        GraphTensor vocab = ops.Op("StridedSlice",
-                                   {ops.Op("VariableShape", {var.handle}, "shape"),
-                                    int_const(DT_INT32, {0}), int_const(DT_INT32, {1}),
-                                    int_const(DT_INT32, {1})},
-                                   "vocab", {{"shrink_axis_mask", shrink}});
-        dense.push_back(ops.Op("UnsortedSegmentSum", {rows[i], ids[i], vocab}, "dense_rows"));
-      }
-      grad.values = dense[0];
-      if (dense.size() > 1) {
-        std::vector<NodeBuilder::NodeOut> outs;
-        for (const GraphTensor& p : dense) outs.push_back({p.node, p.index});
-        Node* sum = nullptr;
-        TF_RETURN_IF_ERROR(NodeBuilder(g.NewName(absl::StrCat(kPrefix, "/grad_sum")), "AddN")
-                               .Input(outs)
-                               .Finalize(&g, &sum));
-        grad.values = {sum, 0};
-      }
-    }
+  train::Gradient grad;
+  if (dense.empty()) {
+    auto values = Concat(m, rows, "rows");
+    if (!values.ok()) return values.status();
+    auto indices = Concat(m, ids, "ids");
+    if (!indices.ok()) return indices.status();
+    grad.values = *values;
+    grad.indices = *indices;
     TF_RETURN_IF_ERROR(ops.status());
-    for (const GraphTensor& p : dense) gradient_nodes.push_back(p.node);
-    variables.push_back(var);
-    grads.push_back(grad);
-    t->trainable_names_.push_back(var.name);
-    GraphTensor value = ops.Read(var.handle, var.dtype);
-    if (value.node != nullptr) t->trainable_reads_.push_back(value.node->name() + ":0");
+    if (grad.values.node == nullptr || grad.indices.node == nullptr) {
+      return absl::InternalError(absl::StrCat(kWhat, "cannot join the rows of '", var.name, "'"));
+    }
+  } else {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      dense.push_back(ops.Op("UnsortedSegmentSum", {rows[i], ids[i], FirstDimension(&ops, var.handle)},
+                             "dense_rows"));
+    }
+    grad.values = dense[0];
+    if (dense.size() > 1) {
+      std::vector<NodeBuilder::NodeOut> outs;
+      for (const GraphTensor& p : dense) outs.push_back({p.node, p.index});
+      Node* sum = nullptr;
+      TF_RETURN_IF_ERROR(NodeBuilder(m->g.NewName(absl::StrCat(kPrefix, "/grad_sum")), "AddN")
+                             .Input(outs)
+                             .Finalize(&m->g, &sum));
+      grad.values = {sum, 0};
+    }
   }
+  TF_RETURN_IF_ERROR(ops.status());
+  for (const GraphTensor& p : dense) gradient_nodes->push_back(p.node);
+  return grad;
+}
+
+}  // namespace
+
+absl::Status Trainer::LoadModel(const std::string& export_dir, const TrainerOptions& options) {
+  auto cluster = train::ResolveCluster(options.distributed, std::getenv("TF_CONFIG"));
+  if (!cluster.ok()) return cluster.status();
+  if (options.jit_compile && (options.memory_budget.set() || cluster->has_value())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "jit_compile with ", options.memory_budget.set() ? "a memory budget" : "a cluster",
+        ": not supported (", options.memory_budget.set()
+            ? "XLA plans the memory of its cluster itself"
+            : "XLA on the CPU has no cross-process collectives", "); drop one"));
+  }
+  jit_.enabled = options.jit_compile;
+  jit_.cache = options.jit_compile_cache;
+  if (!cluster->has_value()) {
+    TF_RETURN_IF_ERROR(
+        LoadSavedModelBundle(export_dir, options.tag, &bundle_, options.threads,
+                             options.memory_budget.set() ? &stage1_config_ : nullptr));
+    const DeviceMgr* devices = nullptr;
+    if (bundle_.session->LocalDeviceManager(&devices).ok()) kernel_threads_ = CpuIntraOpThreads(*devices);
+    return absl::OkStatus();
+  }
+  if (options.fit.batch_size % (*cluster)->size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "batch_size=", options.fit.batch_size, " (the global batch) does not split over ",
+        (*cluster)->size(), " workers: use a multiple of ", (*cluster)->size()));
+  }
+  if (options.distributed.shard_by == "files" && !options.fit.data.empty()) {
+    // Refused before any peer is waited for.
+    TF_RETURN_IF_ERROR(train::WorkerFiles(options.fit.data, **cluster).status());
+  }
+  auto d = train::Distributed::Start(**cluster, options.distributed, options.threads);
+  if (!d.ok()) return d.status();
+  distributed_ = std::move(*d);
+  kernel_threads_ = distributed_->kernel_threads();
+  SessionOptions session_options = distributed_->session_options();
+  stage1_config_ = session_options.config;
+  if (options.memory_budget.set()) RemapOnly(&session_options.config);
+  TF_RETURN_IF_ERROR(LoadSavedModel(session_options, RunOptions(), export_dir, {options.tag},
+                                    &bundle_));
+  // Every worker trains the same model on the same global batch in the same cluster.
+  std::string model, tasks;
+  TF_RETURN_IF_ERROR(ReadFileToString(Env::Default(), io::JoinPath(export_dir, "saved_model.pb"), &model));
+  for (const train::ClusterTask& task : (*cluster)->tasks) absl::StrAppend(&tasks, task.job, task.address, ";");
+  return distributed_->CheckAgree(
+      bundle_.session.get(), {"model fingerprint", "batch_size", "cluster fingerprint"},
+      {static_cast<int64_t>(Hash64(model)), options.fit.batch_size,
+       static_cast<int64_t>(Hash64(tasks))});
+}
+
+void Trainer::NoteTrainingMode(const train::StepModel& m) {
+  // The mode the function runs in: a training-mode one updates variables (BatchNormalization's
+  // moving statistics) or draws random numbers (dropout's masks). An inference-mode dropout
+  // leaves no op at all; BatchNormalization leaves reads of its moving statistics.
+  training_mode_ = !m.forward_updates.empty();
+  for (Node* n : m.g.op_nodes()) {
+    if (absl::StrContains(n->type_string(), "Random")) training_mode_ = true;
+  }
+  if (training_mode_) return;
+  std::vector<std::string> statistics;
+  for (const CapturedVariable& v : m.captured) {
+    if (!v.trainable && m.nodes.count(train::StepModel::Renamed(v.handle)) &&
+        (absl::EndsWith(v.name, "moving_mean") || absl::EndsWith(v.name, "moving_variance"))) {
+      statistics.push_back(absl::StrCat("'", v.name, "'"));
+    }
+  }
+  if (statistics.empty()) return;
+  warnings_.push_back(absl::StrCat(
+      "signature '", m.signature_key, "' runs BatchNormalization in inference mode: it "
+      "normalizes with its moving statistics (", absl::StrJoin(statistics, ", "),
+      "), which training leaves as they are, and dropout does nothing. ",
+      m.meta->signature_def().count("train")
+          ? "This SavedModel's 'train' signature runs the model in training mode."
+          : "Export the model with tf_ext.export_for_training to train it in training mode, "
+            "as model.fit does."));
+}
+
+absl::Status Trainer::AddFeedsLossAndMetrics(const TrainerOptions& options,
+                                             const std::vector<train::MetricSpec>& metric_specs,
+                                             train::StepModel* m) {
+  train::GraphOps& ops = m->ops;
+  // The placeholders requests feed: the signature's inputs.
+  for (const auto& [key, info] : m->sig->inputs()) {
+    auto ref = TensorRef::Parse(info.name());
+    if (!ref.ok()) return ref.status();
+    if (!m->nodes.count(train::StepModel::Renamed(ref->node))) continue;  // not needed by the output
+    input_keys_.push_back(key);
+    input_specs_[key] = absl::StrCat(PythonDtypeName(info.dtype()), " ",
+                                     PartialTensorShape(info.tensor_shape()).DebugString());
+    input_types_[key] = {info.dtype(), PartialTensorShape(info.tensor_shape())};
+    input_tensors_[key] = absl::StrCat(train::StepModel::Renamed(ref->node), ":", ref->index);
+  }
+  auto out_node = m->nodes.find(train::StepModel::Renamed(m->output_ref.node));
+  if (out_node == m->nodes.end()) return absl::InternalError("trainer: the output node is gone");
+  m->output = {out_node->second, m->output_ref.index};
+  const DataType out_type = m->output.node->output_type(m->output.index);
+  // Targets: class ids for the sparse loss, else the output's dtype; weights: the output's dtype.
+  has_targets_ = train::LossHasTargets(options.loss);
+  output_shape_ = PartialTensorShape(m->out_info->tensor_shape());
+  sparse_targets_ = options.loss.kind == train::LossKind::kSparseCategoricalCrossentropy;
+  auto placeholder = [&](const std::string& name, DataType dtype) {
+    AttrValue d;
+    d.set_type(dtype);
+    return ops.Op("Placeholder", {}, name, {{"dtype", d}});
+  };
+  if (has_targets_) {
+    m->targets = placeholder("targets", sparse_targets_ ? DT_INT64 : out_type);
+    targets_tensor_ = m->targets.node != nullptr ? m->targets.node->name() + ":0" : "";
+  }
+  sample_weights_ = options.sample_weights;
+  if (options.sample_weights) {
+    m->weights = placeholder("sample_weights", out_type);
+    weights_tensor_ = m->weights.node != nullptr ? m->weights.node->name() + ":0" : "";
+  }
+  m->loss = train::AddLoss(&ops, options.loss, m->output, m->targets, m->weights);
+  TF_RETURN_IF_ERROR(ops.status());
+  loss_tensor_ = absl::StrCat(m->loss.node->name(), ":", m->loss.index);
+  if (!metric_specs.empty()) {
+    TF_RETURN_IF_ERROR(train::AddMetrics(&ops, metric_specs, m->output,
+                                         PartialTensorShape(m->out_info->tensor_shape()),
+                                         m->targets, m->weights, &metrics_));
+    for (const train::MetricSpec& spec : metric_specs) metric_names_.push_back(spec.key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AllReduceGradients(train::StepModel* m,
+                                         const std::vector<train::TrainableVariable>& variables,
+                                         std::vector<train::Gradient>* grads,
+                                         GraphTensor* step_loss) {
   // With a cluster, the optimizer takes the workers' mean gradients; the loss is averaged in
   // the same all-reduce. A sparse gradient (rows at ids) is made dense first, its rows summed
   // into the variable's shape (repeated ids added), and the optimizer takes it dense.
-  GraphTensor step_loss = loss;
-  if (t->distributed_ != nullptr) {
-    std::vector<GraphTensor> averaged = {loss};
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].sparse()) {
-        AttrValue shrink;
-        shrink.set_i(1);
-        GraphTensor vocab = ops.Op("StridedSlice",
-                                   {ops.Op("VariableShape", {variables[i].handle}, "shape"),
-                                    int_const(DT_INT32, {0}), int_const(DT_INT32, {1}),
-                                    int_const(DT_INT32, {1})},
-                                   "vocab", {{"shrink_axis_mask", shrink}});
-        grads[i].values = ops.Op("UnsortedSegmentSum", {grads[i].values, grads[i].indices, vocab},
-                                 "densified");
-        grads[i].indices = {};
-        TF_RETURN_IF_ERROR(ops.status());
-      }
-      averaged.push_back(grads[i].values);
+  train::GraphOps& ops = m->ops;
+  std::vector<GraphTensor> averaged = {m->loss};
+  for (size_t i = 0; i < grads->size(); ++i) {
+    train::Gradient& grad = (*grads)[i];
+    if (grad.sparse()) {
+      grad.values = ops.Op("UnsortedSegmentSum",
+                           {grad.values, grad.indices, FirstDimension(&ops, variables[i].handle)},
+                           "densified");
+      grad.indices = {};
+      TF_RETURN_IF_ERROR(ops.status());
     }
-    // Each gradient has its variable's shape (declared by its VarHandleOp), the loss none.
-    std::vector<PartialTensorShape> shapes = {PartialTensorShape({})};
-    for (const train::TrainableVariable& v : variables) {
-      PartialTensorShape shape;
-      if (!GetNodeAttr(v.handle.node->attrs(), "shape", &shape).ok()) shape = PartialTensorShape();
-      shapes.push_back(shape);
-    }
-    TF_RETURN_IF_ERROR(t->distributed_->AllReduceStep(&g, &averaged, shapes));
-    step_loss = averaged[0];
-    for (size_t i = 0; i < grads.size(); ++i) grads[i].values = averaged[i + 1];
+    averaged.push_back(grad.values);
   }
-  t->step_loss_tensor_ = absl::StrCat(step_loss.node->name(), ":", step_loss.index);
-  train::OptimizerGraph opt;
-  // The updates run once the loss and every gradient are computed. With a budget, each runs
-  // once the loss and its own gradient are (optimizers.h), as tf.function's automatic control
-  // dependencies let Keras's: a gradient is freed when its update has run, rather than held
-  // until the last one is computed (memory no recomputation can save: ResNet-18's weight
-  // gradients are 42.7 MB, and with them held half its estimate could not be met).
-  std::vector<Node*> after = {loss.node};
-  if (!options.memory_budget.set()) {
-    after.insert(after.end(), gradient_nodes.begin(), gradient_nodes.end());
+  // Each gradient has its variable's shape (declared by its VarHandleOp), the loss none.
+  std::vector<PartialTensorShape> shapes = {PartialTensorShape({})};
+  for (const train::TrainableVariable& v : variables) {
+    PartialTensorShape shape;
+    if (!GetNodeAttr(v.handle.node->attrs(), "shape", &shape).ok()) shape = PartialTensorShape();
+    shapes.push_back(shape);
   }
-  TF_RETURN_IF_ERROR(train::AddOptimizer(&ops, options.optimizer, variables, grads, after, &opt));
-  for (Node* n : forward_updates) g.AddControlEdge(n, opt.step);
+  TF_RETURN_IF_ERROR(distributed_->AllReduceStep(&m->g, &averaged, shapes));
+  *step_loss = averaged[0];
+  for (size_t i = 0; i < grads->size(); ++i) (*grads)[i].values = averaged[i + 1];
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AddStateIO(const train::OptimizerGraph& opt, train::StepModel* m) {
+  train::GraphOps& ops = m->ops;
   // The optimizer's state, read for checkpoints and assigned from feeds to restore them.
   std::vector<std::pair<GraphTensor, DataType>> synced;  // what the chief broadcasts
   for (size_t i = 0; i < opt.state.size(); ++i) {
@@ -666,45 +655,154 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& expo
     GraphTensor feed = ops.Op("Placeholder", {}, "restore", {{"dtype", d}});
     Node* assign = ops.Assign("AssignVariableOp", handle, feed);
     TF_RETURN_IF_ERROR(ops.status());
-    t->state_names_.push_back(name);
-    t->state_reads_.push_back(value.node->name() + ":0");
-    t->state_feeds_.push_back(feed.node->name() + ":0");
-    t->state_assigns_.push_back(assign->name());
+    state_names_.push_back(name);
+    state_reads_.push_back(value.node->name() + ":0");
+    state_feeds_.push_back(feed.node->name() + ":0");
+    state_assigns_.push_back(assign->name());
   }
-  for (const CapturedVariable& v : *captured) {
-    auto handle = nodes.find(renamed(v.handle));
-    if (handle == nodes.end()) continue;  // not used by this output
+  for (const CapturedVariable& v : m->captured) {
+    auto handle = m->nodes.find(train::StepModel::Renamed(v.handle));
+    if (handle == m->nodes.end()) continue;  // not used by this output
     DataType dtype;
     TF_RETURN_IF_ERROR(GetNodeAttr(handle->second->attrs(), "dtype", &dtype));
     GraphTensor value = ops.Read({handle->second, 0}, dtype);
     TF_RETURN_IF_ERROR(ops.status());
     synced.push_back({{handle->second, 0}, dtype});
-    t->variable_names_.push_back(v.name);
-    t->variable_reads_.push_back(value.node->name() + ":0");
+    variable_names_.push_back(v.name);
+    variable_reads_.push_back(value.node->name() + ":0");
   }
-  t->step_op_ = opt.step->name();
-  if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->distributed_->AddBroadcast(&g, synced, &t->broadcast_));
+  step_op_ = opt.step->name();
+  if (distributed_ != nullptr) TF_RETURN_IF_ERROR(distributed_->AddBroadcast(&m->g, synced, &broadcast_));
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::ExtendSession(const TrainerOptions& options, const train::OptimizerGraph& opt,
+                                    OptimizedRunSpec* step_run, train::StepModel* m) {
   GraphDef step_graph;
-  g.ToGraphDef(&step_graph);
+  m->g.ToGraphDef(&step_graph);
   if (options.memory_budget.set()) {
     // The Session runs Grappler's remapper alone (grappler_stages.h): the step's graph is
     // optimized here as its Session would optimize the step (its feeds, fetch and target), the
     // budget planned on that, and the other runs keep the nodes as they were.
-    step_run.fetches = {t->step_loss_tensor_, t->step_op_};
-    step_run.feeds = FedNodes(t->input_tensors_, t->targets_tensor_, t->weights_tensor_);
+    step_run->fetches = {step_loss_tensor_, step_op_};
+    step_run->feeds = FedNodes(input_tensors_, targets_tensor_, weights_tensor_);
     GraphDef optimized = step_graph;
     TF_RETURN_IF_ERROR(
-        PlanAfterOptimization(step_run, t->stage1_config_, &optimized, &*t->memory_plan_));
+        PlanAfterOptimization(*step_run, stage1_config_, &optimized, &*memory_plan_));
     KeepUnoptimizedNodes(step_graph, &optimized);
     step_graph.Swap(&optimized);
   }
-  if (t->jit_.enabled) t->jit_.graph = step_graph;
-  TF_RETURN_IF_ERROR(t->bundle_.session->Extend(step_graph));
-  TF_RETURN_IF_ERROR(t->bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
-  if (t->training_mode_) TF_RETURN_IF_ERROR(t->AddEvaluation(options, output_key));
-  TF_RETURN_IF_ERROR(t->ResetMetrics());
-  if (t->distributed_ != nullptr) TF_RETURN_IF_ERROR(t->BroadcastFromChief(0).status());
+  if (jit_.enabled) jit_.graph = step_graph;
+  TF_RETURN_IF_ERROR(bundle_.session->Extend(step_graph));
+  TF_RETURN_IF_ERROR(bundle_.session->Run({}, {}, {opt.init->name()}, nullptr));
+  if (training_mode_) TF_RETURN_IF_ERROR(AddEvaluation(options, m->output_key));
+  TF_RETURN_IF_ERROR(ResetMetrics());
+  if (distributed_ != nullptr) TF_RETURN_IF_ERROR(BroadcastFromChief(0).status());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const std::string& export_dir,
+                                                         const TrainerOptions& options) {
+  TF_RETURN_IF_ERROR(train::ValidateOptimizer(options.optimizer));
+  auto metric_specs = train::ParseMetrics(options.metrics);
+  if (!metric_specs.ok()) return metric_specs.status();
+  if (!metric_specs->empty() && !train::LossHasTargets(options.loss)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, "metric '", metric_specs->front().key,
+        "' compares the output with targets, and the 'output' loss has none"));
+  }
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->export_dir_ = export_dir;
+  TF_RETURN_IF_ERROR(t->LoadModel(export_dir, options));
+  auto m = std::make_unique<train::StepModel>();
+  m->meta = &t->bundle_.meta_graph_def;
+  TF_RETURN_IF_ERROR(ChooseOutput(export_dir, options, m.get()));
+  t->signature_key_ = m->signature_key;
+  t->sync_ops_ = SyncOps(*m->meta, m->captured);
+
+  // The forward: the nodes the output needs, renamed apart from the loaded graph, calls inlined
+  // by the one gradient pipeline's forward steps, before the variables' reads are found
+  // (inlined calls hold them); its backward steps below.
+  GradientPipeline pipeline(ForwardPipelineOptions(kPrefix));
+  TF_RETURN_IF_ERROR(BuildForward(m->meta->graph_def(), m->output_ref.node, kPrefix, &pipeline, &m->g));
+  // Loops that read trainable variables (a Keras LSTM's While) take their values instead.
+  auto is_trainable = [&](const Node* v) { return m->trainable.count(train::StepModel::Original(v)) > 0; };
+  TF_RETURN_IF_ERROR(ReadLoopVariablesOutside(&m->g, is_trainable).status());
+  for (Node* n : m->g.op_nodes()) m->nodes[n->name()] = n;
+  TF_RETURN_IF_ERROR(FindVariableUses(m.get()));
+  t->NoteTrainingMode(*m);
+  TF_RETURN_IF_ERROR(t->AddFeedsLossAndMetrics(options, *metric_specs, m.get()));
+
+  std::vector<std::string> order;
+  std::map<std::string, GradientSources> sources;
+  TF_RETURN_IF_ERROR(ClassifySources(m.get(), &order, &sources));
+  // d loss / d (each source), combined per variable.
+  std::vector<GraphTensor> xs;
+  for (const std::string& handle : order) {
+    const GradientSources& src = sources[handle];
+    xs.insert(xs.end(), src.dense.begin(), src.dense.end());
+    for (const auto& [values, indices] : src.gathered) xs.push_back(values);
+  }
+  if (xs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, "output '", m->output_key,
+                                                   "' reads none of the trainable variables"));
+  }
+  GraphTensor one = m->ops.Op("OnesLike", {m->loss}, "d_loss");
+  TF_RETURN_IF_ERROR(m->ops.status());
+  // The backward steps, with the memory budget's options once the feeds are known.
+  PipelineOptions backward_options = pipeline.options();
+  if (options.memory_budget.set()) {
+    TF_RETURN_IF_ERROR(t->BudgetOptions(options, m->g, &backward_options));
+  }
+  GradientPipeline backward(std::move(backward_options));
+  std::vector<GraphTensor> dxs;
+  TF_RETURN_IF_ERROR(backward.AddBackward(&m->g, {m->loss}, {one}, xs, &dxs));
+  // With a budget, the step is planned once TensorFlow's optimizations ran (ExtendSession).
+  OptimizedRunSpec step_run;
+  if (options.memory_budget.set()) {
+    t->memory_plan_ = backward.stats().memory;
+    step_run.prefix = backward.options().name_prefix;
+    step_run.deferred = DeferredGradientNodes(m->g, step_run.prefix, {one.node->name()});
+    step_run.keep = backward.options().keep;
+    step_run.feed_shapes = backward.options().feed_shapes;
+    step_run.budget = options.memory_budget;
+  }
+  std::vector<train::TrainableVariable> variables;
+  std::vector<train::Gradient> grads;
+  std::vector<Node*> gradient_nodes;  // each source's gradient, before they are combined
+  size_t next = 0;
+  for (const std::string& handle : order) {
+    train::TrainableVariable var;
+    var.name = m->trainable[handle];
+    var.handle = {m->nodes.at(train::StepModel::Renamed(handle)), 0};
+    TF_RETURN_IF_ERROR(GetNodeAttr(var.handle.node->attrs(), "dtype", &var.dtype));
+    auto grad = AssembleGradient(m.get(), var, sources[handle], dxs, &next, &gradient_nodes);
+    if (!grad.ok()) return grad.status();
+    variables.push_back(var);
+    grads.push_back(*grad);
+    t->trainable_names_.push_back(var.name);
+    GraphTensor value = m->ops.Read(var.handle, var.dtype);
+    if (value.node != nullptr) t->trainable_reads_.push_back(value.node->name() + ":0");
+  }
+  GraphTensor step_loss = m->loss;
+  if (t->distributed_ != nullptr) {
+    TF_RETURN_IF_ERROR(t->AllReduceGradients(m.get(), variables, &grads, &step_loss));
+  }
+  t->step_loss_tensor_ = absl::StrCat(step_loss.node->name(), ":", step_loss.index);
+  train::OptimizerGraph opt;
+  // The updates run once the loss and every gradient are computed. With a budget, each runs
+  // once the loss and its own gradient are (optimizers.h), as tf.function's automatic control
+  // dependencies let Keras's: a gradient is freed when its update has run, rather than held
+  // until the last one is computed (memory no recomputation can save: ResNet-18's weight
+  // gradients are 42.7 MB, and with them held half its estimate could not be met).
+  std::vector<Node*> after = {m->loss.node};
+  if (!options.memory_budget.set()) {
+    after.insert(after.end(), gradient_nodes.begin(), gradient_nodes.end());
+  }
+  TF_RETURN_IF_ERROR(train::AddOptimizer(&m->ops, options.optimizer, variables, grads, after, &opt));
+  for (Node* n : m->forward_updates) m->g.AddControlEdge(n, opt.step);
+  TF_RETURN_IF_ERROR(t->AddStateIO(opt, m.get()));
+  TF_RETURN_IF_ERROR(t->ExtendSession(options, opt, &step_run, m.get()));
   return t;
 }
 
@@ -982,18 +1080,21 @@ std::string Trainer::InputsText() const {
 }
 
 absl::StatusOr<std::vector<std::string>> Trainer::ResolveInputs(
-    const std::vector<std::string>& names) const {
+    const std::vector<std::string>& names, const std::vector<bool>& named) const {
   auto error = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, what, "; signature '", signature_key_,
                                                    "' takes ", InputsText()));
   };
   std::vector<std::string> keys;
   std::set<std::string> given;
-  for (const std::string& name : names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
     std::string key = name;
     if (!input_tensors_.count(name)) {
-      // One input: whatever its name (Keras names an unnamed Input keras_tensor_<N>).
-      if (input_keys_.size() != 1 || names.size() != 1) {
+      // One input: whatever its name (Keras names an unnamed Input keras_tensor_<N>), unless
+      // the name was given as the input's.
+      const bool as_input = i < named.size() && named[i];
+      if (input_keys_.size() != 1 || names.size() != 1 || as_input) {
         return error(absl::StrCat("input '", name, "' is not one of the signature's inputs"));
       }
       key = input_keys_[0];

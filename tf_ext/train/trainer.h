@@ -46,6 +46,10 @@
 namespace tensorflow::tf_ext {
 
 struct PipelineOptions;  // graph/pipeline/gradient_pipeline.h
+struct OptimizedRunSpec;  // graph/runtime/grappler_stages.h
+namespace train {
+struct StepModel;  // what Trainer::Create's phases share (trainer.cc)
+}  // namespace train
 
 // What train::Fit (fit.h) reads, trains on and writes: tf_ext_train's flags, the C API's keys.
 struct FitOptions {
@@ -158,9 +162,11 @@ class Trainer {
   // The signature's inputs as "name: dtype [shape]", comma-separated (for messages).
   std::string InputsText() const;
   // The signature input each feed name goes to: the input of that name; with one input, any
-  // single name. InvalidArgument listing the inputs (dtypes, shapes) otherwise, or when an
-  // input is fed twice or not at all.
-  absl::StatusOr<std::vector<std::string>> ResolveInputs(const std::vector<std::string>& names) const;
+  // single name that was not named as an input (`named[i]` false: a data key fed to "the"
+  // input). InvalidArgument listing the inputs (dtypes, shapes) otherwise, or when an input is
+  // fed twice or not at all.
+  absl::StatusOr<std::vector<std::string>> ResolveInputs(const std::vector<std::string>& names,
+                                                         const std::vector<bool>& named = {}) const;
 
   // The signature trained (options' or the default), and whether its function runs in
   // training mode (it updates variables, as BatchNormalization's moving statistics, or draws
@@ -259,6 +265,20 @@ class Trainer {
   // size, the budget, and the nodes that read variables kept.
   absl::Status BudgetOptions(const TrainerOptions& options, const Graph& g,
                              PipelineOptions* out) const;
+  // Create's phases, in order (trainer.cc): the SavedModel loaded (with a cluster, agreed on),
+  // the forward's mode noted, feeds, loss and metrics added, the workers' gradients averaged,
+  // the state's reads and restores added, the step added to the session.
+  absl::Status LoadModel(const std::string& export_dir, const TrainerOptions& options);
+  void NoteTrainingMode(const train::StepModel& m);
+  absl::Status AddFeedsLossAndMetrics(const TrainerOptions& options,
+                                      const std::vector<train::MetricSpec>& metric_specs,
+                                      train::StepModel* m);
+  absl::Status AllReduceGradients(train::StepModel* m,
+                                  const std::vector<train::TrainableVariable>& variables,
+                                  std::vector<train::Gradient>* grads, GraphTensor* step_loss);
+  absl::Status AddStateIO(const train::OptimizerGraph& opt, train::StepModel* m);
+  absl::Status ExtendSession(const TrainerOptions& options, const train::OptimizerGraph& opt,
+                             OptimizedRunSpec* step_run, train::StepModel* m);
   std::string signature_key_;
   bool training_mode_ = false;
   std::vector<std::string> warnings_;

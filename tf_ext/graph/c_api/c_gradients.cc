@@ -40,6 +40,48 @@ absl::StatusOr<GraphTensor> ToGraphTensor(const TF_Output& out, const char* role
   return GraphTensor{n, out.index};
 }
 
+// A session extends itself with each new node's NodeDef, not with its edges: makes every
+// NodeDef's inputs, data and control, name what its edges say (inlining rewires edges only;
+// an inlined gradient's NodeDef still names its function's control inputs, "^dy").
+absl::Status SyncNodeDefInputs(Graph* g) {
+  for (Node* n : g->op_nodes()) {
+    std::vector<const Edge*> data;
+    std::vector<std::string> control;
+    for (const Edge* e : n->in_edges()) {
+      if (!e->IsControlEdge()) {
+        data.push_back(e);
+      } else if (e->src()->IsOp()) {
+        control.push_back("^" + e->src()->name());
+      }
+    }
+    std::vector<std::string> had;
+    for (const std::string& in : n->def().input()) {
+      if (absl::StartsWith(in, "^")) had.push_back(in);
+    }
+    std::sort(control.begin(), control.end());
+    std::sort(had.begin(), had.end());
+    if (had != control) {
+      NodeDef* def = n->mutable_def();
+      std::vector<std::string> inputs;
+      for (const std::string& in : def->input()) {
+        if (!absl::StartsWith(in, "^")) inputs.push_back(in);
+      }
+      def->clear_input();
+      for (const std::string& in : inputs) def->add_input(in);
+      for (const std::string& in : control) def->add_input(in);
+    }
+    for (const Edge* e : data) {
+      const int i = e->dst_input();
+      const std::string want = e->src_output() == 0 ? e->src()->name()
+                                                    : absl::StrCat(e->src()->name(), ":", e->src_output());
+      const auto& inputs = n->def().input();
+      if (i < inputs.size() && (inputs[i] == want || inputs[i] == want + ":0")) continue;
+      TF_RETURN_IF_ERROR(g->UpdateEdge(e->src(), e->src_output(), n, i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Output* y, int ny,
                                 TF_Output* x, int nx, TF_Output* dx, TF_Output* dy) {
   if (!graph->sessions.empty()) {
@@ -131,44 +173,7 @@ absl::Status AddGradientsLocked(TF_Graph* graph, const char* prefix_arg, TF_Outp
   const bool converted = pipeline.stats().converted_v1_control_flow;
   TF_RETURN_IF_ERROR(pipeline.AddBackward(g, ys, dys, xs, &dxs));
   const BackpropStats& stats = pipeline.stats().backprop;
-  // A session extends itself with each new node's NodeDef, not with its edges: make every
-  // NodeDef's inputs, data and control, name what its edges say (inlining rewires edges only;
-  // an inlined gradient's NodeDef still names its function's control inputs, "^dy").
-  for (Node* n : g->op_nodes()) {
-    std::vector<const Edge*> data;
-    std::vector<std::string> control;
-    for (const Edge* e : n->in_edges()) {
-      if (!e->IsControlEdge()) {
-        data.push_back(e);
-      } else if (e->src()->IsOp()) {
-        control.push_back("^" + e->src()->name());
-      }
-    }
-    std::vector<std::string> had;
-    for (const std::string& in : n->def().input()) {
-      if (absl::StartsWith(in, "^")) had.push_back(in);
-    }
-    std::sort(control.begin(), control.end());
-    std::sort(had.begin(), had.end());
-    if (had != control) {
-      NodeDef* def = n->mutable_def();
-      std::vector<std::string> inputs;
-      for (const std::string& in : def->input()) {
-        if (!absl::StartsWith(in, "^")) inputs.push_back(in);
-      }
-      def->clear_input();
-      for (const std::string& in : inputs) def->add_input(in);
-      for (const std::string& in : control) def->add_input(in);
-    }
-    for (const Edge* e : data) {
-      const int i = e->dst_input();
-      const std::string want = e->src_output() == 0 ? e->src()->name()
-                                                    : absl::StrCat(e->src()->name(), ":", e->src_output());
-      const auto& inputs = n->def().input();
-      if (i < inputs.size() && (inputs[i] == want || inputs[i] == want + ":0")) continue;
-      TF_RETURN_IF_ERROR(g->UpdateEdge(e->src(), e->src_output(), n, i));
-    }
-  }
+  TF_RETURN_IF_ERROR(SyncNodeDefInputs(g));
   // The TF_Graph's index and shape refiner learn the new nodes (and the replaced ones, which
   // keep their names), producers first.
   if (converted) graph->name_map.clear();  // the v1 nodes are gone

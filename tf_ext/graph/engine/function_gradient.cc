@@ -573,6 +573,33 @@ int SourceArg(const Node* n, int index) {
   return GetNodeAttr(n->attrs(), "index", &arg).ok() ? arg : -1;
 }
 
+// The forward tensors the live gradient nodes read (out->needed): args, constants, or tensors
+// the forward saves. `where` names the function in errors.
+absl::Status CollectNeeded(const Graph& bg, const std::string& where, FunctionGradient* out) {
+  std::set<std::string> seen;
+  for (const Node* n : bg.op_nodes()) {
+    if (!out->IsGradient(n->name()) || out->dead.count(n->name())) continue;
+    for (const Edge* e : n->in_edges()) {
+      if (e->IsControlEdge() || out->IsGradient(e->src()->name())) continue;
+      const std::string t = TensorName(e->src()->name(), e->src_output());
+      if (!seen.insert(t).second) continue;
+      Needed need{Needed::kSaved, t, e->src()->output_type(e->src_output())};
+      need.arg = SourceArg(e->src(), e->src_output());
+      if (need.arg >= 0) {
+        need.kind = Needed::kArg;
+      } else if (e->src()->IsConstant() && e->src()->num_inputs() == 0) {
+        need.kind = Needed::kConst;
+      } else if (need.dtype == DT_RESOURCE) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": the gradient of '", n->name(), "' reads the resource '",
+            t, "', which is neither an input nor a constant of the function"));
+      }
+      out->needed.push_back(need);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FunctionGradient> DifferentiateFunction(
     Graph* g, const NameAttrList& f, const std::string& what,
     const std::vector<PartialTensorShape>& arg_shapes, bool loop_body,
@@ -703,28 +730,7 @@ absl::StatusOr<FunctionGradient> DifferentiateFunction(
   for (const Node* n : bg->op_nodes()) {
     if (out.IsGradient(n->name()) && !live.count(n)) out.dead.insert(n->name());
   }
-  // The forward tensors the gradient reads.
-  std::set<std::string> seen;
-  for (const Node* n : bg->op_nodes()) {
-    if (!out.IsGradient(n->name()) || out.dead.count(n->name())) continue;
-    for (const Edge* e : n->in_edges()) {
-      if (e->IsControlEdge() || out.IsGradient(e->src()->name())) continue;
-      const std::string t = TensorName(e->src()->name(), e->src_output());
-      if (!seen.insert(t).second) continue;
-      Needed need{Needed::kSaved, t, e->src()->output_type(e->src_output())};
-      need.arg = SourceArg(e->src(), e->src_output());
-      if (need.arg >= 0) {
-        need.kind = Needed::kArg;
-      } else if (e->src()->IsConstant() && e->src()->num_inputs() == 0) {
-        need.kind = Needed::kConst;
-      } else if (need.dtype == DT_RESOURCE) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "in ", what, " '", f.name(), "': the gradient of '", n->name(), "' reads the resource '",
-            t, "', which is neither an input nor a constant of the function"));
-      }
-      out.needed.push_back(need);
-    }
-  }
+  TF_RETURN_IF_ERROR(CollectNeeded(*bg, absl::StrCat("in ", what, " '", f.name(), "'"), &out));
   TF_RETURN_IF_ERROR(MergeLibrary(bg->flib_def(), g));
   bg->ToGraphDef(&out.graph);
   out.graph.clear_library();
