@@ -438,8 +438,8 @@ absl::StatusOr<train::Gradient> AssembleGradient(train::StepModel* m,
     GraphTensor inner = ops.Op("Slice", {shape, IntConst(&ops, DT_INT32, {1}), IntConst(&ops, DT_INT32, {-1})},
                                "row_shape");
     auto joined = Concat(m, {IntConst(&ops, DT_INT32, {-1}), inner}, "row_shape");
-    row_shape = joined.ok() ? *joined : GraphTensor{};
     if (!joined.ok()) return joined.status();
+    row_shape = *joined;
   }
   for (const auto& [values, indices] : src.gathered) {
     const GraphTensor& d = dxs[(*next)++];
