@@ -358,10 +358,10 @@ functor::MedianPool2DParams MedianParams(std::mt19937* rng, int c) {
     p.stride_height = p.stride_width = 1;
   }
   const bool same = c % 2 == 0;
-  functor::MedianPoolOutputSize(p.in_height, p.window_height, p.stride_height, same,
-                                &p.out_height, &p.pad_top);
-  functor::MedianPoolOutputSize(p.in_width, p.window_width, p.stride_width, same, &p.out_width,
-                                &p.pad_left);
+  MedianPoolOutputSize(p.in_height, p.window_height, p.stride_height, same, &p.out_height,
+                       &p.pad_top);
+  MedianPoolOutputSize(p.in_width, p.window_width, p.stride_width, same, &p.out_width,
+                       &p.pad_left);
   return p;
 }
 

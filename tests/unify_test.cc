@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tests/test_util.h"
+#include "tf_ext/grads/client_gradient.h"
 #include "tf_ext/grads/unify.h"
 #include "tf_ext/testing/gradient_checker.h"
 #include "tf_ext/testing/op_runner.h"

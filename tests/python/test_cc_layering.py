@@ -1,10 +1,13 @@
-"""The C++ library's shape. Its layering: each folder of tf_ext/ includes only from the folders
+"""The C++ library's shape. Its layering: each room of tf_ext/ includes only from the rooms
 below it, and production code includes no test helper (tf_ext/testing/).
 
-From the bottom: the gradient library (grads/) and kernels, then the XLA kernels (xla/, part
-of the op library beside them) and tf_ext/graph/'s rooms (io, engine, passes, pipeline,
-runtime, c_api), then tools/ and train/. Bazel's targets
+From the bottom: the gradient library (grads/), the ops (ops/), the ops' gradients and the
+kernels, then the XLA kernels (xla/, part of the op library beside them) and tf_ext/graph/'s
+rooms (io, engine, passes, pipeline, runtime, c_api), then tools/ and train/. Bazel's targets
 (tf_ext/BUILD) enforce the same order; this test names the offending include.
+
+No include cycles: a header and its sources counted as one unit, no unit reaches itself
+through the includes of tf_ext/'s files (within a room too, where Bazel cannot see them).
 
 And the length of its functions: none in tf_ext/ longer than 150 lines (from its opening to its
 closing brace), with named exceptions that may only shrink: the declarative tables that are
@@ -26,20 +29,24 @@ import re
 
 import pytest
 
-# Rank of each folder: a file may include headers of its own folder and of lower ranks.
-# grads/, ops/, kernels/ and version.h are the base every layer may use.
-BASE = 0
+# Rank of each room: a file may include headers of its own room and of lower ranks. The op
+# library is the base every layer may use: the gradient library (grads/: registration, FDH
+# helpers, the load guard), the ops (ops/: registrations, shape functions, validation), the
+# gradients of the ops ("grads/ops": grads/*_grad.cc, grads/tf/ and the manifest that declares
+# them) beside the kernels, then the XLA kernels.
 RANKS = {
-    "grads": BASE, "ops": BASE, "kernels": BASE, "version.h": BASE,
-    "xla": 1,
-    "graph/io": 1,
-    "graph/engine": 2,
-    "graph/passes": 3,
-    "graph/pipeline": 4,
-    "graph/runtime": 5,
-    "graph/c_api": 6,
-    "tools": 7,
-    "train": 7,
+    "grads": 0, "version.h": 0,
+    "ops": 1,
+    "grads/ops": 2, "kernels": 2,
+    "xla": 3,
+    "graph/io": 3,
+    "graph/engine": 4,
+    "graph/passes": 5,
+    "graph/pipeline": 6,
+    "graph/runtime": 7,
+    "graph/c_api": 8,
+    "tools": 9,
+    "train": 9,
 }
 # tf_ext_gradcheck's job is the numeric gradient check: it is the one program built on the
 # checker in tf_ext/testing/ (gradient_checker.h), which the tests share.
@@ -62,6 +69,9 @@ def room(path: str) -> str | None:
     parts = path.split("/")
     if parts[0] == "graph" and len(parts) > 2:
         return "/".join(parts[:2])
+    if parts[0] == "grads" and (parts[1] == "tf" or parts[1].startswith("manifest.")
+                                or parts[1].endswith("_grad.cc")):
+        return "grads/ops"
     return parts[0] if parts[0] in RANKS else None
 
 
@@ -108,6 +118,93 @@ def test_the_check_finds_what_it_is_meant_to():
     assert not violations("graph/engine/backprop.cc", '#include "tf_ext/grads/registry.h"')
     assert violations("kernels/roi_pool_op.cc", '#include "tf_ext/xla/lowerings.h"')
     assert not violations("xla/xla_kernels.cc", '#include "tf_ext/ops/roi_ops.h"')
+    assert violations("ops/median_pool_ops.cc", '#include "tf_ext/kernels/median_pool_functor.h"')
+    assert violations("grads/registry.cc", '#include "tf_ext/grads/manifest.h"')
+    assert violations("grads/registry.cc", '#include "tf_ext/ops/roi_ops.h"')
+    assert not violations("grads/roi_pool_grad.cc", '#include "tf_ext/ops/roi_ops.h"')
+    assert not violations("kernels/median_pool_functor.h",
+                          '#include "tf_ext/ops/median_pool_geometry.h"')
+
+
+# Include cycles: a header and its sources (foo.h, foo.cc, foo_gpu.cu.cc) are one unit; no unit
+# may reach itself through the includes of tf_ext/'s files.
+def unit(path: str) -> str:
+    return re.sub(r"(_gpu\.cu)?\.(h|cc|c)$", "", path)
+
+
+def include_graph(texts: dict[str, str]) -> dict[str, set[str]]:
+    """unit -> the units it includes, of the files `texts` (path under tf_ext/ -> source)."""
+    graph: dict[str, set[str]] = {}
+    for path, text in texts.items():
+        u = unit(path)
+        graph.setdefault(u, set())
+        for inc in INCLUDE.findall(text):
+            if unit(inc) != u:
+                graph[u].add(unit(inc))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one unit (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_cycle_check_finds_what_it_is_meant_to():
+    texts = {
+        "a/x.h": '#include "tf_ext/a/y.h"\n',
+        "a/x.cc": '#include "tf_ext/a/x.h"\n',
+        "a/y.h": "",
+        "a/y.cc": '#include "tf_ext/a/y.h"\n#include "tf_ext/a/z.h"\n',
+        "a/z.h": "",
+        "a/z_gpu.cu.cc": '#include "tf_ext/a/x.h"\n',
+        "a/w.cc": '#include "tf_ext/a/x.h"\n',
+    }
+    assert cycles(include_graph(texts)) == [["a/x", "a/y", "a/z"]]
+    del texts["a/z_gpu.cu.cc"]
+    assert cycles(include_graph(texts)) == []
+
+
+def test_no_include_cycle():
+    root = source_root()
+    texts = {}
+    for path in sources():
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            texts[path] = f.read()
+    graph = include_graph(texts)
+    found = cycles(graph)
+    lines = [" <-> ".join(c) + ": " + "; ".join(
+        f"{u} includes {', '.join(sorted(graph[u] & set(c)))}" for u in c) for c in found]
+    assert not found, "include cycles (a header and its sources as one unit):\n" + "\n".join(lines)
 
 
 def test_every_graph_file_is_in_a_room():

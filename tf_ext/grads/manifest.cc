@@ -13,8 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/unify.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/grads/single_copy.h"
 
 namespace tensorflow::tf_ext {
 namespace {

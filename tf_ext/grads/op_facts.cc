@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
-#include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
 
@@ -24,29 +23,6 @@ const char* DifferentiabilityName(Differentiability d) {
       return "backward op";
   }
   return "?";
-}
-
-void RegisterOpFacts(const OpFacts& facts) {
-  switch (facts.differentiability) {
-    case Differentiability::kGradient: {
-      if (!facts.overrides.empty()) {
-        OverrideGradient(facts.op, facts.gradient);
-      } else {
-        RegisterGradient(facts.op, facts.gradient);
-      }
-      if (!facts.reads.empty()) DeclareGradientReads(facts.op, facts.reads);
-      break;
-    }
-    case Differentiability::kNotDifferentiable:
-      RegisterNoGradient(facts.op);
-      break;
-    case Differentiability::kBackwardOp:
-      RegisterUnimplementedGradient(facts.op, BackwardOpMessage(facts));
-      break;
-  }
-  if (facts.surrogate_forward != nullptr) {
-    RegisterSurrogateForward(facts.op, facts.surrogate_forward);
-  }
 }
 
 }  // namespace tensorflow::tf_ext

@@ -59,10 +59,6 @@ std::string BackwardOpMessage(const OpFacts& facts);
 // "gradient", "not differentiable", "backward op".
 const char* DifferentiabilityName(Differentiability d);
 
-// Registers `facts` in every C++ gradient registry (registry.h): its gradient, its surrogate
-// forward, a no-gradient, or an unimplemented gradient with BackwardOpMessage().
-void RegisterOpFacts(const OpFacts& facts);
-
 }  // namespace tensorflow::tf_ext
 
 #endif  // TF_EXT_GRADS_OP_FACTS_H_

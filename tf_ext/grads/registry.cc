@@ -11,10 +11,10 @@
 #include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tf_ext/grads/client_gradient.h"
 #include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/registry_access.h"
 #include "tf_ext/grads/side_table.h"
-#include "tf_ext/grads/unify.h"
 #include "tf_ext/grads/specialize.h"
 
 namespace tensorflow::tf_ext {
@@ -250,6 +250,29 @@ GradientKind LookupGradientKind(const std::string& op_type, std::string* message
 bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator) {
   SurrogateForwards().Insert(op_type, std::move(creator));  // the first one wins
   return true;
+}
+
+void RegisterOpFacts(const OpFacts& facts) {
+  switch (facts.differentiability) {
+    case Differentiability::kGradient: {
+      if (!facts.overrides.empty()) {
+        OverrideGradient(facts.op, facts.gradient);
+      } else {
+        RegisterGradient(facts.op, facts.gradient);
+      }
+      if (!facts.reads.empty()) DeclareGradientReads(facts.op, facts.reads);
+      break;
+    }
+    case Differentiability::kNotDifferentiable:
+      RegisterNoGradient(facts.op);
+      break;
+    case Differentiability::kBackwardOp:
+      RegisterUnimplementedGradient(facts.op, BackwardOpMessage(facts));
+      break;
+  }
+  if (facts.surrogate_forward != nullptr) {
+    RegisterSurrogateForward(facts.op, facts.surrogate_forward);
+  }
 }
 
 }  // namespace tensorflow::tf_ext

@@ -16,7 +16,7 @@
 // op library usable: TensorFlow would then hold two kernels per op and refuse to run any of
 // them ("Multiple OpKernel registrations"). So tf_ext's own op library detects a second copy
 // at load time and fails that load with an error naming both paths, registering neither
-// kernels nor gradients (tf_ext/kernels/single_copy.h); the first copy stays usable.
+// kernels nor gradients (tf_ext/grads/single_copy.h); the first copy stays usable.
 //
 #ifndef TF_EXT_GRADS_REGISTRY_H_
 #define TF_EXT_GRADS_REGISTRY_H_
@@ -30,6 +30,7 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tf_ext/grads/op_facts.h"
 
 namespace tensorflow::tf_ext {
 
@@ -103,6 +104,10 @@ absl::Status SymbolicGradientClientGrad(const Scope& scope, const Operation& op,
 // (CheckGradient, tf_ext_grad --check) difference the surrogate instead of the op, so the
 // C++ gradient is still verified against finite differences.
 bool RegisterSurrogateForward(const std::string& op_type, gradient::Creator creator);
+
+// Registers `facts` in every C++ gradient registry: its gradient, its surrogate
+// forward, a no-gradient, or an unimplemented gradient with BackwardOpMessage().
+void RegisterOpFacts(const OpFacts& facts);
 
 // Whether op_type has: a gradient creator / an explicit no-gradient / nothing / a gradient
 // registered as not implemented (`message`, when given, receives its message).

@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "tensorflow/cc/framework/grad_op_registry.h"
 #include "tensorflow/core/framework/function.h"
 
 namespace tensorflow::tf_ext {
@@ -60,13 +59,6 @@ RegistryCounts CountGradientRegistries(std::vector<std::string>* lacking_functio
 
 // Fills each registry from the other (see above). Idempotent; never overrides.
 absl::Status UnifyGradientRegistries(RegistryReport* report = nullptr);
-
-// The function gradient of `op_type` made from its client gradient `grad_fn`, for a node with
-// `attrs`: signature inputs x_0..x_{n-1} (the forward inputs, flattened) then dy_0..dy_{m-1},
-// outputs dx_0..dx_{n-1}; no attr placeholders. Errors name the op. (What the creators that
-// UnifyGradientRegistries registers call; exposed for tests.)
-absl::Status ClientGradientAsFunction(const std::string& op_type, ops::GradFunc grad_fn,
-                                      const AttrSlice& attrs, FunctionDef* fdef);
 
 }  // namespace tensorflow::tf_ext
 

@@ -5,7 +5,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_ext/grads/registry.h"
 #include "tf_ext/grads/specialize.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/kernels/kernel_registration.h"
 #include "tf_ext/kernels/validation.h"
 
 namespace tensorflow::tf_ext {

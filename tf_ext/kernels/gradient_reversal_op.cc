@@ -5,7 +5,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/kernels/kernel_registration.h"
 #include "tf_ext/kernels/validation.h"
 #include "tf_ext/ops/gradient_reversal_ops.h"
 

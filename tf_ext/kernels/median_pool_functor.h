@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "tf_ext/kernels/functor_common.h"
+#include "tf_ext/ops/median_pool_geometry.h"
 
 #if !defined(__CUDACC__)
 #include <limits>
@@ -28,26 +29,6 @@
 #endif
 
 namespace tensorflow::tf_ext::functor {
-
-// Output size and leading padding of one spatial dimension, MaxPool's rules:
-//   VALID: out = ceil((in - k + 1) / s) windows lying fully inside, or 0 if none fits
-//          (k > in): an empty output, not an error; pad_before = 0.
-//   SAME:  out = ceil(in / s); pad_before = max((out - 1)*s + k - in, 0) / 2.
-// Requires in >= 0, k >= 1, s >= 1. Written so that no intermediate overflows int64.
-// With SAME every window holds at least one image element (pad_before <= (k-1)/2).
-inline void MedianPoolOutputSize(int64_t in, int64_t k, int64_t s, bool same, int64_t* out,
-                                 int64_t* pad_before) {
-  *pad_before = 0;
-  if (!same) {
-    *out = in >= k ? (in - k) / s + 1 : 0;
-    return;
-  }
-  *out = in == 0 ? 0 : (in - 1) / s + 1;
-  if (*out > 0) {
-    const int64_t covered_by_last = in - (*out - 1) * s;  // in [1, s]
-    *pad_before = std::max<int64_t>(k - covered_by_last, 0) / 2;
-  }
-}
 
 // Geometry of one MedianPool2D call (NHWC). Every count may be 0.
 struct MedianPool2DParams {
@@ -124,9 +105,8 @@ struct WindowKey<double> {
   static int64_t Index(type k) { return static_cast<int64_t>(static_cast<uint64_t>(k)); }
 };
 
-// Window indices must fit the float key's low 32 bits; the kernels reject larger windows (a
-// window clipped to the image holds this many elements only in planes of > 16 GiB).
-constexpr int64_t kMaxWindowElements = int64_t{0xFFFFFFFF};
+// Window indices must fit the float key's low 32 bits (median_pool_geometry.h).
+constexpr int64_t kMaxWindowElements = kMaxMedianPoolWindowElements;
 
 // The largest number of in-image elements any window can hold.
 inline int64_t MaxWindowElements(const MedianPool2DParams& p) {

@@ -1,7 +1,7 @@
 // The start of every OpKernel file (kernels/*_op.cc); include it before anything else. Eigen's
 // thread-pool device (and, in CUDA builds, its GPU device) must be enabled before the first
 // Eigen header; then the OpKernel API, the registration type lists and
-// TF_EXT_REGISTER_KERNEL_BUILDER (single_copy.h).
+// TF_EXT_REGISTER_KERNEL_BUILDER (kernel_registration.h).
 #ifndef TF_EXT_KERNELS_OP_KERNEL_COMMON_H_
 #define TF_EXT_KERNELS_OP_KERNEL_COMMON_H_
 
@@ -13,7 +13,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/kernels/kernel_registration.h"
 
 // KERNEL<CPUDevice, T> for op OP (type attr "T") on the CPU and, in CUDA builds,
 // KERNEL<Eigen::GpuDevice, T> on the GPU: every type gets both devices. _WITH appends

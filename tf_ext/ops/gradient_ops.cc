@@ -3,7 +3,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def_builder.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/grads/single_copy.h"
 
 namespace tensorflow::tf_ext {
 

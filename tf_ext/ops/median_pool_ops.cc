@@ -12,7 +12,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/padding.h"
-#include "tf_ext/kernels/median_pool_functor.h"
+#include "tf_ext/ops/median_pool_geometry.h"
 #include "tf_ext/ops/median_pool_ops.h"
 #include "tf_ext/ops/op_checks.h"
 
@@ -67,11 +67,11 @@ absl::Status ValidateMedianPool2DShapes(std::string_view op, const MedianPool2DA
       continue;
     }
     int64_t pad = 0;
-    functor::MedianPoolOutputSize(in, a.ksize[i], a.strides[i], a.same, &dims[1 + i], &pad);
+    MedianPoolOutputSize(in, a.ksize[i], a.strides[i], a.same, &dims[1 + i], &pad);
     // Both factors < 2^31 after min(), so the product cannot overflow.
     window *= std::min(a.ksize[i], in);
   }
-  if (window_known && window > functor::median_pool_internal::kMaxWindowElements) {
+  if (window_known && window > kMaxMedianPoolWindowElements) {
     return OpInvalid(op, "a window would hold ", window,
                      " in-image elements; at most 2^32-1 are supported (ksize [", a.ksize[0],
                      ", ", a.ksize[1], "], x shape ", x.DebugString(), ")");

@@ -53,13 +53,6 @@ constexpr char kBest[] = "-best";
 constexpr char kBestTmp[] = "-best-tmp";
 constexpr char kBestState[] = ".state";
 
-const double* Find(const Logs& logs, const std::string& name) {
-  for (const auto& [key, value] : logs) {
-    if (key == name) return &value;
-  }
-  return nullptr;
-}
-
 std::string Keys(const Logs& logs) {
   std::vector<std::string> keys;
   for (const auto& kv : logs) keys.push_back(kv.first);
@@ -594,7 +587,7 @@ absl::StatusOr<std::string> EpochCallbacks::SnapshotPrefix() {
 
 absl::StatusOr<bool> EpochCallbacks::OnEpochEnd(int64_t epoch, const Logs& logs) {
   auto value = [&](const Monitor& m, const char* flag) -> absl::StatusOr<double> {
-    const double* v = Find(logs, m.name());
+    const double* v = FindLog(logs, m.name());
     if (v == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, ": epoch ", epoch + 1, "'s logs have no '",
                                                      m.name(), "'; they have: ", Keys(logs)));

@@ -53,7 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tf_ext/train/fit.h"
+#include "tf_ext/train/logs.h"
 #include "tf_ext/train/trainer.h"
 
 namespace tensorflow::tf_ext::train {

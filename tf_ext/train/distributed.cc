@@ -24,6 +24,7 @@
 #include "tensorflow/core/protobuf/cluster.pb.h"
 #include "tensorflow/core/protobuf/tensorflow_server.pb.h"
 #include "tf_ext/graph/runtime/saved_model.h"
+#include "tf_ext/train/data.h"
 #include "tf_ext/train/listen_address.h"
 
 namespace tensorflow::tf_ext::train {
@@ -757,6 +758,25 @@ absl::Status Distributed::Explain(const absl::Status& s) const {
   if (lost.empty()) return s;
   return absl::Status(s.code(), absl::StrCat(kWhat, "lost task ", absl::StrJoin(lost, "; lost task "),
                                              " (", s.message(), ")"));
+}
+
+absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster) {
+  if (!IsTFRecordPath(data)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option 'shard_by': 'files' shards TFRecord files over the workers; '", data,
+                     "' is not TFRecord data (use shard_by=batch)"));
+  }
+  auto files = ExpandTFRecordFiles(data);
+  if (!files.ok()) return files.status();
+  if (static_cast<int64_t>(files->size()) < cluster.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option 'shard_by': 'files' needs at least one file per worker; '", data,
+                     "' has ", files->size(), " for ", cluster.size(),
+                     " workers (use shard_by=batch)"));
+  }
+  std::vector<std::string> mine;
+  for (size_t i = cluster.rank; i < files->size(); i += cluster.size()) mine.push_back((*files)[i]);
+  return absl::StrJoin(mine, ",");
 }
 
 }  // namespace tensorflow::tf_ext::train

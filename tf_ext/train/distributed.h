@@ -158,6 +158,11 @@ class Distributed {
   int agree_calls_ = 0;
 };
 
+// shard_by=files: the TFRecord files of `data` this worker reads, comma-separated (i, i + N, ...
+// of the sorted list, i its rank, N the workers). InvalidArgument for data that is not
+// TFRecord files or has fewer files than workers.
+absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster);
+
 }  // namespace tensorflow::tf_ext::train
 
 #endif  // TF_EXT_TRAIN_DISTRIBUTED_H_

@@ -78,30 +78,6 @@ absl::Status TakeSlice(const Cluster& cluster, Batch* batch) {
 
 }  // namespace
 
-absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster) {
-  if (!IsTFRecordPath(data)) {
-    return Invalid(absl::StrCat("option 'shard_by': 'files' shards TFRecord files over the workers; '",
-                                data, "' is not TFRecord data (use shard_by=batch)"));
-  }
-  auto files = ExpandTFRecordFiles(data);
-  if (!files.ok()) return files.status();
-  if (static_cast<int64_t>(files->size()) < cluster.size()) {
-    return Invalid(absl::StrCat("option 'shard_by': 'files' needs at least one file per worker; '", data,
-                                "' has ", files->size(), " for ", cluster.size(),
-                                " workers (use shard_by=batch)"));
-  }
-  std::vector<std::string> mine;
-  for (size_t i = cluster.rank; i < files->size(); i += cluster.size()) mine.push_back((*files)[i]);
-  return absl::StrJoin(mine, ",");
-}
-
-const double* FindLog(const Logs& logs, const std::string& name) {
-  for (const auto& [k, v] : logs) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
-
 namespace {
 
 // The fit options Fit refuses before opening anything; clears what a non-chief worker does not

@@ -15,20 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tf_ext/train/logs.h"
 #include "tf_ext/train/trainer.h"
 
 namespace tensorflow::tf_ext::train {
-
-// Named values in order, as Keras's logs: "loss", each metric, then "val_loss", "val_<metric>".
-using Logs = std::vector<std::pair<std::string, double>>;
-
-// The value of `name` in `logs`; nullptr when absent.
-const double* FindLog(const Logs& logs, const std::string& name);
-
-struct EpochLogs {
-  int64_t epoch = 0;  // from 0, as Keras's history
-  Logs logs;
-};
 
 // What a front end shows while Fit runs; each may be empty.
 struct FitCallbacks {
@@ -48,11 +38,6 @@ struct FitResult {
   bool stopped_early = false;
   std::vector<double> step_ms;     // each step's wall time
 };
-
-// shard_by=files: the TFRecord files of `data` this worker reads, comma-separated (i, i + N, ...
-// of the sorted list, i its rank, N the workers). InvalidArgument for data that is not
-// TFRecord files or has fewer files than workers.
-absl::StatusOr<std::string> WorkerFiles(const std::string& data, const Cluster& cluster);
 
 // Trains `trainer` as options.fit says (trainer was created with the same `options`).
 absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,

@@ -38,7 +38,7 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/public/session.h"
-#include "tf_ext/train/fit.h"
+#include "tf_ext/train/logs.h"
 
 namespace tensorflow::tf_ext::train {
 

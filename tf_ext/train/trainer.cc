@@ -30,7 +30,6 @@
 #include "tf_ext/graph/runtime/grappler_stages.h"
 #include "tf_ext/graph/runtime/saved_model.h"
 #include "tf_ext/train/checkpoint.h"
-#include "tf_ext/train/fit.h"
 #include "tf_ext/train/graph_ops.h"
 
 namespace tensorflow::tf_ext {

@@ -14,7 +14,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tf_ext/grads/manifest.h"
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/grads/single_copy.h"
 #include "tf_ext/ops/op_checks.h"
 
 namespace tensorflow::tf_ext {

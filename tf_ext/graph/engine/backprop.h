@@ -26,28 +26,10 @@
 
 #include "absl/status/status.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tf_ext/graph/engine/backward_nodes.h"
 #include "tf_ext/graph/engine/path_check.h"
 
 namespace tensorflow::tf_ext {
-
-struct BackpropOptions {
-  bool inline_gradients = true;
-  // Every node added is named "<name_prefix>/...": pick one no node of the graph uses (a graph
-  // differentiated once already holds the first pass's "tf_ext_grad/..." nodes).
-  std::string name_prefix = "tf_ext_grad";
-  // Loops save only their carried state per iteration and recompute the rest of their body
-  // in the gradient loop (PrepareControlFlowForGradients; a memory budget sets it).
-  bool recompute_loop_bodies = false;
-};
-
-struct BackpropStats {
-  int gradient_nodes = 0;  // ops on the path whose gradient was added
-  int inlined = 0;         // of those, inlined as plain ops
-  // Control flow rewritten for its gradient (control_flow.h), nested loops included.
-  int loops = 0;
-  int conditionals = 0;
-  int accumulators = 0;
-};
 
 // Loops and conditionals (While, If, Case and their stateless forms) on the path are first
 // rewritten by PrepareControlFlowForGradients (control_flow.h), which replaces them: no y or x

@@ -34,6 +34,8 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/graph/graph.h"
+#include "tf_ext/graph/engine/control_flow_ops.h"
+#include "tf_ext/graph/engine/function_gradient.h"
 #include "tf_ext/graph/engine/path_check.h"
 
 namespace tensorflow::tf_ext {
@@ -45,34 +47,6 @@ namespace tensorflow::tf_ext {
 // GraphDef's library), so that the rest of the pipeline sees one form. Returns whether the graph
 // held v1 control flow; a malformed frame is an InvalidArgument naming it.
 absl::StatusOr<bool> FunctionalizeV1ControlFlow(GraphDef* graph);
-
-// Switch, _SwitchN and Merge that reach the backward builder without FunctionalizeV1ControlFlow
-// (which converts every lowered conditional, lowered Cases included: lowered_case.h). Their
-// gradients are v1 conditionals too (dead tensors on the branches not taken): a Merge's
-// gradient goes to its taken input through a _SwitchN on its value_index, a switch's gradient
-// is the Merge of its outputs' gradients.
-// Enter, Exit, Switch, Merge, NextIteration, LoopCond and their Ref forms: the nodes of lowered
-// (v1) control flow.
-bool IsV1ControlFlow(const std::string& op);
-bool IsV1Conditional(const std::string& op);
-absl::StatusOr<std::vector<GraphTensor>> AddV1ConditionalGradient(
-    Graph* g, Node* n, const std::function<absl::StatusOr<GraphTensor>(int)>& dy,
-    const std::string& name_prefix);
-
-// While, StatelessWhile, If, StatelessIf, Case, StatelessCase.
-bool IsFunctionalControlFlow(const std::string& op);
-// A control-flow node a pass has rewritten (it carries the gradient's attrs); the second form:
-// rewritten by the pass of that name_prefix. A pass rewrites again what another pass (an
-// earlier differentiation of the graph) rewrote, so a backward graph differentiates again
-// (second derivatives through loops).
-bool IsPreparedControlFlow(const Node& n);
-bool IsPreparedControlFlow(const Node& n, const std::string& pass);
-
-struct ControlFlowStats {
-  int loops = 0;         // While nodes rewritten, nested ones included
-  int conditionals = 0;  // If and Case nodes rewritten, nested ones included
-  int accumulators = 0;  // tensors a loop accumulates, or a conditional outputs, for its gradient
-};
 
 // Rewrites every functional control-flow node on the differentiable path from the xs to the
 // ys (path_check.h), and the control flow inside their functions, as described above. The
@@ -103,13 +77,6 @@ absl::StatusOr<ControlFlowStats> PrepareControlFlowForGradients(
 // control_flow_grad.cc) read the pass's attrs. Returns how many functions it rewrote.
 absl::StatusOr<int> PrepareFunctionLibraryForGradients(Graph* g,
                                                        const std::string& name_prefix = "tf_ext_fn_cf");
-
-// The gradient of a node the pass rewrote: `dy(k)` returns the incoming gradient of original
-// output k (called only for outputs of a differentiable type). Returns one tensor per input of
-// `n`: the gradient of that input, or {nullptr, 0} where none flows.
-absl::StatusOr<std::vector<GraphTensor>> AddControlFlowGradient(
-    Graph* g, Node* n, const std::function<absl::StatusOr<GraphTensor>(int)>& dy,
-    const std::string& name_prefix);
 
 }  // namespace tensorflow::tf_ext
 

@@ -10,6 +10,7 @@
 #ifndef TF_EXT_GRAPH_ENGINE_FUNCTION_GRADIENT_H_
 #define TF_EXT_GRAPH_ENGINE_FUNCTION_GRADIENT_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,9 +24,17 @@
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/graph/graph.h"
-#include "tf_ext/graph/engine/control_flow.h"
+#include "tf_ext/graph/engine/function_graph.h"
+#include "tf_ext/graph/engine/path_check.h"
 
 namespace tensorflow::tf_ext {
+
+// What a control-flow rewrite did (PrepareControlFlowForGradients, control_flow.h).
+struct ControlFlowStats {
+  int loops = 0;         // While nodes rewritten, nested ones included
+  int conditionals = 0;  // If and Case nodes rewritten, nested ones included
+  int accumulators = 0;  // tensors a loop accumulates, or a conditional outputs, for its gradient
+};
 
 // A forward tensor a function's gradient reads, and where the gradient gets it.
 struct Needed {
@@ -63,18 +72,28 @@ struct FunctionGradient {
   bool IsGradient(const std::string& node) const { return forward.count(node) == 0; }
 };
 
+// The control-flow pass (PrepareControlFlowForGradients, control_flow.h) over a function
+// body's graph, which DifferentiateFunction runs before the body's backward nodes: the pass
+// differentiates loop bodies and branches with DifferentiateFunction, and so recurses through
+// this parameter into the loops nested in them.
+using NestedControlFlowPass = std::function<absl::StatusOr<ControlFlowStats>(
+    Graph* body, const std::vector<GraphTensor>& ys, const std::vector<GraphTensor>& xs,
+    const std::string& name_prefix)>;
+
 // Differentiates function `f` of g's library (instantiated with its attrs) with respect to its
 // differentiable args, given an incoming gradient per differentiable ret; `what` names it in
-// errors. `arg_shapes` (per arg index; may be empty) are the shapes its args have (a loop's
-// shape invariants). `loop_body`: f is a loop's body (its ret k is loop variable k's next
-// value), which allows fresh_lists. `wanted_args` (per arg index; empty: all): in a loop body,
-// an arg whose gradient nobody needs and that the body passes on unchanged (a frozen weight
-// the loop reads) passes its incoming gradient through instead of adding the body's uses, so
-// the forward tensors only its gradient reads (an RNN's inputs and previous state, for the
-// kernels' gradients) are not saved every iteration. Functions generated on the way (nested
-// loops) join g's library.
+// errors. Its nested loops and conditionals are rewritten by `prepare_nested` first, then its
+// backward nodes added (backward_nodes.h). `arg_shapes` (per arg index; may be empty) are the
+// shapes its args have (a loop's shape invariants). `loop_body`: f is a loop's body (its ret k
+// is loop variable k's next value), which allows fresh_lists. `wanted_args` (per arg index;
+// empty: all): in a loop body, an arg whose gradient nobody needs and that the body passes on
+// unchanged (a frozen weight the loop reads) passes its incoming gradient through instead of
+// adding the body's uses, so the forward tensors only its gradient reads (an RNN's inputs and
+// previous state, for the kernels' gradients) are not saved every iteration. Functions
+// generated on the way (nested loops) join g's library.
 absl::StatusOr<FunctionGradient> DifferentiateFunction(
     Graph* g, const NameAttrList& f, const std::string& what,
+    const NestedControlFlowPass& prepare_nested,
     const std::vector<PartialTensorShape>& arg_shapes = {}, bool loop_body = false,
     const std::vector<bool>& wanted_args = {});
 
@@ -84,36 +103,6 @@ GraphDef ForwardNodes(const FunctionGradient& fg);
 // (constants are copied; control edges from forward nodes are dropped).
 GraphDef GradientNodes(const FunctionGradient& fg,
                        const std::map<std::string, std::string>& replacement);
-// Identity nodes with one data input and no control edges, bypassed.
-void BypassIdentities(GraphDef* def);
-// Sets the "index" attr of node `node` (an _Arg or _Retval).
-void SetIndex(GraphDef* def, const std::string& node, int index);
-
-// Loop variables and branch inputs whose gradient is computed (a resource handle's is not).
-bool Flows(DataType t);
-// "node:index".
-std::string TensorName(const std::string& node, int index);
-// `base`, or `base`_2, ...: the first that no node name of g starts with.
-std::string UnusedPrefix(const Graph& g, const std::string& base);
-// NodeDefs of a function graph.
-NodeDef MakeNode(const std::string& name, const std::string& op,
-                 const std::vector<std::string>& inputs);
-NodeDef ArgNode(const std::string& name, DataType type, int index);
-NodeDef RetNode(const std::string& name, const std::string& input, DataType type, int index);
-NodeDef ScalarConst(const std::string& name, int32_t value);
-TensorShapeProto UnknownShape();
-// A function of the library, instantiated with its attrs.
-absl::StatusOr<std::unique_ptr<FunctionBody>> Instantiate(const FunctionLibraryDefinition& flib,
-                                                          const NameAttrList& f);
-// Adds the function `def` (a graph of _Arg, _Retval and body nodes) to g's library under a new
-// name built from `base`; nodes named in `control_rets` stay control outputs.
-absl::StatusOr<std::string> AddFunction(Graph* g, const GraphDef& def, const std::string& base,
-                                        const std::set<std::string>& control_rets = {});
-// Adds to g's library the functions `from` has and g lacks.
-absl::Status MergeLibrary(const FunctionLibraryDefinition& from, Graph* g);
-// The arg index output `index` of `n` passes on unchanged (through Identity nodes), or -1.
-int SourceArg(const Node* n, int index);
-
 }  // namespace tensorflow::tf_ext
 
 #endif  // TF_EXT_GRAPH_ENGINE_FUNCTION_GRADIENT_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/function.h"
-#include "tf_ext/graph/engine/control_flow.h"
+#include "tf_ext/graph/engine/control_flow_ops.h"
 #include "tf_ext_python_gradients.h"
 
 namespace tensorflow::tf_ext {
@@ -53,6 +53,8 @@ bool IsDifferentiableType(DataType dtype) {
       return false;
   }
 }
+
+bool Flows(DataType t) { return t != DT_RESOURCE && IsDifferentiableType(t); }
 
 DifferentiablePath FindDifferentiablePath(const Graph& g, const std::vector<GraphTensor>& ys,
                                           const std::vector<GraphTensor>& xs) {

@@ -19,6 +19,8 @@ namespace tensorflow::tf_ext {
 
 // Whether a gradient may flow through a tensor of this type (Python: _IsBackpropagatable).
 bool IsDifferentiableType(DataType dtype);
+// Loop variables and branch inputs whose gradient is computed (a resource handle's is not).
+bool Flows(DataType t);
 
 // A tensor of the graph: (node, output index).
 struct GraphTensor {

@@ -1,22 +1,11 @@
-// One copy of the op library per process. Loading the library a second time from another
-// path would register every kernel twice, and TensorFlow then refuses to run any of the ops
-// ("Multiple OpKernel registrations"). So a second copy registers no kernel and no gradient,
-// and its load fails (TfExt>GradientFunctionDef's op registration returns the error below),
-// naming both paths; the first copy stays fully usable.
-#ifndef TF_EXT_KERNELS_SINGLE_COPY_H_
-#define TF_EXT_KERNELS_SINGLE_COPY_H_
+// Kernel registration for the op library: TF_EXT_REGISTER_KERNEL_BUILDER is
+// REGISTER_KERNEL_BUILDER, except that a second copy of the library registers nothing
+// (tf_ext/grads/single_copy.h).
+#ifndef TF_EXT_KERNELS_KERNEL_REGISTRATION_H_
+#define TF_EXT_KERNELS_KERNEL_REGISTRATION_H_
 
-#include "absl/status/status.h"
 #include "tensorflow/core/framework/op_kernel.h"
-
-namespace tensorflow::tf_ext {
-
-// OK in the first copy of the op library loaded into the process (or linked into it);
-// FailedPrecondition naming both paths in any later copy. Decided once per copy.
-absl::Status CheckSingleCopy();
-inline bool IsFirstCopy() { return CheckSingleCopy().ok(); }
-
-}  // namespace tensorflow::tf_ext
+#include "tf_ext/grads/single_copy.h"
 
 // REGISTER_KERNEL_BUILDER, except that a second copy of the library registers nothing.
 #define TF_EXT_REGISTER_KERNEL_BUILDER(kernel_builder, ...) \
@@ -34,4 +23,4 @@ inline bool IsFirstCopy() { return CheckSingleCopy().ok(); }
     return true;                                                                            \
   }()
 
-#endif  // TF_EXT_KERNELS_SINGLE_COPY_H_
+#endif  // TF_EXT_KERNELS_KERNEL_REGISTRATION_H_

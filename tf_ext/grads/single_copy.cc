@@ -1,4 +1,4 @@
-#include "tf_ext/kernels/single_copy.h"
+#include "tf_ext/grads/single_copy.h"
 
 #include <dlfcn.h>
 
