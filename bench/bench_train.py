@@ -9,7 +9,7 @@ step time (the first step, which builds the graph, left out), the ratio C++/Pyth
                    [--budget=0.5]
 
 TFRecord rows (--sources=tfrecord): the same examples written as tf.train.Example records in
---tfrecord_files files; tf_ext_train reading them (tf_ext/train/tfrecord_data.cc) against
+--tfrecord_files files; tf_ext_train reading them (tf_ext/train/data/tfrecord_data.cc) against
 model.fit on the equivalent tf.data pipeline (TFRecordDataset(files) -> batch -> parse_example
 with AUTOTUNE parallel calls -> prefetch(AUTOTUNE)) and against tf_ext_train from the .npz in
 memory. Each figure is the wall time of the epochs after the first (--epochs, 3 by default)

@@ -1,4 +1,4 @@
-// EpochCallbacks (tf_ext/train/callbacks.h) without a model: a stand-in TrainingState writes
+// EpochCallbacks (tf_ext/train/loop/callbacks.h) without a model: a stand-in TrainingState writes
 // real checkpoint bundles of one weight and an iteration count, so the files, the state file
 // and the resumed values can be read back. Checked against hand-derived sequences: Keras's
 // EarlyStopping (patience, min_delta and its sign, mode 'auto', restore_best_weights with and
@@ -24,7 +24,7 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/util/tensor_bundle/tensor_bundle.h"
-#include "tf_ext/train/callbacks.h"
+#include "tf_ext/train/loop/callbacks.h"
 
 #define EXPECT_STATUS_OK(expr)           \
   do {                                    \

@@ -1,4 +1,4 @@
-// TFRecord training data (tf_ext/train/data.h, tfrecord_data.cc): --features parsing, file
+// TFRecord training data (tf_ext/train/data/data.h, tfrecord_data.cc): --features parsing, file
 // lists and globs, record order across files with parallel reads and parses, partial last
 // batches, seeded shuffles (reproducible per epoch, each example once), GZIP, the casts to the
 // fed dtypes, and each kind of bad input with an error naming it.
@@ -18,7 +18,7 @@
 #include "tensorflow/core/lib/io/record_writer.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/file_system.h"
-#include "tf_ext/train/data.h"
+#include "tf_ext/train/data/data.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {

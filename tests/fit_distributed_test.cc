@@ -1,4 +1,4 @@
-// The cluster (tf_ext/train/distributed.h) from TF_CONFIG's JSON and from --cluster/--task_index,
+// The cluster (tf_ext/train/distribute/distributed.h) from TF_CONFIG's JSON and from --cluster/--task_index,
 // without starting a server: ranks (the chief first, else worker 0), device names, and the
 // errors naming each bad value; shard_by=files' choice of each worker's TFRecord files. Training
 // over processes is tests/python/test_fit_distributed.py.
@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
-#include "tf_ext/train/distributed.h"
-#include "tf_ext/train/fit.h"
+#include "tf_ext/train/distribute/distributed.h"
+#include "tf_ext/train/loop/fit.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {

@@ -1,4 +1,4 @@
-// The trainer's metrics (tf_ext/train/metrics.h) on their own: --metrics' names and Keras's keys,
+// The trainer's metrics (tf_ext/train/model/metrics.h) on their own: --metrics' names and Keras's keys,
 // and each metric's state, update, result and reset run in a Session on the examples of Keras's
 // docstrings (keras/src/metrics/*.py), unweighted and weighted, over one and two batches.
 // tests/python/test_fit_metrics.py compares them with model.fit through tf_ext_train.
@@ -15,7 +15,7 @@
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/graph/node_builder.h"
 #include "tensorflow/core/public/session.h"
-#include "tf_ext/train/metrics.h"
+#include "tf_ext/train/model/metrics.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {

@@ -1,8 +1,8 @@
-// TensorBoardLogger (tf_ext/train/summary.h): the event files read back record by record
+// TensorBoardLogger (tf_ext/train/loop/summary.h): the event files read back record by record
 // (io::RecordReader, Event protos): the directories, tags, steps and float32 values Keras's
 // TensorBoard callback writes, each with the "scalars" plugin metadata tf.summary.scalar
 // attaches; update_freq parsing and errors; the files flushed at each epoch's end; two loggers
-// side by side. Also LearningRateAt (tf_ext/train/optimizers.h) against Keras's schedules.
+// side by side. Also LearningRateAt (tf_ext/train/model/optimizers.h) against Keras's schedules.
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -20,8 +20,8 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/util/event.pb.h"
-#include "tf_ext/train/optimizers.h"
-#include "tf_ext/train/summary.h"
+#include "tf_ext/train/model/optimizers.h"
+#include "tf_ext/train/loop/summary.h"
 
 #define EXPECT_STATUS_OK(expr)            \
   do {                                     \

@@ -1,4 +1,4 @@
-"""tf_ext_train's checkpoints and stopping (tf_ext/train/callbacks.h) against Python and Keras:
+"""tf_ext_train's checkpoints and stopping (tf_ext/train/loop/callbacks.h) against Python and Keras:
 --checkpoint=DIR/NAME writes DIR/NAME-<epoch> and the DIR/checkpoint state that
 tf.train.latest_checkpoint reads, keeping the last --keep_checkpoints, each restorable by
 tf.train.Checkpoint(root=tf.saved_model.load(export)); 4 epochs straight equal 2 epochs then

@@ -1,4 +1,4 @@
-"""tf_ext_train on TFRecord files of tf.train.Example (tf_ext/train/tfrecord_data.cc: TensorFlow's
+"""tf_ext_train on TFRecord files of tf.train.Example (tf_ext/train/data/tfrecord_data.cc: TensorFlow's
 own tf.data kernels in C++) against Keras 3's model.fit on the equivalent tf.data pipeline over
 the same files (TFRecordDataset(files) -> batch -> parse_example -> prefetch): the per-epoch
 losses of an MLP and of a small CNN agree to a relative 1e-4, with a partial last batch and

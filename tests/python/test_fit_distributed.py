@@ -1,4 +1,4 @@
-"""tf_ext_train over several worker processes on loopback (tf_ext/train/distributed.h): 2 and 3
+"""tf_ext_train over several worker processes on loopback (tf_ext/train/distribute/distributed.h): 2 and 3
 workers (TF_CONFIG, and --cluster/--task_index) give the per-step losses and final weights of one
 process with the same global --batch_size (1e-5 relative; with sample weights too), every worker
 ends with bitwise the same variables, only the chief writes; 2 workers resumed with --resume=auto from the chief's checkpoint

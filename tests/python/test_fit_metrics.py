@@ -1,4 +1,4 @@
-"""tf_ext_train --metrics (tf_ext/train/metrics.h: Keras's compiled metrics in the step graph)
+"""tf_ext_train --metrics (tf_ext/train/model/metrics.h: Keras's compiled metrics in the step graph)
 against Keras 3's model.fit on the same model (exported before training, so both start from the
 same weights), data, batches (file order, a smaller last batch) and optimizer: every metric's
 per-epoch value (training and val_) in --history's .epochs.csv equals model.fit's history, and

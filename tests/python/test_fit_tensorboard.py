@@ -1,4 +1,4 @@
-"""tf_ext_train --tensorboard=DIR (tf_ext/train/summary.h) against Keras 3's
+"""tf_ext_train --tensorboard=DIR (tf_ext/train/loop/summary.h) against Keras 3's
 keras.callbacks.TensorBoard: the event files read back with the tensorboard package's reader.
 First what Keras's callback writes, pinned (the layout the logger reproduces): DIR/train's
 epoch_<log> and epoch_learning_rate at step epoch, batch_<log> (the running batch logs) every

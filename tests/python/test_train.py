@@ -1065,7 +1065,7 @@ def test_progress_bar_on_a_terminal_one_line_per_epoch_otherwise(tmp_path):
 
 
 def test_options_are_one_table_for_flags_c_keys_and_docs():
-    """Each trainer option is declared once (tf_ext/train/options.cc): tf_ext_train's flags and
+    """Each trainer option is declared once (tf_ext/train/options/options.cc): tf_ext_train's flags and
     the C API's keys (both listed by --help) come from that table, and docs/training.md's flag
     table lists exactly the tool's flags and, in its C key column, exactly the keys."""
     r = subprocess.run([TOOL, "--help"], capture_output=True, text=True, timeout=60)

@@ -75,7 +75,8 @@ class FlagParser {
   // Every occurrence appends; the only kind of flag that may be given more than once.
   Flag& Repeated(const std::string& name, std::vector<std::string>* values, std::string help);
   // A flag parsed by `set` (false and *why when the value is malformed): the front end of an
-  // option table declared elsewhere (tf_ext/train/options.h). kBool: a bare --name is "true".
+  // option table declared elsewhere (tf_ext/train/options/options.h). kBool: a bare --name is
+  // "true".
   Flag& Custom(const std::string& name, Type type, std::string help, std::string default_text,
                std::function<bool(absl::string_view, std::string* why)> set);
   // Any integer type; values outside [min, numeric_limits<T>::max()] are errors.

@@ -1,11 +1,11 @@
-// tf_ext_train: trains a SavedModel from the command line, with no Python (tf_ext/train/trainer.h).
+// tf_ext_train: trains a SavedModel from the command line, with no Python (tf_ext/train/model/trainer.h).
 //
 //   tf_ext_train --saved_model=DIR --data=FILE.npz|FILES.tfrecord --inputs=KEY[,KEY...]
 //                --targets=KEY --loss=NAME[:from_logits] --optimizer=NAME --metrics=NAME,...
 //                --batch_size=N --epochs=N [--history=FILE.csv] [--checkpoint=DIR/NAME] ...
 //
 // Every flag but --saved_model and --library is an entry of the trainer's option table
-// (tf_ext/train/options.h); the loop is train::Fit (tf_ext/train/fit.h), as model.fit: one line
+// (tf_ext/train/options/options.h); the loop is train::Fit (tf_ext/train/loop/fit.h), as model.fit: one line
 // per epoch with its logs, a progress bar with the running logs between them on a terminal.
 #include <unistd.h>
 
@@ -36,9 +36,9 @@
 #include "tf_ext/tools/flags.h"
 #include "tf_ext/tools/library_lookup.h"
 #include "tf_ext/tools/quiet_startup.h"
-#include "tf_ext/train/fit.h"
-#include "tf_ext/train/options.h"
-#include "tf_ext/train/trainer.h"
+#include "tf_ext/train/loop/fit.h"
+#include "tf_ext/train/model/trainer.h"
+#include "tf_ext/train/options/options.h"
 #include "tf_ext/version.h"
 
 namespace tensorflow::tf_ext {
@@ -55,7 +55,7 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// The flags of TrainerOptions' fields, from train/options.h's table, set into `options`.
+// The flags of TrainerOptions' fields, from train/options/options.h's table, set into `options`.
 void DeclareTrainerFlags(tools::FlagParser* parser, TrainerOptions* options) {
   using Type = tools::FlagParser::Type;
   for (const train::TrainerOption& o : train::TrainerOptionTable()) {

@@ -12,9 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "tensorflow/c/tf_status_helper.h"
 #include "tensorflow/c/tf_tensor_helper.h"
-#include "tf_ext/train/fit.h"
-#include "tf_ext/train/options.h"
-#include "tf_ext/train/trainer.h"
+#include "tf_ext/train/loop/fit.h"
+#include "tf_ext/train/options/options.h"
+#include "tf_ext/train/model/trainer.h"
 
 struct TfExtTrainer {
   std::unique_ptr<tensorflow::tf_ext::Trainer> trainer;

@@ -39,7 +39,7 @@ double TfExtTrainerStep(TfExtTrainer* trainer, const char* const* input_names,
                         TF_Tensor* const* inputs, int num_inputs, TF_Tensor* targets,
                         TF_Tensor* weights, TF_Status* status);
 
-/* Trains as model.fit does, exactly as tf_ext_train does (tf_ext/train/fit.h), with the options
+/* Trains as model.fit does, exactly as tf_ext_train does (tf_ext/train/loop/fit.h), with the options
  * given to TfExtNewTrainer: data, inputs, targets, batch_size, epochs, metrics, validation,
  * history, tensorboard, checkpoint, resume, early_stopping, save_best, export, ... (the keys of
  * docs/training.md's table). Returns the epochs this call ran (fewer when stopped early; 0 when
