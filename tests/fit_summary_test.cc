@@ -20,8 +20,8 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/path.h"
 #include "tensorflow/core/util/event.pb.h"
-#include "tf_ext/train/model/optimizers.h"
 #include "tf_ext/train/loop/summary.h"
+#include "tf_ext/train/model/optimizers.h"
 
 #define EXPECT_STATUS_OK(expr)            \
   do {                                     \

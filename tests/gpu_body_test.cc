@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "unsupported/Eigen/CXX11/Tensor"
+#include "tests/gpu/host_grid.h"
 #include "tf_ext/kernels/cpu_simd.h"
 #include "tf_ext/kernels/gpu_bodies.h"
 #include "tf_ext/kernels/half_float_functor.h"

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/gpu/host_grid.h"
 #include "tf_ext/kernels/gpu/gpu_common.h"
 #if !defined(TF_EXT_HARNESS_HOST_EMULATION)
 #include "tf_ext/kernels/gpu/gpu_launch.cu.h"

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/gpu/host_grid.h"
 #include "tf_ext/kernels/gpu/gpu_common.h"
 
 using cudaError_t = int;

@@ -14,8 +14,8 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/platform/logging.h"
 #include "tf_ext/grads/registry.h"
-#include "tf_ext/grads/unify.h"
 #include "tf_ext/grads/single_copy.h"
+#include "tf_ext/grads/unify.h"
 
 namespace tensorflow::tf_ext {
 namespace {

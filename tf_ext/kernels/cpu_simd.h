@@ -152,7 +152,8 @@ inline std::atomic<int>& IsaCap() {
   return cap;
 }
 
-// Caps the level every later kernel call uses (process-wide; tests and benchmarks).
+// Caps the level every later kernel call uses, as TF_EXT_CPU_ISA does at start-up
+// (process-wide).
 inline void SetIsaCap(Isa cap) { IsaCap().store(static_cast<int>(cap)); }
 
 // The level kernels run at: the detected one, capped.

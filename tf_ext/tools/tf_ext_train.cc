@@ -55,6 +55,41 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// What tf_ext_train shows while it trains: on a terminal a progress bar with the running loss and
+// metrics after each step, its line replaced by the epoch's summary; else the summary alone.
+class Progress : public train::Callback {
+ public:
+  Progress(bool terminal, int64_t epochs) : terminal_(terminal), epochs_(epochs) {}
+  bool WantsBatchLogs() const override { return terminal_; }
+  absl::Status OnTrainBatchEnd(const train::BatchEnd& batch) override {
+    if (!terminal_) return absl::OkStatus();
+    std::vector<std::string> parts;
+    for (const auto& [name, v] : *batch.logs) parts.push_back(absl::StrFormat("%s %.6g", name, v));
+    std::string bar;
+    if (batch.examples > 0) {
+      constexpr int kWidth = 30;
+      const int done = static_cast<int>(kWidth * std::min(batch.seen, batch.examples) / batch.examples);
+      bar = absl::StrFormat(" [%s%s] %d/%d", std::string(done, '='), std::string(kWidth - done, ' '),
+                            batch.seen, batch.examples);
+    } else {
+      bar = absl::StrFormat(" %d examples", batch.seen);
+    }
+    std::printf("\repoch %d/%d%s %s", static_cast<int>(batch.epoch + 1), static_cast<int>(epochs_),
+                bar.c_str(), absl::StrJoin(parts, " ").c_str());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+  absl::Status OnEpochEnd(int64_t epoch, const train::Logs& logs, bool* stop) override {
+    std::printf("%s%s\n", terminal_ ? "\r\033[K" : "", train::EpochSummary(epoch, epochs_, logs).c_str());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+
+ private:
+  bool terminal_;
+  int64_t epochs_;
+};
+
 // The flags of TrainerOptions' fields, from train/options/options.h's table, set into `options`.
 void DeclareTrainerFlags(tools::FlagParser* parser, TrainerOptions* options) {
   using Type = tools::FlagParser::Type;
@@ -154,37 +189,12 @@ int Main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  const bool terminal = isatty(fileno(stdout)) != 0;  // else one line per epoch
-  train::FitCallbacks callbacks;
-  if (terminal) {
-    // A progress bar with the running loss and metrics, redrawn in place.
-    callbacks.on_batch_end = [&](int64_t epoch, int64_t seen, int64_t examples, const train::Logs& logs) {
-      std::vector<std::string> parts;
-      for (const auto& [name, v] : logs) parts.push_back(absl::StrFormat("%s %.6g", name, v));
-      std::string bar;
-      if (examples > 0) {
-        constexpr int kWidth = 30;
-        const int done = static_cast<int>(kWidth * std::min(seen, examples) / examples);
-        bar = absl::StrFormat(" [%s%s] %d/%d", std::string(done, '='), std::string(kWidth - done, ' '),
-                              seen, examples);
-      } else {
-        bar = absl::StrFormat(" %d examples", seen);
-      }
-      std::printf("\repoch %d/%d%s %s", static_cast<int>(epoch + 1), static_cast<int>(options.fit.epochs),
-                  bar.c_str(), absl::StrJoin(parts, " ").c_str());
-      std::fflush(stdout);
-    };
-  }
-  callbacks.on_epoch_end = [&](const train::EpochLogs&, const std::string& line) {
-    // On a terminal the bar's line is replaced by the epoch's summary.
-    std::printf("%s%s\n", terminal ? "\r\033[K" : "", line.c_str());
-    std::fflush(stdout);
-  };
-  callbacks.on_message = [](const std::string& message) {
+  // On a terminal a progress bar, redrawn in place; else one line per epoch.
+  Progress progress(isatty(fileno(stdout)) != 0, options.fit.epochs);
+  auto result = train::Fit(trainer->get(), options, &progress, [](const std::string& message) {
     std::printf("%s\n", message.c_str());
     std::fflush(stdout);
-  };
-  auto result = train::Fit(trainer->get(), options, callbacks);
+  });
   if (!result.ok()) return Fail(std::string(result.status().message()));
   if (result->step_ms.size() > 1) {
     // The first step builds the Session's executors: left out.

@@ -13,8 +13,8 @@
 #include "tensorflow/c/tf_status_helper.h"
 #include "tensorflow/c/tf_tensor_helper.h"
 #include "tf_ext/train/loop/fit.h"
-#include "tf_ext/train/options/options.h"
 #include "tf_ext/train/model/trainer.h"
+#include "tf_ext/train/options/options.h"
 
 struct TfExtTrainer {
   std::unique_ptr<tensorflow::tf_ext::Trainer> trainer;

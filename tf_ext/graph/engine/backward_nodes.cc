@@ -12,9 +12,9 @@
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/graph/algorithm.h"
 #include "tensorflow/core/graph/node_builder.h"
+#include "tf_ext/grads/registry.h"
 #include "tf_ext/graph/engine/control_flow_gradient.h"
 #include "tf_ext/graph/engine/control_flow_ops.h"
-#include "tf_ext/grads/registry.h"
 
 namespace tensorflow::tf_ext {
 namespace {

@@ -94,12 +94,6 @@ struct Storage {
   using type = T;
 };
 
-// Runs body(i) for i in [0, n) on the calling thread: the CPU picture of a grid (tests).
-template <typename Body>
-inline void RunGridOnHost(int64_t n, const Body& body) {
-  for (int64_t i = 0; i < n; ++i) body(i);
-}
-
 }  // namespace tensorflow::tf_ext::gpu
 
 #endif  // TF_EXT_KERNELS_GPU_GPU_COMMON_H_

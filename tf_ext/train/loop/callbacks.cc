@@ -314,119 +314,53 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   return Exists(IndexFile(prefix)) ? prefix : std::string();
 }
 
-std::unique_ptr<TrainingState> TrainerState(Trainer* trainer) {
-  return std::make_unique<TrainerAdapter>(trainer);
+std::shared_ptr<TrainingState> TrainerState(Trainer* trainer) {
+  return std::make_shared<TrainerAdapter>(trainer);
 }
 
-absl::StatusOr<std::unique_ptr<EpochCallbacks>> EpochCallbacks::Create(
-    const FitOptions& options, Trainer* trainer, const std::vector<std::string>& log_names,
-    std::function<void(const std::string&)> message) {
-  return Create(options, TrainerState(trainer), log_names, std::move(message));
-}
+namespace {
 
-absl::StatusOr<std::unique_ptr<EpochCallbacks>> EpochCallbacks::Create(
-    const FitOptions& options, std::unique_ptr<TrainingState> state,
-    const std::vector<std::string>& log_names, std::function<void(const std::string&)> message) {
-  std::unique_ptr<EpochCallbacks> c(new EpochCallbacks());
-  c->state_ = std::move(state);
-  c->message_ = std::move(message);
-  auto flag = [](const char* name, const std::string& value) {
-    return absl::StrCat("--", name, "=", value);
-  };
-  // A monitor must be a key of every epoch's logs.
-  auto check_logged = [&](const std::string& monitor, const std::string& f) -> absl::Status {
-    if (std::find(log_names.begin(), log_names.end(), monitor) != log_names.end()) {
-      return absl::OkStatus();
-    }
-    const bool has_validation = std::any_of(log_names.begin(), log_names.end(), [](const std::string& n) {
-      return absl::StartsWith(n, "val_");
-    });
-    return absl::InvalidArgumentError(absl::StrCat(
-        f, ": the logs have no '", monitor, "'",
-        absl::StartsWith(monitor, "val_") && !has_validation ? " (val_ values need --validation)" : "",
-        "; they have: ", absl::StrJoin(log_names, ", ")));
-  };
+// What the checkpoint callbacks share: DIR/NAME, the model state they save and restore, the
+// user's message lines, and --save_best's monitor with its best value so far.
+struct CheckpointRun {
+  std::shared_ptr<TrainingState> state;
+  std::function<void(const std::string&)> message;
+  std::string dir, name;  // --checkpoint=DIR/NAME; empty name: no checkpoints
+  std::optional<Monitor> save_best;
+  std::optional<double> best_value;  // NAME-best.state's when resumed, then the best so far
 
-  const FitOptions& o = options;
-  if (!o.checkpoint.empty()) {
-    const std::string f = flag("checkpoint", o.checkpoint);
-    c->name_ = std::string(io::Basename(o.checkpoint));
-    c->dir_ = std::string(io::Dirname(o.checkpoint));
-    if (c->dir_.empty()) c->dir_ = ".";
-    if (c->name_.empty() || c->name_ == "." || c->name_ == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f, ": expected DIR/NAME (checkpoints are written as DIR/NAME-<epoch>)"));
-    }
-    if (c->name_ == kStateFile) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f, ": NAME 'checkpoint' is the state file's name in DIR; choose another"));
-    }
+  void Say(const std::string& line) const {
+    if (message) message(line);
   }
-  if (o.keep_checkpoints < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag("keep_checkpoints", absl::StrCat(o.keep_checkpoints)), ": must be at least 1"));
-  }
-  c->keep_ = o.keep_checkpoints;
-  c->resume_ = o.resume;
-  if (o.resume == "auto" && c->name_.empty()) {
-    return absl::InvalidArgumentError(
-        "--resume=auto: needs --checkpoint=DIR/NAME (it resumes from the latest checkpoint in DIR)");
-  }
-  if (!o.early_stopping.empty()) {
-    const std::string f = flag("early_stopping", o.early_stopping);
-    std::vector<std::string> parts = absl::StrSplit(o.early_stopping, ':');
-    int64_t patience = -1;
-    double min_delta = 0;
-    if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(f, ": expected MONITOR:PATIENCE[:MIN_DELTA]"));
-    }
-    if (!absl::SimpleAtoi(parts[1], &patience) || patience < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f, ": PATIENCE '", parts[1], "' is not a whole number >= 0"));
-    }
-    if (parts.size() == 3 && (!absl::SimpleAtod(parts[2], &min_delta) || !std::isfinite(min_delta))) {
-      return absl::InvalidArgumentError(absl::StrCat(f, ": MIN_DELTA '", parts[2], "' is not a number"));
-    }
-    TF_ASSIGN_OR_RETURN(Monitor m, Monitor::Create(parts[0], min_delta, f));
-    TF_RETURN_IF_ERROR(check_logged(parts[0], f));
-    c->early_stopping_ = std::make_unique<EarlyStopping>(std::move(m), patience);
-  }
-  if (o.restore_best_weights && !c->early_stopping_) {
-    return absl::InvalidArgumentError(
-        "--restore_best_weights: needs --early_stopping=MONITOR:PATIENCE (the best epoch is the monitor's)");
-  }
-  c->restore_best_weights_ = o.restore_best_weights;
-  if (!o.save_best.empty()) {
-    const std::string f = flag("save_best", o.save_best);
-    if (c->name_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(f, ": needs --checkpoint=DIR/NAME (it writes DIR/NAME-best)"));
-    }
-    if (absl::StrContains(o.save_best, ':')) {
-      return absl::InvalidArgumentError(absl::StrCat(f, ": expected a monitor name (loss, val_loss, a metric)"));
-    }
-    TF_ASSIGN_OR_RETURN(Monitor m, Monitor::Create(o.save_best, 0, f));
-    TF_RETURN_IF_ERROR(check_logged(o.save_best, f));
-    c->save_best_ = std::move(m);
-  }
-  return c;
-}
+  std::string Prefix() const { return io::JoinPath(dir, name); }
+  std::string Best() const { return io::JoinPath(dir, name + kBest); }
+};
 
-EpochCallbacks::~EpochCallbacks() {
-  if (!snapshot_dir_.empty()) {
-    int64_t files = 0, dirs = 0;
-    Env::Default()->DeleteRecursively(snapshot_dir_, &files, &dirs).IgnoreError();
+class ModelCheckpoint : public Callback {
+ public:
+  ModelCheckpoint(std::shared_ptr<CheckpointRun> run, int64_t keep)
+      : run_(std::move(run)), keep_(keep) {}
+  absl::Status OnRestore(int64_t* initial_epoch) override {
+    return Annotate(RecoverDirectory(), absl::StrCat("--checkpoint=", run_->Prefix()));
   }
-}
+  absl::Status OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) override {
+    return Annotate(WriteEpochCheckpoint(epoch + 1), absl::StrCat("--checkpoint=", run_->Prefix()));
+  }
 
-void EpochCallbacks::Say(const std::string& line) const {
-  if (message_) message_(line);
-}
+ private:
+  absl::Status RecoverDirectory();
+  absl::Status WriteEpochCheckpoint(int64_t epochs_done);
 
-absl::Status EpochCallbacks::RecoverDirectory() {
+  std::shared_ptr<CheckpointRun> run_;
+  int64_t keep_;
+};
+
+absl::Status ModelCheckpoint::RecoverDirectory() {
   Env* env = Env::Default();
-  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(dir_));
-  const std::string best = io::JoinPath(dir_, name_ + kBest);
-  const std::string tmp = io::JoinPath(dir_, name_ + kBestTmp);
+  const std::string& dir = run_->dir;
+  TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(dir));
+  const std::string best = run_->Best();
+  const std::string tmp = io::JoinPath(dir, run_->name + kBestTmp);
   // NAME-best's swap: finished when it had begun (NAME-best.index gone), else abandoned.
   if (Exists(IndexFile(tmp)) && !Exists(IndexFile(best))) {
     for (const auto& f : FilesStarting(tmp, ".data-")) {
@@ -434,77 +368,42 @@ absl::Status EpochCallbacks::RecoverDirectory() {
       TF_RETURN_IF_ERROR(env->RenameFile(f, absl::StrCat(best, f.substr(tmp.size()))));
     }
     const std::string tmp_state = absl::StrCat(tmp, kBestState);
-    if (Exists(tmp_state)) TF_RETURN_IF_ERROR(env->RenameFile(tmp_state, absl::StrCat(best, kBestState)));
+    if (Exists(tmp_state)) {
+      TF_RETURN_IF_ERROR(env->RenameFile(tmp_state, absl::StrCat(best, kBestState)));
+    }
     TF_RETURN_IF_ERROR(env->RenameFile(IndexFile(tmp), IndexFile(best)));
-    Say(absl::StrCat("finished replacing ", best, " (a run was killed while replacing it)"));
+    run_->Say(absl::StrCat("finished replacing ", best, " (a run was killed while replacing it)"));
   }
   for (const auto& f : FilesStarting(tmp, "")) TF_RETURN_IF_ERROR(DeleteIfExists(f));
   // Leftovers of writes and deletions cut short: BundleWriter's temporary files, the state file's
   // temporary files, data files without their index.
   std::vector<std::string> children;
-  TF_RETURN_IF_ERROR(env->GetChildren(dir_, &children));
+  TF_RETURN_IF_ERROR(env->GetChildren(dir, &children));
   for (const auto& c : children) {
-    const std::string path = io::JoinPath(dir_, c);
+    const std::string path = io::JoinPath(dir, c);
     if (absl::StartsWith(c, absl::StrCat(kStateFile, ".tmp"))) {
       TF_RETURN_IF_ERROR(DeleteIfExists(path));
       continue;
     }
-    if (!absl::StartsWith(c, name_ + "-")) continue;
+    if (!absl::StartsWith(c, run_->name + "-")) continue;
     if (absl::StrContains(c, ".tempstate")) {
       TF_RETURN_IF_ERROR(DeleteIfExists(path));
       continue;
     }
     const size_t data = c.find(".data-");
-    if (data != std::string::npos && !Exists(IndexFile(io::JoinPath(dir_, c.substr(0, data))))) {
+    if (data != std::string::npos && !Exists(IndexFile(io::JoinPath(dir, c.substr(0, data))))) {
       TF_RETURN_IF_ERROR(DeleteIfExists(path));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> EpochCallbacks::OnTrainBegin() {
-  if (!name_.empty()) {
-    TF_RETURN_IF_ERROR(Annotate(RecoverDirectory(), absl::StrCat("--checkpoint=", io::JoinPath(dir_, name_))));
-  }
-  if (resume_.empty()) return 0;
-  std::string prefix;
-  if (resume_ == "auto") {
-    auto latest = LatestCheckpoint(dir_);
-    if (!latest.ok()) return Annotate(latest.status(), "--resume=auto");
-    if (latest->empty()) {
-      Say(absl::StrCat("--resume=auto: no checkpoint in ", dir_, " yet; starting at epoch 1"));
-      return 0;
-    }
-    prefix = *latest;
-  } else {
-    prefix = resume_;
-    if (!Exists(IndexFile(prefix))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--resume=", resume_, ": no checkpoint there (", IndexFile(prefix), " not found)"));
-    }
-  }
-  TF_RETURN_IF_ERROR(Annotate(state_->RestoreCheckpoint(prefix), absl::StrCat("--resume=", resume_)));
-  // The epoch it ends: NAME-<epoch>, or NAME-best's recorded epoch.
-  int64_t epoch = EpochOf(prefix).value_or(0);
-  const std::string best = name_.empty() ? "" : io::JoinPath(dir_, name_ + kBest);
-  auto best_state = name_.empty() ? absl::StatusOr<BestState>(absl::NotFoundError(""))
-                                  : ReadBestState(absl::StrCat(best, kBestState));
-  if (!best.empty() && io::CleanPath(prefix) == io::CleanPath(best) && best_state.ok()) epoch = best_state->epoch;
-  if (save_best_ && best_state.ok() && best_state->monitor == save_best_->name()) {
-    best_value_ = best_state->value;
-  }
-  Say(absl::StrCat("resumed from ", prefix, ": ", epoch, " epoch", epoch == 1 ? "" : "s",
-                   " done, the optimizer's state restored",
-                   best_value_ ? absl::StrCat("; best ", save_best_->name(), " so far ", Short(*best_value_))
-                               : ""));
-  return epoch;
-}
-
-absl::Status EpochCallbacks::WriteEpochCheckpoint(int64_t epochs_done) {
-  const std::string relative = absl::StrCat(name_, "-", epochs_done);
-  const std::string prefix = io::JoinPath(dir_, relative);
+absl::Status ModelCheckpoint::WriteEpochCheckpoint(int64_t epochs_done) {
+  const std::string& dir = run_->dir;
+  const std::string relative = absl::StrCat(run_->name, "-", epochs_done);
+  const std::string prefix = io::JoinPath(dir, relative);
   CheckpointState state;
-  auto read = ReadCheckpointState(dir_);
+  auto read = ReadCheckpointState(dir);
   if (read.ok()) {
     state = *read;
   } else if (!absl::IsNotFound(read.status())) {
@@ -517,13 +416,14 @@ absl::Status EpochCallbacks::WriteEpochCheckpoint(int64_t epochs_done) {
   bool names_this = false;
   for (size_t i = 0; i < state.all_model_checkpoint_paths.size(); ++i) {
     const std::string& p = state.all_model_checkpoint_paths[i];
-    if (Resolve(dir_, p) == prefix) {
+    if (Resolve(dir, p) == prefix) {
       names_this = true;
       continue;
     }
-    if (!Exists(IndexFile(Resolve(dir_, p)))) continue;
-    kept.push_back({p, i < state.all_model_checkpoint_timestamps.size() ? state.all_model_checkpoint_timestamps[i]
-                                                                        : state.last_preserved_timestamp});
+    if (!Exists(IndexFile(Resolve(dir, p)))) continue;
+    kept.push_back({p, i < state.all_model_checkpoint_timestamps.size()
+                           ? state.all_model_checkpoint_timestamps[i]
+                           : state.last_preserved_timestamp});
   }
   auto record = [&]() {
     state.all_model_checkpoint_paths.clear();
@@ -533,36 +433,115 @@ absl::Status EpochCallbacks::WriteEpochCheckpoint(int64_t epochs_done) {
       state.all_model_checkpoint_timestamps.push_back(t);
     }
     state.model_checkpoint_path = kept.empty() ? "" : kept.back().first;
-    return WriteCheckpointState(dir_, state);
+    return WriteCheckpointState(dir, state);
   };
   // A checkpoint of this name (an earlier run's, or one a killed run wrote before recording it)
   // is forgotten and its index deleted before it is overwritten.
-  if (names_this || Resolve(dir_, state.model_checkpoint_path) == prefix) TF_RETURN_IF_ERROR(record());
+  if (names_this || Resolve(dir, state.model_checkpoint_path) == prefix) {
+    TF_RETURN_IF_ERROR(record());
+  }
   TF_RETURN_IF_ERROR(DeleteCheckpoint(prefix));
-  TF_RETURN_IF_ERROR(state_->SaveCheckpoint(prefix));
+  TF_RETURN_IF_ERROR(run_->state->SaveCheckpoint(prefix));
   // As CheckpointManager: recorded with the new one first, then the oldest beyond keep deleted,
   // then recorded without them.
   kept.push_back({relative, now});
   TF_RETURN_IF_ERROR(record());
   if (static_cast<int64_t>(kept.size()) > keep_) {
     const size_t drop = kept.size() - keep_;
-    for (size_t i = 0; i < drop; ++i) TF_RETURN_IF_ERROR(DeleteCheckpoint(Resolve(dir_, kept[i].first)));
+    for (size_t i = 0; i < drop; ++i) {
+      TF_RETURN_IF_ERROR(DeleteCheckpoint(Resolve(dir, kept[i].first)));
+    }
     kept.erase(kept.begin(), kept.begin() + drop);
     TF_RETURN_IF_ERROR(record());
   }
-  Say(absl::StrCat("checkpoint ", prefix, " written"));
+  run_->Say(absl::StrCat("checkpoint ", prefix, " written"));
   return absl::OkStatus();
 }
 
-absl::Status EpochCallbacks::WriteBest(int64_t epochs_done, double value) {
+class Resume : public Callback {
+ public:
+  Resume(std::shared_ptr<CheckpointRun> run, std::string resume)
+      : run_(std::move(run)), resume_(std::move(resume)) {}
+  absl::Status OnRestore(int64_t* initial_epoch) override;
+
+ private:
+  std::shared_ptr<CheckpointRun> run_;
+  std::string resume_;  // a checkpoint prefix, or auto
+};
+
+absl::Status Resume::OnRestore(int64_t* initial_epoch) {
+  CheckpointRun& run = *run_;
+  std::string prefix;
+  if (resume_ == "auto") {
+    auto latest = LatestCheckpoint(run.dir);
+    if (!latest.ok()) return Annotate(latest.status(), "--resume=auto");
+    if (latest->empty()) {
+      run.Say(absl::StrCat("--resume=auto: no checkpoint in ", run.dir, " yet; starting at epoch 1"));
+      return absl::OkStatus();
+    }
+    prefix = *latest;
+  } else {
+    prefix = resume_;
+    if (!Exists(IndexFile(prefix))) {
+      return absl::InvalidArgumentError(absl::StrCat("--resume=", resume_, ": no checkpoint there (",
+                                                     IndexFile(prefix), " not found)"));
+    }
+  }
+  TF_RETURN_IF_ERROR(
+      Annotate(run.state->RestoreCheckpoint(prefix), absl::StrCat("--resume=", resume_)));
+  // The epoch it ends: NAME-<epoch>, or NAME-best's recorded epoch.
+  int64_t epoch = EpochOf(prefix).value_or(0);
+  const std::string best = run.name.empty() ? "" : run.Best();
+  auto best_state = run.name.empty() ? absl::StatusOr<BestState>(absl::NotFoundError(""))
+                                     : ReadBestState(absl::StrCat(best, kBestState));
+  if (!best.empty() && io::CleanPath(prefix) == io::CleanPath(best) && best_state.ok()) {
+    epoch = best_state->epoch;
+  }
+  if (run.save_best && best_state.ok() && best_state->monitor == run.save_best->name()) {
+    run.best_value = best_state->value;
+  }
+  run.Say(absl::StrCat(
+      "resumed from ", prefix, ": ", epoch, " epoch", epoch == 1 ? "" : "s",
+      " done, the optimizer's state restored",
+      run.best_value
+          ? absl::StrCat("; best ", run.save_best->name(), " so far ", Short(*run.best_value))
+          : ""));
+  *initial_epoch = epoch;
+  return absl::OkStatus();
+}
+
+// The value of `monitor` in an epoch's logs; `flag` names the option in the error.
+absl::StatusOr<double> MonitorValue(const Monitor& monitor, const char* flag, int64_t epoch,
+                                    const Logs& logs) {
+  const double* v = FindLog(logs, monitor.name());
+  if (v == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": epoch ", epoch + 1,
+                                                   "'s logs have no '", monitor.name(),
+                                                   "'; they have: ", Keys(logs)));
+  }
+  return *v;
+}
+
+class SaveBest : public Callback {
+ public:
+  explicit SaveBest(std::shared_ptr<CheckpointRun> run) : run_(std::move(run)) {}
+  absl::Status OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) override;
+
+ private:
+  absl::Status WriteBest(int64_t epochs_done, double value);
+  std::shared_ptr<CheckpointRun> run_;
+};
+
+absl::Status SaveBest::WriteBest(int64_t epochs_done, double value) {
   Env* env = Env::Default();
-  const std::string best = io::JoinPath(dir_, name_ + kBest);
-  const std::string tmp = io::JoinPath(dir_, name_ + kBestTmp);
+  const std::string best = run_->Best();
+  const std::string tmp = io::JoinPath(run_->dir, run_->name + kBestTmp);
   const std::string tmp_state = absl::StrCat(tmp, kBestState);
   // NAME-best-tmp, complete: its .state, then the checkpoint (whose index comes last).
   TF_RETURN_IF_ERROR(DeleteCheckpoint(tmp));
-  TF_RETURN_IF_ERROR(AtomicWrite(tmp_state, BestStateText({save_best_->name(), value, epochs_done})));
-  TF_RETURN_IF_ERROR(state_->SaveCheckpoint(tmp));
+  TF_RETURN_IF_ERROR(
+      AtomicWrite(tmp_state, BestStateText({run_->save_best->name(), value, epochs_done})));
+  TF_RETURN_IF_ERROR(run_->state->SaveCheckpoint(tmp));
   // The swap: no NAME-best from the index's deletion to the last rename.
   TF_RETURN_IF_ERROR(DeleteCheckpoint(best));
   for (const auto& f : FilesStarting(tmp, ".data-")) {
@@ -573,11 +552,58 @@ absl::Status EpochCallbacks::WriteBest(int64_t epochs_done, double value) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> EpochCallbacks::SnapshotPrefix() {
+absl::Status SaveBest::OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) {
+  CheckpointRun& run = *run_;
+  const Monitor& monitor = *run.save_best;
+  TF_ASSIGN_OR_RETURN(double current, MonitorValue(monitor, "save_best", epoch, logs));
+  if (!monitor.IsImprovement(current, run.best_value)) {
+    run.Say(absl::StrCat("epoch ", epoch + 1, ": ", monitor.name(), " did not improve from ",
+                         Short(*run.best_value)));
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(
+      Annotate(WriteBest(epoch + 1, current), absl::StrCat("--save_best=", monitor.name())));
+  run.Say(absl::StrCat("epoch ", epoch + 1, ": ", monitor.name(),
+                       run.best_value ? absl::StrCat(" improved from ", Short(*run.best_value), " to ")
+                                      : std::string(" "),
+                       Short(current), ", ", run.Best(), " written"));
+  run.best_value = current;
+  return absl::OkStatus();
+}
+
+class EarlyStoppingCallback : public Callback {
+ public:
+  EarlyStoppingCallback(std::shared_ptr<CheckpointRun> run, EarlyStopping decisions,
+                        bool restore_best_weights)
+      : run_(std::move(run)),
+        decisions_(std::move(decisions)),
+        restore_best_weights_(restore_best_weights) {}
+  ~EarlyStoppingCallback() override {
+    if (!snapshot_dir_.empty()) {
+      int64_t files = 0, dirs = 0;
+      Env::Default()->DeleteRecursively(snapshot_dir_, &files, &dirs).IgnoreError();
+    }
+  }
+  absl::Status OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) override;
+  // With restore_best_weights, the best epoch's weights are set, as Keras's
+  // EarlyStopping.on_train_end does.
+  absl::Status OnTrainEnd() override;
+
+ private:
+  absl::StatusOr<std::string> SnapshotPrefix();
+
+  std::shared_ptr<CheckpointRun> run_;
+  EarlyStopping decisions_;
+  bool restore_best_weights_;
+  std::string snapshot_dir_;  // restore_best_weights' copy of the best weights
+};
+
+absl::StatusOr<std::string> EarlyStoppingCallback::SnapshotPrefix() {
   if (snapshot_dir_.empty()) {
     std::string dir;
     if (!Env::Default()->LocalTempFilename(&dir)) {
-      return absl::InternalError("--restore_best_weights: no temporary directory for the best weights");
+      return absl::InternalError(
+          "--restore_best_weights: no temporary directory for the best weights");
     }
     TF_RETURN_IF_ERROR(Env::Default()->RecursivelyCreateDir(dir));
     snapshot_dir_ = dir;
@@ -585,61 +611,144 @@ absl::StatusOr<std::string> EpochCallbacks::SnapshotPrefix() {
   return io::JoinPath(snapshot_dir_, "best");
 }
 
-absl::StatusOr<bool> EpochCallbacks::OnEpochEnd(int64_t epoch, const Logs& logs) {
-  auto value = [&](const Monitor& m, const char* flag) -> absl::StatusOr<double> {
-    const double* v = FindLog(logs, m.name());
-    if (v == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": epoch ", epoch + 1, "'s logs have no '",
-                                                     m.name(), "'; they have: ", Keys(logs)));
-    }
-    return *v;
-  };
-  std::optional<double> best_current, stop_current;
-  if (save_best_) {
-    TF_ASSIGN_OR_RETURN(best_current, value(*save_best_, "save_best"));
-  }
-  if (early_stopping_) {
-    TF_ASSIGN_OR_RETURN(stop_current, value(early_stopping_->monitor(), "early_stopping"));
-  }
-
-  if (!name_.empty()) {
-    TF_RETURN_IF_ERROR(Annotate(WriteEpochCheckpoint(epoch + 1), absl::StrCat("--checkpoint=", io::JoinPath(dir_, name_))));
-  }
-  if (save_best_) {
-    if (save_best_->IsImprovement(*best_current, best_value_)) {
-      TF_RETURN_IF_ERROR(Annotate(WriteBest(epoch + 1, *best_current), absl::StrCat("--save_best=", save_best_->name())));
-      Say(absl::StrCat("epoch ", epoch + 1, ": ", save_best_->name(),
-                       best_value_ ? absl::StrCat(" improved from ", Short(*best_value_), " to ")
-                                   : std::string(" "),
-                       Short(*best_current), ", ", io::JoinPath(dir_, name_ + kBest), " written"));
-      best_value_ = *best_current;
-    } else {
-      Say(absl::StrCat("epoch ", epoch + 1, ": ", save_best_->name(), " did not improve from ",
-                       Short(*best_value_)));
-    }
-  }
-  if (!early_stopping_) return false;
-  const EarlyStopping::Decision d = early_stopping_->OnEpochEnd(epoch, *stop_current);
+absl::Status EarlyStoppingCallback::OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) {
+  TF_ASSIGN_OR_RETURN(double current,
+                      MonitorValue(decisions_.monitor(), "early_stopping", epoch, logs));
+  const EarlyStopping::Decision d = decisions_.OnEpochEnd(epoch, current);
   if (d.snapshot && restore_best_weights_) {
     TF_ASSIGN_OR_RETURN(std::string prefix, SnapshotPrefix());
-    TF_RETURN_IF_ERROR(Annotate(state_->SaveWeights(prefix), "--restore_best_weights"));
+    TF_RETURN_IF_ERROR(Annotate(run_->state->SaveWeights(prefix), "--restore_best_weights"));
   }
   if (d.stop) {
-    const EarlyStopping& es = *early_stopping_;
-    Say(absl::StrCat("epoch ", epoch + 1, ": early stopping: ", es.monitor().name(), " has not improved on ",
-                     Short(*es.best()), " (epoch ", es.best_epoch() + 1, ") for ", es.wait(), " epoch",
-                     es.wait() == 1 ? "" : "s"));
+    const EarlyStopping& es = decisions_;
+    run_->Say(absl::StrCat("epoch ", epoch + 1, ": early stopping: ", es.monitor().name(),
+                           " has not improved on ", Short(*es.best()), " (epoch ",
+                           es.best_epoch() + 1, ") for ", es.wait(), " epoch",
+                           es.wait() == 1 ? "" : "s"));
+    *stop = true;
   }
-  return d.stop;
+  return absl::OkStatus();
 }
 
-absl::Status EpochCallbacks::OnTrainEnd() {
-  if (!restore_best_weights_ || !early_stopping_ || !early_stopping_->has_snapshot()) return absl::OkStatus();
+absl::Status EarlyStoppingCallback::OnTrainEnd() {
+  if (!restore_best_weights_ || !decisions_.has_snapshot()) return absl::OkStatus();
   TF_ASSIGN_OR_RETURN(std::string prefix, SnapshotPrefix());
-  TF_RETURN_IF_ERROR(Annotate(state_->RestoreWeights(prefix), "--restore_best_weights"));
-  Say(absl::StrCat("restored the weights of the best epoch, ", early_stopping_->best_epoch() + 1, " (",
-                   early_stopping_->monitor().name(), " ", Short(*early_stopping_->best()), ")"));
+  TF_RETURN_IF_ERROR(Annotate(run_->state->RestoreWeights(prefix), "--restore_best_weights"));
+  run_->Say(absl::StrCat("restored the weights of the best epoch, ", decisions_.best_epoch() + 1,
+                         " (", decisions_.monitor().name(), " ", Short(*decisions_.best()), ")"));
   return absl::OkStatus();
+}
+
+std::string FlagText(const char* name, const std::string& value) {
+  return absl::StrCat("--", name, "=", value);
+}
+
+// A monitor must be a key of every epoch's logs.
+absl::Status CheckLogged(const std::vector<std::string>& log_names, const std::string& monitor,
+                         const std::string& flag) {
+  if (std::find(log_names.begin(), log_names.end(), monitor) != log_names.end()) {
+    return absl::OkStatus();
+  }
+  const bool has_validation =
+      std::any_of(log_names.begin(), log_names.end(),
+                  [](const std::string& n) { return absl::StartsWith(n, "val_"); });
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, ": the logs have no '", monitor, "'",
+      absl::StartsWith(monitor, "val_") && !has_validation ? " (val_ values need --validation)"
+                                                           : "",
+      "; they have: ", absl::StrJoin(log_names, ", ")));
+}
+
+// --checkpoint=DIR/NAME into run->dir and run->name.
+absl::Status ParseCheckpointFlag(const std::string& checkpoint, CheckpointRun* run) {
+  const std::string f = FlagText("checkpoint", checkpoint);
+  run->name = std::string(io::Basename(checkpoint));
+  run->dir = std::string(io::Dirname(checkpoint));
+  if (run->dir.empty()) run->dir = ".";
+  if (run->name.empty() || run->name == "." || run->name == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ": expected DIR/NAME (checkpoints are written as DIR/NAME-<epoch>)"));
+  }
+  if (run->name == kStateFile) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ": NAME 'checkpoint' is the state file's name in DIR; choose another"));
+  }
+  return absl::OkStatus();
+}
+
+// --early_stopping=MONITOR:PATIENCE[:MIN_DELTA].
+absl::StatusOr<EarlyStopping> ParseEarlyStopping(const std::string& text,
+                                                 const std::vector<std::string>& log_names) {
+  const std::string f = FlagText("early_stopping", text);
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int64_t patience = -1;
+  double min_delta = 0;
+  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(f, ": expected MONITOR:PATIENCE[:MIN_DELTA]"));
+  }
+  if (!absl::SimpleAtoi(parts[1], &patience) || patience < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ": PATIENCE '", parts[1], "' is not a whole number >= 0"));
+  }
+  if (parts.size() == 3 && (!absl::SimpleAtod(parts[2], &min_delta) || !std::isfinite(min_delta))) {
+    return absl::InvalidArgumentError(absl::StrCat(f, ": MIN_DELTA '", parts[2], "' is not a number"));
+  }
+  TF_ASSIGN_OR_RETURN(Monitor m, Monitor::Create(parts[0], min_delta, f));
+  TF_RETURN_IF_ERROR(CheckLogged(log_names, parts[0], f));
+  return EarlyStopping(std::move(m), patience);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<Callback>>> CheckpointCallbacks(
+    const FitOptions& o, std::shared_ptr<TrainingState> state,
+    const std::vector<std::string>& log_names, std::function<void(const std::string&)> message) {
+  auto run = std::make_shared<CheckpointRun>();
+  run->state = std::move(state);
+  run->message = std::move(message);
+  if (!o.checkpoint.empty()) TF_RETURN_IF_ERROR(ParseCheckpointFlag(o.checkpoint, run.get()));
+  if (o.keep_checkpoints < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        FlagText("keep_checkpoints", absl::StrCat(o.keep_checkpoints)), ": must be at least 1"));
+  }
+  if (o.resume == "auto" && run->name.empty()) {
+    return absl::InvalidArgumentError(
+        "--resume=auto: needs --checkpoint=DIR/NAME (it resumes from the latest checkpoint in DIR)");
+  }
+  std::optional<EarlyStopping> early_stopping;
+  if (!o.early_stopping.empty()) {
+    TF_ASSIGN_OR_RETURN(early_stopping, ParseEarlyStopping(o.early_stopping, log_names));
+  }
+  if (o.restore_best_weights && !early_stopping) {
+    return absl::InvalidArgumentError(
+        "--restore_best_weights: needs --early_stopping=MONITOR:PATIENCE (the best epoch is the "
+        "monitor's)");
+  }
+  if (!o.save_best.empty()) {
+    const std::string f = FlagText("save_best", o.save_best);
+    if (run->name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f, ": needs --checkpoint=DIR/NAME (it writes DIR/NAME-best)"));
+    }
+    if (absl::StrContains(o.save_best, ':')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f, ": expected a monitor name (loss, val_loss, a metric)"));
+    }
+    TF_ASSIGN_OR_RETURN(Monitor m, Monitor::Create(o.save_best, 0, f));
+    TF_RETURN_IF_ERROR(CheckLogged(log_names, o.save_best, f));
+    run->save_best = std::move(m);
+  }
+  std::vector<std::unique_ptr<Callback>> callbacks;
+  if (!run->name.empty()) {
+    callbacks.push_back(std::make_unique<ModelCheckpoint>(run, o.keep_checkpoints));
+  }
+  if (!o.resume.empty()) callbacks.push_back(std::make_unique<Resume>(run, o.resume));
+  if (run->save_best) callbacks.push_back(std::make_unique<SaveBest>(run));
+  if (early_stopping) {
+    callbacks.push_back(std::make_unique<EarlyStoppingCallback>(run, std::move(*early_stopping),
+                                                                o.restore_best_weights));
+  }
+  return callbacks;
 }
 
 }  // namespace tensorflow::tf_ext::train

@@ -1,6 +1,6 @@
-// What train::Fit (fit.h) does between epochs about checkpoints and stopping, as Keras's
-// callbacks and tf.train.CheckpointManager do it: EpochCallbacks, called before training, after
-// each epoch and after the last one. Tested by //tests:fit_callbacks_test (the decisions against
+// What train::Fit (fit.h) does about checkpoints and stopping, as Keras's callbacks and
+// tf.train.CheckpointManager do it: the callbacks CheckpointCallbacks makes (callback.h), and the
+// checkpoint files' format they share. Tested by //tests:fit_callbacks_test (the decisions against
 // hand-derived sequences, the files a run leaves, a run killed at each step of a write) and
 // //tests:fit_checkpoints_py_test (tf_ext_train against Python's tf.train.latest_checkpoint,
 // Keras's EarlyStopping and ModelCheckpoint(save_best_only=True), and SIGKILL at random moments).
@@ -53,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tf_ext/train/loop/callback.h"
 #include "tf_ext/train/loop/logs.h"
 #include "tf_ext/train/model/trainer.h"
 
@@ -137,57 +138,26 @@ class TrainingState {
   virtual absl::Status SaveWeights(const std::string& prefix) = 0;
   virtual absl::Status RestoreWeights(const std::string& prefix) = 0;
 };
-std::unique_ptr<TrainingState> TrainerState(Trainer* trainer);
+std::shared_ptr<TrainingState> TrainerState(Trainer* trainer);
 
-class EpochCallbacks {  // checkpoints, resume, early stopping, the best checkpoint
- public:
-  // From options (checkpoint, keep_checkpoints, resume, early_stopping, restore_best_weights,
-  // save_best). `log_names`: the keys each epoch's logs will have (Fit's Logs order); a monitor
-  // not among them is refused here, before training (val_loss without --validation).
-  // `message`: a line for the user (checkpoint written, resumed, stopped early); may be empty.
-  // Flag errors are InvalidArgument naming the flag and its value.
-  static absl::StatusOr<std::unique_ptr<EpochCallbacks>> Create(
-      const FitOptions& options, Trainer* trainer, const std::vector<std::string>& log_names,
-      std::function<void(const std::string&)> message);
-  static absl::StatusOr<std::unique_ptr<EpochCallbacks>> Create(
-      const FitOptions& options, std::unique_ptr<TrainingState> state,
-      const std::vector<std::string>& log_names, std::function<void(const std::string&)> message);
-  ~EpochCallbacks();
-
-  // Before training: finishes or clears what a killed run left in DIR, restores per --resume and
-  // returns the epoch to start from (0 when fresh).
-  absl::StatusOr<int64_t> OnTrainBegin();
-  // After each epoch (`epoch` from 0) with its logs: writes DIR/NAME-<epoch+1> and the state
-  // file, deletes checkpoints beyond keep_checkpoints, replaces NAME-best when the monitor
-  // improved; returns true when early stopping says stop.
-  absl::StatusOr<bool> OnEpochEnd(int64_t epoch, const Logs& logs);
-  // After the last epoch (stopped early or not): with restore_best_weights, the best epoch's
-  // weights are set, as Keras's EarlyStopping.on_train_end does.
-  absl::Status OnTrainEnd();
-
-  // For tests: the monitors' state.
-  const EarlyStopping* early_stopping() const { return early_stopping_.get(); }
-  std::optional<double> save_best_value() const { return best_value_; }
-
- private:
-  EpochCallbacks() = default;
-  void Say(const std::string& line) const;
-  absl::Status WriteEpochCheckpoint(int64_t epochs_done);
-  absl::Status WriteBest(int64_t epochs_done, double value);
-  absl::Status RecoverDirectory();
-  absl::StatusOr<std::string> SnapshotPrefix();
-
-  std::unique_ptr<TrainingState> state_;
-  std::function<void(const std::string&)> message_;
-  std::string dir_, name_;  // --checkpoint=DIR/NAME; empty name: no checkpoints
-  int64_t keep_ = 1;
-  std::string resume_;
-  std::unique_ptr<EarlyStopping> early_stopping_;
-  bool restore_best_weights_ = false;
-  std::optional<Monitor> save_best_;
-  std::optional<double> best_value_;  // --save_best's best so far
-  std::string snapshot_dir_;          // restore_best_weights' copy of the best weights
-};
+// The callbacks (callback.h) of the checkpoint and stopping options, only those the options ask
+// for, in the order train::Fit runs them:
+//   ModelCheckpoint  --checkpoint, --keep_checkpoints: OnRestore finishes or clears what a killed
+//                    run left in DIR; each epoch's end writes DIR/NAME-<epoch+1> and the state
+//                    file and deletes the checkpoints beyond keep_checkpoints
+//   Resume           --resume (a prefix, or auto: the latest in DIR): OnRestore restores it and
+//                    moves the initial epoch to the one it ends
+//   SaveBest         --save_best: replaces NAME-best when the monitor improved (a resumed run
+//                    compares with NAME-best.state's value)
+//   EarlyStopping    --early_stopping, --restore_best_weights: sets stop as Keras's
+//                    EarlyStopping; OnTrainEnd sets the best epoch's weights
+// `log_names`: the keys each epoch's logs will have (Fit's order); a monitor not among them is
+// refused here, before training (val_loss without --validation). `message`: a line for the user
+// (checkpoint written, resumed, stopped early); may be empty. Flag errors are InvalidArgument
+// naming the flag and its value.
+absl::StatusOr<std::vector<std::unique_ptr<Callback>>> CheckpointCallbacks(
+    const FitOptions& options, std::shared_ptr<TrainingState> state,
+    const std::vector<std::string>& log_names, std::function<void(const std::string&)> message);
 
 }  // namespace tensorflow::tf_ext::train
 

@@ -15,25 +15,16 @@
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_ext/graph/io/npy_io.h"
 #include "tf_ext/graph/runtime/export.h"
-#include "tf_ext/train/loop/callbacks.h"
 #include "tf_ext/train/data/data.h"
-#include "tf_ext/train/model/optimizers.h"
+#include "tf_ext/train/loop/callbacks.h"
+#include "tf_ext/train/loop/history.h"
 #include "tf_ext/train/loop/summary.h"
+#include "tf_ext/train/model/optimizers.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// The epochs' CSV beside the per-step one: DIR/h.csv -> DIR/h.epochs.csv.
-std::string EpochsCsvPath(const std::string& history) {
-  if (absl::EndsWith(history, ".csv")) {
-    return absl::StrCat(history.substr(0, history.size() - 4), ".epochs.csv");
-  }
-  return absl::StrCat(history, ".epochs.csv");
-}
-
-std::string Number(double v) { return absl::StrFormat("%.9g", v); }
 
 // A weighted running mean, as Keras's Mean metric with the batch size as weight.
 struct RunningMean {
@@ -45,16 +36,6 @@ struct RunningMean {
   }
   double value() const { return count > 0 ? sum / count : 0; }
 };
-
-// Appends (when resuming a run whose file exists) or creates a CSV with `header`.
-absl::Status OpenCsv(const std::string& path, const std::string& header, bool append,
-                     std::ofstream* out) {
-  const bool exists = append && Env::Default()->FileExists(path).ok();
-  out->open(path, exists ? std::ios::app : std::ios::trunc);
-  if (!*out) return Invalid(absl::StrCat("cannot write '", path, "'"));
-  if (!exists) *out << header << "\n";
-  return absl::OkStatus();
-}
 
 // This worker's rows of a global batch: rows [rank * n, (rank + 1) * n) of each tensor, n its
 // share; the batch must split evenly over the workers (each step then takes exactly the
@@ -159,37 +140,18 @@ absl::StatusOr<DataSpec> MakeDataSpec(Trainer* trainer, const TrainerOptions& op
   return spec;
 }
 
-// --history: one row per step in `steps`; its .epochs.csv one row per epoch in `epochs`.
-absl::Status OpenHistory(const FitOptions& f, const std::vector<std::string>& metrics,
-                         bool validation, bool append, std::ofstream* steps,
-                         std::ofstream* epochs) {
-  std::string header = "step,epoch,loss";
-  for (const std::string& m : metrics) absl::StrAppend(&header, ",", m);
-  TF_RETURN_IF_ERROR(OpenCsv(f.history, header, append, steps));
-  std::string epochs_header = "epoch,loss";
-  for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",", m);
-  if (validation) {
-    absl::StrAppend(&epochs_header, ",val_loss");
-    for (const std::string& m : metrics) absl::StrAppend(&epochs_header, ",val_", m);
-  }
-  return OpenCsv(EpochsCsvPath(f.history), epochs_header, append, epochs);
-}
-
 // What an epoch of training reads and writes.
 struct EpochLoop {
   Trainer* trainer;
   const FitOptions& f;
-  const FitCallbacks& callbacks;
+  CallbackList* callbacks;
   BatchSource* data;
   const Distributed* distributed;
   bool by_files;
   const std::vector<std::string>& metrics;
-  // The metrics' running values are read after each step only when something shows them then:
-  // the per-step CSV, a front end's batch callback, TensorBoard's batch summaries.
-  bool per_step_logs;
-  bool batch_summaries;
-  std::ofstream* steps_csv;
-  TensorBoardLogger* tensorboard;
+  // The metrics' running values are read after each step only when a callback shows them then
+  // (the per-step CSV, a front end's progress, TensorBoard's batch summaries).
+  bool batch_logs;
   FitResult* result;
   int64_t step;  // numbered as the optimizer counts them
 };
@@ -218,7 +180,7 @@ absl::StatusOr<bool> NextBatch(EpochLoop* loop, Batch* batch) {
 }
 
 // One training step on `batch`: its loss in `loss`, the metrics' running values in `values`
-// when something reads them after each step, the per-step row and batch callbacks.
+// when a callback reads them after each step, then the callbacks' OnTrainBatchEnd.
 absl::Status TrainStep(EpochLoop* loop, int64_t epoch, const Batch& batch, RunningMean* loss,
                        std::vector<double>* values) {
   const FitOptions& f = loop->f;
@@ -242,28 +204,18 @@ absl::Status TrainStep(EpochLoop* loop, int64_t epoch, const Batch& batch, Runni
     return Invalid(absl::StrCat("step ", step, " (epoch ", epoch, "): the loss is ", *value, "; stopping"));
   }
   loss->Add(*value, batch.size);
-  if (!loop->metrics.empty() && loop->per_step_logs) {
+  if (!loop->metrics.empty() && loop->batch_logs) {
     auto read = loop->trainer->MetricValues();
     if (!read.ok()) return read.status();
     *values = *read;
   }
-  if (loop->steps_csv->is_open()) {
-    *loop->steps_csv << step << "," << epoch << "," << Number(*value);
-    for (double v : *values) *loop->steps_csv << "," << Number(v);
-    *loop->steps_csv << "\n";
-  }
+  // Keras's batch logs: the running loss and metrics.
+  Logs running = {{"loss", loss->value()}};
+  for (size_t i = 0; i < values->size(); ++i) running.push_back({loop->metrics[i], (*values)[i]});
+  BatchEnd end{epoch, step, loss->count, loop->data->examples(), *value, &running};
   ++loop->step;
   ++result->steps;
-  if (loop->callbacks.on_batch_end || loop->batch_summaries) {
-    // Keras's batch logs: the running loss and metrics.
-    Logs running = {{"loss", loss->value()}};
-    for (size_t i = 0; i < values->size(); ++i) running.push_back({loop->metrics[i], (*values)[i]});
-    if (loop->callbacks.on_batch_end) {
-      loop->callbacks.on_batch_end(epoch, loss->count, loop->data->examples(), running);
-    }
-    if (loop->tensorboard) TF_RETURN_IF_ERROR(loop->tensorboard->OnTrainBatchEnd(step, running));
-  }
-  return absl::OkStatus();
+  return loop->callbacks->OnTrainBatchEnd(end);
 }
 
 // One epoch over the training data: its loss and metrics in `logs`.
@@ -279,7 +231,7 @@ absl::Status TrainEpoch(EpochLoop* loop, int64_t epoch, EpochLogs* logs) {
     if (!*more) break;
     TF_RETURN_IF_ERROR(TrainStep(loop, epoch, batch, &loss, &values));
   }
-  if (!loop->metrics.empty() && !loop->per_step_logs && loss.count > 0) {
+  if (!loop->metrics.empty() && !loop->batch_logs && loss.count > 0) {
     // Nothing reads the running values between steps: the epoch's, once.
     auto read = loop->trainer->MetricValues();
     if (!read.ok()) return read.status();
@@ -326,12 +278,13 @@ absl::Status Validate(Trainer* trainer, BatchSource* validation,
 }
 
 // After the last epoch: --export and --save_weights.
-absl::Status WriteTrained(Trainer* trainer, const FitOptions& f, const FitCallbacks& callbacks) {
+absl::Status WriteTrained(Trainer* trainer, const FitOptions& f,
+                          const std::function<void(const std::string&)>& on_message) {
   if (!f.export_dir.empty()) {
     if (absl::Status s = trainer->Export(f.export_dir); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("option 'export': '", f.export_dir, "': ", s.message()));
     }
-    if (callbacks.on_message) callbacks.on_message(absl::StrCat("exported the trained SavedModel to ", f.export_dir));
+    if (on_message) on_message(absl::StrCat("exported the trained SavedModel to ", f.export_dir));
   }
   if (!f.save_weights.empty()) {
     auto values = trainer->VariableValues();
@@ -343,10 +296,40 @@ absl::Status WriteTrained(Trainer* trainer, const FitOptions& f, const FitCallba
   return absl::OkStatus();
 }
 
+// The options' callbacks and the front end's, in Fit's order (fit.h).
+absl::StatusOr<std::unique_ptr<CallbackList>> MakeCallbacks(
+    Trainer* trainer, const TrainerOptions& options, const FitOptions& f, bool validation,
+    Callback* front_end, const std::function<void(const std::string&)>& on_message) {
+  const std::vector<std::string>& metrics = trainer->metric_names();
+  std::vector<std::string> log_names = {"loss"};
+  for (const std::string& m : metrics) log_names.push_back(m);
+  if (validation) {
+    log_names.push_back("val_loss");
+    for (const std::string& m : metrics) log_names.push_back("val_" + m);
+  }
+  auto checkpoints = CheckpointCallbacks(f, TrainerState(trainer), log_names, on_message);
+  if (!checkpoints.ok()) return checkpoints.status();
+  std::unique_ptr<TensorBoardLogger> tensorboard;
+  if (!f.tensorboard.empty()) {
+    auto logger = TensorBoardLogger::Create(f.tensorboard, f.update_freq);
+    if (!logger.ok()) return logger.status();
+    tensorboard = std::move(*logger);
+  }
+  auto list = std::make_unique<CallbackList>();
+  if (!f.history.empty()) list->Add(std::make_unique<HistoryCsv>(f.history, metrics, validation));
+  if (front_end != nullptr) list->AddUnowned(front_end);
+  if (tensorboard) {
+    list->Add(std::make_unique<TensorBoard>(std::move(tensorboard), trainer, options.optimizer));
+  }
+  for (auto& c : *checkpoints) list->Add(std::move(c));
+  return list;
+}
+
 }  // namespace
 
 absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
-                              const FitCallbacks& callbacks) {
+                              Callback* front_end,
+                              std::function<void(const std::string&)> on_message) {
   FitOptions f = options.fit;
   const Distributed* distributed = trainer->distributed();
   TF_RETURN_IF_ERROR(CheckFitOptions(options, distributed, &f));
@@ -381,74 +364,36 @@ absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
   }
 
   const std::vector<std::string>& metrics = trainer->metric_names();
-  std::vector<std::string> log_names = {"loss"};
-  for (const std::string& m : metrics) log_names.push_back(m);
-  if (validation) {
-    log_names.push_back("val_loss");
-    for (const std::string& m : metrics) log_names.push_back("val_" + m);
-  }
-  auto epoch_callbacks = EpochCallbacks::Create(f, trainer, log_names, callbacks.on_message);
-  if (!epoch_callbacks.ok()) return epoch_callbacks.status();
-  std::unique_ptr<TensorBoardLogger> tensorboard;
-  if (!f.tensorboard.empty()) {
-    auto logger = TensorBoardLogger::Create(f.tensorboard, f.update_freq);
-    if (!logger.ok()) return logger.status();
-    tensorboard = std::move(*logger);
-  }
+  auto callbacks = MakeCallbacks(trainer, options, f, validation != nullptr, front_end, on_message);
+  if (!callbacks.ok()) return callbacks.status();
   FitResult result;
-  auto initial_epoch = (*epoch_callbacks)->OnTrainBegin();
-  if (!initial_epoch.ok()) return initial_epoch.status();
-  result.initial_epoch = *initial_epoch;
+  TF_RETURN_IF_ERROR((*callbacks)->OnRestore(&result.initial_epoch));
   if (distributed != nullptr) {
     // A resumed chief's variables, optimizer state and epoch, on every worker.
     auto chief_epoch = trainer->BroadcastFromChief(result.initial_epoch);
     if (!chief_epoch.ok()) return chief_epoch.status();
     result.initial_epoch = *chief_epoch;
   }
-  std::ofstream steps_csv, epochs_csv;
-  if (!f.history.empty()) {
-    TF_RETURN_IF_ERROR(OpenHistory(f, metrics, validation != nullptr, result.initial_epoch > 0,
-                                   &steps_csv, &epochs_csv));
-  }
+  TF_RETURN_IF_ERROR((*callbacks)->OnTrainBegin(result.initial_epoch));
 
   auto iterations = trainer->Iterations();
   if (!iterations.ok()) return iterations.status();
-  const bool batch_summaries = tensorboard != nullptr && tensorboard->update_freq() > 0;
-  EpochLoop loop{trainer, f, callbacks, data->get(), distributed, by_files, metrics,
-                 steps_csv.is_open() || callbacks.on_batch_end || batch_summaries,
-                 batch_summaries, &steps_csv, tensorboard.get(), &result, *iterations};
+  EpochLoop loop{trainer, f, callbacks->get(), data->get(), distributed, by_files, metrics,
+                 (*callbacks)->WantsBatchLogs(), &result, *iterations};
   for (int64_t epoch = result.initial_epoch; epoch < f.epochs; ++epoch) {
     EpochLogs epoch_logs;
     TF_RETURN_IF_ERROR(TrainEpoch(&loop, epoch, &epoch_logs));
     if (validation) TF_RETURN_IF_ERROR(Validate(trainer, validation.get(), metrics, &epoch_logs));
-    std::vector<std::string> parts;
-    for (const auto& [name, v] : epoch_logs.logs) parts.push_back(absl::StrFormat("%s %.6g", name, v));
-    const std::string line = absl::StrFormat("epoch %d/%d: %s", epoch + 1, f.epochs, absl::StrJoin(parts, ", "));
-    if (epochs_csv.is_open()) {
-      epochs_csv << epoch;
-      for (const auto& [name, v] : epoch_logs.logs) epochs_csv << "," << Number(v);
-      epochs_csv << "\n";
-      epochs_csv.flush();
-      steps_csv.flush();
-    }
     result.history.push_back(epoch_logs);
-    if (callbacks.on_epoch_end) callbacks.on_epoch_end(epoch_logs, line);
-    if (tensorboard) {
-      auto done = trainer->Iterations();
-      if (!done.ok()) return done.status();
-      TF_RETURN_IF_ERROR(tensorboard->OnEpochEnd(epoch, epoch_logs.logs,
-                                                 LearningRateAt(options.optimizer, *done), *done));
-    }
-    auto stop = (*epoch_callbacks)->OnEpochEnd(epoch, epoch_logs.logs);
-    if (!stop.ok()) return stop.status();
-    if (*stop) {
+    bool stop = false;
+    TF_RETURN_IF_ERROR((*callbacks)->OnEpochEnd(epoch, epoch_logs.logs, &stop));
+    if (stop) {
       result.stopped_early = true;
       break;
     }
   }
-  TF_RETURN_IF_ERROR((*epoch_callbacks)->OnTrainEnd());
-  if (tensorboard) TF_RETURN_IF_ERROR(tensorboard->Close());
-  TF_RETURN_IF_ERROR(WriteTrained(trainer, f, callbacks));
+  TF_RETURN_IF_ERROR((*callbacks)->OnTrainEnd());
+  TF_RETURN_IF_ERROR(WriteTrained(trainer, f, on_message));
   return result;
 }
 

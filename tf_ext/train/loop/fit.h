@@ -3,7 +3,7 @@
 // per epoch (history CSVs equal to model.fit(...).history), validation after each epoch,
 // TensorBoard event files laid out as Keras's callback writes them, checkpoints each epoch with
 // --resume=auto, early stopping and the best epoch's checkpoint, then the trained weights and
-// SavedModel. tf_ext_train and the C API's TfExtTrainerFit both call Fit; every setting is an
+// SavedModel, each a callback. tf_ext_train and the C API's TfExtTrainerFit both call Fit; every setting is an
 // entry of the trainer's one option table (options.h), held in TrainerOptions::fit.
 #ifndef TF_EXT_TRAIN_LOOP_FIT_H_
 #define TF_EXT_TRAIN_LOOP_FIT_H_
@@ -15,21 +15,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tf_ext/train/loop/callback.h"
 #include "tf_ext/train/loop/logs.h"
 #include "tf_ext/train/model/trainer.h"
 
 namespace tensorflow::tf_ext::train {
-
-// What a front end shows while Fit runs; each may be empty.
-struct FitCallbacks {
-  // After each training step: the epoch (from 0), the examples seen in it, its examples (-1
-  // when unknown before the epoch ends), and Keras's batch logs (the running loss and metrics).
-  std::function<void(int64_t epoch, int64_t seen, int64_t examples, const Logs& running)> on_batch_end;
-  // After each epoch: its logs and the one-line summary Fit prints ("epoch 2/5: loss 0.31, ...").
-  std::function<void(const EpochLogs& logs, const std::string& line)> on_epoch_end;
-  // Anything else worth a line (a checkpoint written, early stopping, a resumed epoch).
-  std::function<void(const std::string& message)> on_message;
-};
 
 struct FitResult {
   std::vector<EpochLogs> history;  // the epochs this call ran
@@ -39,9 +29,15 @@ struct FitResult {
   std::vector<double> step_ms;     // each step's wall time
 };
 
-// Trains `trainer` as options.fit says (trainer was created with the same `options`).
+// Trains `trainer` as options.fit says (trainer was created with the same `options`): a loop
+// over epochs and batches that calls a CallbackList (callback.h) of the options' callbacks, in
+// this order: the history CSVs (history.h), `front_end` (a progress display, may be null),
+// TensorBoard (summary.h), then the checkpoint and stopping callbacks (callbacks.h).
+// `on_message` receives the lines those say (a checkpoint written, a resumed epoch, early
+// stopping) and the export's; may be empty.
 absl::StatusOr<FitResult> Fit(Trainer* trainer, const TrainerOptions& options,
-                              const FitCallbacks& callbacks = {});
+                              Callback* front_end = nullptr,
+                              std::function<void(const std::string&)> on_message = {});
 
 }  // namespace tensorflow::tf_ext::train
 

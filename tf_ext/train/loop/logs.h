@@ -16,6 +16,9 @@ using Logs = std::vector<std::pair<std::string, double>>;
 // The value of `name` in `logs`; nullptr when absent.
 const double* FindLog(const Logs& logs, const std::string& name);
 
+// The one-line summary of epoch `epoch` (from 0) of `epochs`: "epoch 2/5: loss 0.31, mae 0.4".
+std::string EpochSummary(int64_t epoch, int64_t epochs, const Logs& logs);
+
 struct EpochLogs {
   int64_t epoch = 0;  // from 0, as Keras's history
   Logs logs;

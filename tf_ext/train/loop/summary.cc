@@ -13,6 +13,7 @@
 #include "tensorflow/core/graph/graph.h"
 #include "tensorflow/core/platform/path.h"
 #include "tf_ext/train/model/graph_ops.h"
+#include "tf_ext/train/model/optimizers.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -238,6 +239,16 @@ absl::Status TensorBoardLogger::Close() {
     }
   }
   return first;
+}
+
+absl::Status TensorBoard::OnTrainBatchEnd(const BatchEnd& batch) {
+  return logger_->OnTrainBatchEnd(batch.step, *batch.logs);
+}
+
+absl::Status TensorBoard::OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) {
+  auto done = trainer_->Iterations();
+  if (!done.ok()) return done.status();
+  return logger_->OnEpochEnd(epoch, logs, LearningRateAt(optimizer_, *done), *done);
 }
 
 }  // namespace tensorflow::tf_ext::train

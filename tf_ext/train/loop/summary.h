@@ -38,7 +38,9 @@
 #include "absl/status/statusor.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/public/session.h"
+#include "tf_ext/train/loop/callback.h"
 #include "tf_ext/train/loop/logs.h"
+#include "tf_ext/train/model/trainer.h"
 
 namespace tensorflow::tf_ext::train {
 
@@ -92,6 +94,24 @@ class TensorBoardLogger {
   std::string step_, value_, tag_;  // the placeholders every write feeds
   Writer train_, validation_;
   bool closed_ = false;
+};
+
+// --tensorboard=DIR as a callback (callback.h): the logger's batch summaries each step, its epoch
+// summaries with the optimizer's learning rate and iterations at the epoch's end (read from
+// `trainer`), the files closed when training ends.
+class TensorBoard : public Callback {
+ public:
+  TensorBoard(std::unique_ptr<TensorBoardLogger> logger, Trainer* trainer, OptimizerSpec optimizer)
+      : logger_(std::move(logger)), trainer_(trainer), optimizer_(std::move(optimizer)) {}
+  bool WantsBatchLogs() const override { return logger_->update_freq() > 0; }
+  absl::Status OnTrainBatchEnd(const BatchEnd& batch) override;
+  absl::Status OnEpochEnd(int64_t epoch, const Logs& logs, bool* stop) override;
+  absl::Status OnTrainEnd() override { return logger_->Close(); }
+
+ private:
+  std::unique_ptr<TensorBoardLogger> logger_;
+  Trainer* trainer_;
+  OptimizerSpec optimizer_;
 };
 
 }  // namespace tensorflow::tf_ext::train
