@@ -71,6 +71,20 @@ TEST(ClusterTest, TheChiefJobComesFirst) {
   EXPECT_EQ(c.tasks[2].address, "w1:2");
 }
 
+// TF_CONFIG is JSON as a JSON library reads it: \u escapes, exponents, a non-object root.
+TEST(ClusterTest, TfConfigIsReadAsAnyJson) {
+  const Cluster c = Resolve(DistributedOptions(),
+                            R"({"cluster": {"worker": ["w\u0030:1", "w1:2"]},
+                                "task": {"type": "work\u0065r", "index": 1e0}})");
+  ASSERT_EQ(c.size(), 2);
+  EXPECT_EQ(c.tasks[0].address, "w0:1");
+  EXPECT_EQ(c.rank, 1);
+  const DistributedOptions none;
+  EXPECT_TRUE(absl::StrContains(Error(none, "[1, 2]"), "TF_CONFIG has no \"cluster\" object"));
+  EXPECT_TRUE(absl::StrContains(Error(none, R"({"cluster": {"worker": ["a:1"]}} x)"),
+                                "TF_CONFIG is not valid JSON"));
+}
+
 TEST(ClusterTest, BadValuesAreNamed) {
   DistributedOptions o;
   o.cluster = "a:1,b";

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/json/json.h"
+#include "google/protobuf/struct.pb.h"
 #include "tensorflow/core/distributed_runtime/server_lib.h"
 #include "tensorflow/core/distributed_runtime/worker_env.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -38,152 +40,16 @@ absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(kWhat, message));
 }
 
-// Just enough JSON for TF_CONFIG: objects, arrays, strings, numbers, true/false/null.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  double number = 0;
-  std::string text;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-  const Json* Find(const std::string& key) const {
-    for (const auto& [k, v] : members) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
-};
+// TF_CONFIG's JSON as protobuf's JSON parser reads it (google.protobuf.Value: any JSON value).
+using JsonValue = google::protobuf::Value;
 
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
-  absl::StatusOr<Json> Parse() {
-    Json v;
-    TF_RETURN_IF_ERROR(Value(&v));
-    Space();
-    if (i_ != s_.size()) return Error("text after the value");
-    return v;
-  }
-
- private:
-  absl::Status Error(const std::string& what) const {
-    return Invalid(absl::StrCat("TF_CONFIG is not valid JSON: ", what, " at offset ", i_));
-  }
-  void Space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool Literal(const char* word) {
-    const size_t n = std::strlen(word);
-    if (s_.compare(i_, n, word) != 0) return false;
-    i_ += n;
-    return true;
-  }
-  absl::Status String(std::string* out) {
-    ++i_;  // the opening quote
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c == '\\') {
-        if (i_ >= s_.size()) break;
-        c = s_[i_++];
-        switch (c) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case 'r': c = '\r'; break;
-          case 'b': c = '\b'; break;
-          case 'f': c = '\f'; break;
-          case 'u': return Error("\\u escapes are not supported");
-          default: break;  // \" \\ \/
-        }
-      }
-      out->push_back(c);
-    }
-    if (i_ >= s_.size()) return Error("unterminated string");
-    ++i_;
-    return absl::OkStatus();
-  }
-  absl::Status Value(Json* v) {
-    Space();
-    if (i_ >= s_.size()) return Error("unexpected end");
-    const char c = s_[i_];
-    if (c == '{') {
-      v->kind = Json::kObject;
-      ++i_;
-      Space();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return absl::OkStatus();
-      }
-      for (;;) {
-        Space();
-        if (i_ >= s_.size() || s_[i_] != '"') return Error("expected a key");
-        std::string key;
-        TF_RETURN_IF_ERROR(String(&key));
-        Space();
-        if (i_ >= s_.size() || s_[i_] != ':') return Error("expected ':'");
-        ++i_;
-        Json member;
-        TF_RETURN_IF_ERROR(Value(&member));
-        v->members.push_back({key, std::move(member)});
-        Space();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == '}') {
-          ++i_;
-          return absl::OkStatus();
-        }
-        return Error("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      v->kind = Json::kArray;
-      ++i_;
-      Space();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        return absl::OkStatus();
-      }
-      for (;;) {
-        Json item;
-        TF_RETURN_IF_ERROR(Value(&item));
-        v->items.push_back(std::move(item));
-        Space();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == ']') {
-          ++i_;
-          return absl::OkStatus();
-        }
-        return Error("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
-      v->kind = Json::kString;
-      return String(&v->text);
-    }
-    if (Literal("true") || Literal("false")) {
-      v->kind = Json::kBool;
-      v->number = s_[i_ - 1] == 'e' && s_[i_ - 2] == 'u';
-      return absl::OkStatus();
-    }
-    if (Literal("null")) return absl::OkStatus();
-    const size_t start = i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '-' ||
-                              s_[i_] == '+' || s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) {
-      ++i_;
-    }
-    if (start == i_ || !absl::SimpleAtod(s_.substr(start, i_ - start), &v->number)) {
-      i_ = start;
-      return Error("unexpected character");
-    }
-    v->kind = Json::kNumber;
-    return absl::OkStatus();
-  }
-  const std::string& s_;
-  size_t i_ = 0;
-};
+// Member `key` of a JSON object; nullptr when `v` is no object or has no such member.
+const JsonValue* Member(const JsonValue& v, const std::string& key) {
+  if (v.kind_case() != JsonValue::kStructValue) return nullptr;
+  const auto& fields = v.struct_value().fields();
+  auto it = fields.find(key);
+  return it == fields.end() ? nullptr : &it->second;
+}
 
 absl::Status CheckAddress(const std::string& address, const std::string& where) {
   const size_t colon = address.rfind(':');
@@ -212,48 +78,55 @@ absl::StatusOr<Cluster> FromFlag(const DistributedOptions& options) {
 }
 
 absl::StatusOr<Cluster> FromTfConfig(const std::string& text) {
-  auto parsed = JsonParser(text).Parse();
-  if (!parsed.ok()) return parsed.status();
-  const Json& root = *parsed;
-  const Json* cluster = root.Find("cluster");
-  if (root.kind != Json::kObject || cluster == nullptr || cluster->kind != Json::kObject) {
+  JsonValue root;
+  if (absl::Status s = google::protobuf::json::JsonStringToMessage(text, &root); !s.ok()) {
+    return Invalid(absl::StrCat("TF_CONFIG is not valid JSON: ", s.message()));
+  }
+  const JsonValue* cluster = Member(root, "cluster");
+  if (cluster == nullptr || cluster->kind_case() != JsonValue::kStructValue) {
     return Invalid("TF_CONFIG has no \"cluster\" object");
   }
   std::map<std::string, std::vector<std::string>> jobs;
-  for (const auto& [job, tasks] : cluster->members) {
+  // In the jobs' name order (a JSON object's members have none).
+  const std::map<std::string, JsonValue> members(cluster->struct_value().fields().begin(),
+                                                 cluster->struct_value().fields().end());
+  for (const auto& [job, tasks] : members) {
     if (job != "worker" && job != "chief") {
       return Invalid(absl::StrCat("TF_CONFIG's cluster has a '", job,
                                   "' job; only 'worker' and 'chief' are supported (data-parallel "
                                   "workers, no parameter servers)"));
     }
-    if (tasks.kind != Json::kArray) {
+    if (tasks.kind_case() != JsonValue::kListValue) {
       return Invalid(absl::StrCat("TF_CONFIG's cluster.", job, " is not a list of host:port"));
     }
-    for (const Json& t : tasks.items) {
-      if (t.kind != Json::kString) {
+    for (const JsonValue& t : tasks.list_value().values()) {
+      if (t.kind_case() != JsonValue::kStringValue) {
         return Invalid(absl::StrCat("TF_CONFIG's cluster.", job, " is not a list of host:port"));
       }
-      TF_RETURN_IF_ERROR(CheckAddress(t.text, absl::StrCat("TF_CONFIG's cluster.", job)));
-      jobs[job].push_back(t.text);
+      TF_RETURN_IF_ERROR(CheckAddress(t.string_value(), absl::StrCat("TF_CONFIG's cluster.", job)));
+      jobs[job].push_back(t.string_value());
     }
   }
   if (jobs["worker"].empty() && jobs["chief"].empty()) return Invalid("TF_CONFIG's cluster names no worker");
   if (jobs["chief"].size() > 1) {
     return Invalid(absl::StrCat("TF_CONFIG's cluster.chief has ", jobs["chief"].size(), " tasks; at most one"));
   }
-  const Json* task = root.Find("task");
-  const Json* type = task != nullptr ? task->Find("type") : nullptr;
-  const Json* index = task != nullptr ? task->Find("index") : nullptr;
-  if (type == nullptr || type->kind != Json::kString || index == nullptr || index->kind != Json::kNumber) {
+  const JsonValue* task = Member(root, "task");
+  const JsonValue* type = task != nullptr ? Member(*task, "type") : nullptr;
+  const JsonValue* index = task != nullptr ? Member(*task, "index") : nullptr;
+  if (type == nullptr || type->kind_case() != JsonValue::kStringValue || index == nullptr ||
+      index->kind_case() != JsonValue::kNumberValue) {
     return Invalid("TF_CONFIG has no task.type (a string) and task.index (a number)");
   }
-  if (type->text != "worker" && type->text != "chief") {
-    return Invalid(absl::StrCat("TF_CONFIG's task.type '", type->text, "' is not worker or chief"));
+  const std::string& task_type = type->string_value();
+  const double task_index = index->number_value();
+  if (task_type != "worker" && task_type != "chief") {
+    return Invalid(absl::StrCat("TF_CONFIG's task.type '", task_type, "' is not worker or chief"));
   }
-  const int64_t i = static_cast<int64_t>(index->number);
-  if (i != index->number || i < 0 || i >= static_cast<int64_t>(jobs[type->text].size())) {
-    return Invalid(absl::StrCat("TF_CONFIG's task.index ", index->number, " is not a task of job '",
-                                type->text, "' (", jobs[type->text].size(), " tasks)"));
+  const int64_t i = static_cast<int64_t>(task_index);
+  if (i != task_index || i < 0 || i >= static_cast<int64_t>(jobs[task_type].size())) {
+    return Invalid(absl::StrCat("TF_CONFIG's task.index ", task_index, " is not a task of job '",
+                                task_type, "' (", jobs[task_type].size(), " tasks)"));
   }
   Cluster c;
   for (const std::string& a : jobs["chief"]) c.tasks.push_back({"chief", 0, a});
@@ -261,7 +134,7 @@ absl::StatusOr<Cluster> FromTfConfig(const std::string& text) {
     c.tasks.push_back({"worker", static_cast<int64_t>(k), jobs["worker"][k]});
   }
   for (int r = 0; r < c.size(); ++r) {
-    if (c.tasks[r].job == type->text && c.tasks[r].index == i) c.rank = r;
+    if (c.tasks[r].job == task_type && c.tasks[r].index == i) c.rank = r;
   }
   return c;
 }
