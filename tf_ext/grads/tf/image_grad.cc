@@ -11,17 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::GradName;
-using grad::NodeAttrs;
-using grad::Placeholder;
 
 // ExtractImagePatches(images [B, R, C, D]) / ExtractVolumePatches(input [B, P, R, C, D]) copy
 // input pixels (or padding zeros) into patches [B, ..., k*D]; the gradient sums each patch

@@ -23,17 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
-using grad::FDH;
 using grad::GradBuilder;
-using grad::GradName;
-using grad::NodeAttrs;
 
 // The shape of `t` without its first dimension (int32): the element shape of a list made from
 // or gathered into `t`. `t` is a forward argument, or has the dtype of forward argument

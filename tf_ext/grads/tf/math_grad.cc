@@ -12,10 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
@@ -36,7 +34,6 @@ absl::Status ErfcGrad(const AttrSlice& attrs, FunctionDef* g) {
   });
   return b.Build(g);
 }
-
 
 // The backward ops of Tanh, Sigmoid, Sqrt, Rsqrt and Reciprocal: f(y, dy) with y the forward
 // output and dy its incoming gradient. Their gradients are second-derivative building blocks

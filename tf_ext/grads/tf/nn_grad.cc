@@ -13,16 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::GradName;
-using grad::NodeAttrs;
 
 // ---------------------------------------------------------------------------------------------
 // Activations' backward ops: f(gradients, z) = gradients * f'(z).

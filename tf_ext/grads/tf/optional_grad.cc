@@ -14,9 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/attr_value_util.h"
-#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {

@@ -8,15 +8,11 @@
 // gradients on the same inputs (tests/python/test_tf_array_misc_grads.py).
 #include <string>
 
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
 #include "tf_ext/grads/manifest.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::GradName;
 
 // FakeQuantWithMinMaxArgs(inputs; min, max) = inputs rounded to the quantisation grid of
 // [min, max] (nudged), clamped: straight-through inside the range, 0 outside:

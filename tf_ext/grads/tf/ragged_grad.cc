@@ -14,16 +14,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
 
 using FDH = FunctionDefHelper;
-using grad::GradName;
 
 std::string Arg(const std::string& name, DataType type) {
   return absl::StrCat(name, ": ", DataTypeString(type));

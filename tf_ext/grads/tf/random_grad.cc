@@ -19,16 +19,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::GradName;
-using grad::Placeholder;
 
 // d(alpha) for a sample of shape [n sample axes..., alpha's shape]: `sample_axes` (int32
 // scalar node) = n; `alpha_type` = alpha's type attr; `shape` / `shape_type` = the shape input.

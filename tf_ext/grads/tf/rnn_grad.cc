@@ -15,14 +15,10 @@
 // tests/python/test_tf_misc_parity_grads.py (against Python's tf.gradients).
 #include <string>
 
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::GradName;
 
 // BlockLSTM lays its four gates out in w and b as [i, c, f, o], BlockLSTMV2 as [i, f, c, o]
 // (lstm_ops.cc, ICFO / IFCO), and each backward op packs d(gates) into d(w), d(b) in its

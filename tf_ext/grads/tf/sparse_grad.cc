@@ -20,18 +20,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/types.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::GradName;
-using grad::NodeAttrs;
-using grad::Placeholder;
 
 bool IsComplexType(DataType t) { return t == DT_COMPLEX64 || t == DT_COMPLEX128; }
 

@@ -17,17 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::GradName;
-using grad::NodeAttrs;
-using grad::Placeholder;
 
 const NodeAttrs kI32 = {{"T", DT_INT32}};
 

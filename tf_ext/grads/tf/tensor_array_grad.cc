@@ -56,17 +56,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/types.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::Placeholder;
 
 // The `source` of the gradient arrays (see above).
 constexpr char kGradSource[] = "tf_ext_gradients";

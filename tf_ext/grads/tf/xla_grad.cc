@@ -17,15 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tensorflow/core/framework/function.h"
-#include "tf_ext/grads/grad_builder.h"
-#include "tf_ext/grads/registry.h"
+#include "tf_ext/grads/tf/tf_gradient.h"
 
 namespace tensorflow::tf_ext {
 namespace {
-
-using grad::FDH;
-using grad::GradName;
 
 // XlaEinsum(a, b; equation = "A,B->C"): product = einsum over the labels of A, B into C.
 // The product is bilinear, so each input's gradient is the einsum of d(product) with the other
