@@ -2,13 +2,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <memory>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tensorflow/core/framework/tensor_util.h"
 #include "tensorflow/core/platform/env.h"
