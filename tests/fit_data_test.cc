@@ -16,9 +16,12 @@
 #include "tensorflow/core/example/example.pb.h"
 #include "tensorflow/core/example/feature.pb.h"
 #include "tensorflow/core/lib/io/record_writer.h"
+#include "tensorflow/core/lib/io/zlib_compression_options.h"
+#include "tensorflow/core/lib/io/zlib_outputbuffer.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/file_system.h"
 #include "tf_ext/train/data/data.h"
+#include "tf_ext/train/data/tfrecord_check.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -294,17 +297,15 @@ TEST(TFRecordDataTest, Gzip) {
   auto source = OpenTFRecordData(files, spec);
   ASSERT_TRUE(source.ok()) << source.status();
   EXPECT_EQ(Flat(Epoch(source->get(), 0)), Range(26));
-  // Read uncompressed, the same files are corrupt records: an error, no crash.
+  // Read uncompressed, the same files are corrupt records: an error before reading, no crash,
+  // with a hint at the compression.
   DataSpec plain = XYSpec(6);
   auto wrong = OpenTFRecordData(files, plain);
-  ASSERT_TRUE(wrong.ok()) << wrong.status();
-  ASSERT_TRUE((*wrong)->StartEpoch(0).ok());
-  Batch batch;
-  auto next = (*wrong)->Next(&batch);
-  ASSERT_FALSE(next.ok());
-  EXPECT_EQ(next.status().code(), absl::StatusCode::kDataLoss) << next.status();
-  EXPECT_NE(next.status().message().find("part-0.tfrecord"), std::string::npos) << next.status();
-  EXPECT_EQ(next.status().message().find("[[{{node"), std::string::npos) << next.status();
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("part-0.tfrecord' has a corrupt record at byte offset 0"), std::string::npos)
+      << wrong.status();
+  EXPECT_NE(wrong.status().message().find("option 'compression'"), std::string::npos) << wrong.status();
 }
 
 TEST(TFRecordDataTest, CastsToTheFedDtypes) {
@@ -390,7 +391,7 @@ TEST(TFRecordDataTest, BadInputErrorsNameIt) {
   ExpectError(FirstBatchError(corrupt, XYSpec(4)), absl::StatusCode::kDataLoss, {corrupt, "corrupt"});
   // Among several files, the corrupt one is named.
   ExpectError(FirstBatchError(absl::StrCat(good, ",", corrupt), XYSpec(4)), absl::StatusCode::kDataLoss,
-              {"in " + corrupt});
+              {"'" + corrupt + "'"});
   // Truncated mid-record.
   const std::string truncated = dir + "/truncated.tfrecord";
   {
@@ -439,6 +440,175 @@ TEST(TFRecordDataTest, BadInputErrorsNameIt) {
   auto source = OpenTFRecordData(good, XYSpec(8));
   ASSERT_TRUE(source.ok());
   EXPECT_EQ(Flat(Epoch(source->get(), 0)), Range(40));
+}
+
+// Records 0..n-1's first bytes in a file WriteRecords(path, 0, n) wrote (a record is its data and
+// 16 bytes of length and CRCs), and that file's size last.
+std::vector<int64_t> RecordOffsets(int64_t n) {
+  std::vector<int64_t> offsets = {0};
+  for (int64_t id = 0; id < n; ++id) offsets.push_back(offsets.back() + 16 + static_cast<int64_t>(ExampleBytes(id).size()));
+  return offsets;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::string bytes;
+  TF_CHECK_OK(ReadFileToString(Env::Default(), path, &bytes));
+  return bytes;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  TF_CHECK_OK(WriteStringToFile(Env::Default(), path, bytes));
+}
+
+// `bytes` GZIP-compressed, whole (a gzip of a file truncated before it was compressed).
+void WriteGzip(const std::string& path, const std::string& bytes) {
+  std::unique_ptr<WritableFile> file;
+  TF_CHECK_OK(Env::Default()->NewWritableFile(path, &file));
+  io::ZlibOutputBuffer out(file.get(), 1 << 16, 1 << 16, io::ZlibCompressionOptions::GZIP());
+  TF_CHECK_OK(out.Init());
+  TF_CHECK_OK(out.Append(bytes));
+  TF_CHECK_OK(out.Close());
+  TF_CHECK_OK(file->Close());
+}
+
+void ExpectBad(const std::string& path, const std::string& compression, bool data_crcs, int64_t records,
+               int64_t offset, bool truncated, const std::string& detail) {
+  SCOPED_TRACE(absl::StrCat(path, " data_crcs=", data_crcs));
+  auto check = CheckRecordFile(path, compression, data_crcs);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_FALSE(check->ok());
+  EXPECT_EQ(check->records, records);
+  EXPECT_EQ(check->offset, offset);
+  EXPECT_EQ(check->truncated, truncated);
+  EXPECT_EQ(check->detail, detail);
+}
+
+// TensorFlow's reader takes a file cut inside a record's 12-byte header for one ending there
+// (tf.data trains on the records before the cut): the check finds every cut, in the header, the
+// data and the trailing CRC, and each CRC that fails, with the records before it.
+TEST(TFRecordCheckTest, FindsEachTruncationAndCrcFailure) {
+  const std::string dir = TempDir("check");
+  const std::string good = dir + "/good.tfrecord";
+  WriteRecords(good, 0, 10);
+  const std::string bytes = ReadBytes(good);
+  const std::vector<int64_t> at = RecordOffsets(10);
+  ASSERT_EQ(at.back(), static_cast<int64_t>(bytes.size()));
+  const int64_t whole = at[7] - at[6];  // record 6's bytes
+  for (bool data_crcs : {false, true}) {
+    auto check = CheckRecordFile(good, "", data_crcs);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_TRUE(check->ok()) << check->detail;
+    EXPECT_EQ(check->records, 10);
+    // Cut inside record 6: its header (5 bytes, all 12), its data, its trailing CRC.
+    for (int64_t kept : {int64_t{5}, int64_t{12}, int64_t{20}, whole - 2}) {
+      const std::string cut = absl::StrCat(dir, "/cut", kept, ".tfrecord");
+      WriteBytes(cut, bytes.substr(0, at[6] + kept));
+      const std::string detail = kept < 12 ? absl::StrCat(kept, " of its 12 header bytes")
+                                           : absl::StrCat(kept, " of its ", whole, " bytes");
+      ExpectBad(cut, "", data_crcs, 6, at[6], true, detail);
+    }
+    // Cut between records: a whole file of fewer records.
+    WriteBytes(dir + "/six.tfrecord", bytes.substr(0, at[6]));
+    auto six = CheckRecordFile(dir + "/six.tfrecord", "", data_crcs);
+    ASSERT_TRUE(six.ok());
+    EXPECT_TRUE(six->ok());
+    EXPECT_EQ(six->records, 6);
+  }
+  // A byte of record 3's length, of its length's CRC: the length's CRC fails, found from the
+  // header alone.
+  for (int64_t byte : {1, 9}) {
+    std::string flipped = bytes;
+    flipped[at[3] + byte] ^= 0x10;
+    WriteBytes(dir + "/length.tfrecord", flipped);
+    for (bool data_crcs : {false, true}) {
+      ExpectBad(dir + "/length.tfrecord", "", data_crcs, 3, at[3], false, "the CRC of its length does not match");
+    }
+  }
+  // A byte of record 3's data, of its data's CRC: found reading the data.
+  for (int64_t byte : {int64_t{12 + 3}, at[4] - at[3] - 1}) {
+    std::string flipped = bytes;
+    flipped[at[3] + byte] ^= 0x10;
+    WriteBytes(dir + "/data.tfrecord", flipped);
+    auto headers = CheckRecordFile(dir + "/data.tfrecord", "", /*data_crcs=*/false);
+    ASSERT_TRUE(headers.ok());
+    EXPECT_TRUE(headers->ok());
+    ExpectBad(dir + "/data.tfrecord", "", true, 3, at[3], false, "the CRC of its data does not match");
+  }
+  // Compressed, the offsets are the decompressed data's; whole gzip streams of cut records.
+  WriteGzip(dir + "/header.tfrecord.gz", bytes.substr(0, at[6] + 5));
+  ExpectBad(dir + "/header.tfrecord.gz", "GZIP", false, 6, at[6], true, "5 of its 12 header bytes");
+  WriteGzip(dir + "/data.tfrecord.gz", bytes.substr(0, at[6] + 20));
+  ExpectBad(dir + "/data.tfrecord.gz", "GZIP", false, 6, at[6], true, absl::StrCat("20 of its ", whole, " bytes"));
+  WriteGzip(dir + "/whole.tfrecord.gz", bytes);
+  auto gz = CheckRecordFile(dir + "/whole.tfrecord.gz", "GZIP", false);
+  ASSERT_TRUE(gz.ok()) << gz.status();
+  EXPECT_TRUE(gz->ok()) << gz->detail;
+  EXPECT_EQ(gz->records, 10);
+  EXPECT_FALSE(CheckRecordFile(dir + "/none.tfrecord", "", false).ok());
+
+  RecordFileCheck cut;
+  cut.records = 6;
+  cut.offset = 408;
+  cut.truncated = true;
+  cut.detail = "5 of its 12 header bytes";
+  EXPECT_EQ(DescribeRecordProblem("a.tfrecord", "", cut),
+            "TFRecord file 'a.tfrecord' is truncated: it ends inside the record at byte offset 408 (5 of its 12 "
+            "header bytes), after 6 records read from it");
+  RecordFileCheck crc;
+  crc.records = 1;
+  crc.offset = 26;
+  crc.detail = "the CRC of its data does not match";
+  EXPECT_EQ(DescribeRecordProblem("a.tfrecord", "GZIP", crc),
+            "TFRecord file 'a.tfrecord' has a corrupt record at byte offset 26 of its decompressed data (the CRC of "
+            "its data does not match), after 1 record read from it");
+}
+
+// A bad file stops training with one error (file, offset, records before it); with
+// skip_corrupt_records its records before the bad one are read, the rest skipped, through one
+// reader and several.
+TEST(TFRecordDataTest, CorruptRecordsAreAnErrorOrSkipped) {
+  const std::string dir = TempDir("skip");
+  WriteRecords(dir + "/a.tfrecord", 0, 10);
+  WriteRecords(dir + "/c.tfrecord", 20, 10);
+  WriteRecords(dir + "/d.tfrecord", 30, 10);
+  const std::vector<int64_t> at = RecordOffsets(10);
+  // b: 10 records cut inside record 6's header; c: record 3's data flipped (ids 20..29 are the
+  // same size as 0..9); d: its first record's length flipped.
+  WriteRecords(dir + "/b.tfrecord", 10, 10);
+  WriteBytes(dir + "/b.tfrecord", ReadBytes(dir + "/b.tfrecord").substr(0, at[6] + 5));
+  std::string c = ReadBytes(dir + "/c.tfrecord");
+  c[at[3] + 12 + 3] ^= 0x10;
+  WriteBytes(dir + "/c.tfrecord", c);
+  std::string d = ReadBytes(dir + "/d.tfrecord");
+  d[2] ^= 0x10;
+  WriteBytes(dir + "/d.tfrecord", d);
+
+  const std::string a = dir + "/a.tfrecord", b = dir + "/b.tfrecord";
+  ExpectError(OpenTFRecordData(absl::StrCat(a, ",", b), XYSpec(4)).status(), absl::StatusCode::kDataLoss,
+              {absl::StrCat("TFRecord file '", b, "' is truncated: it ends inside the record at byte offset ", at[6],
+                            " (5 of its 12 header bytes), after 6 records read from it (option "
+                            "'skip_corrupt_records' trains on the records before it and skips the rest of the file)")});
+  // A data CRC is found by tf.data, then named the same way.
+  ExpectError(FirstBatchError(absl::StrCat(a, ",", dir, "/c.tfrecord"), XYSpec(4)), absl::StatusCode::kDataLoss,
+              {absl::StrCat("TFRecord file '", dir, "/c.tfrecord' has a corrupt record at byte offset ", at[3],
+                            " (the CRC of its data does not match), after 3 records read from it")});
+
+  std::vector<int64_t> expected = Range(10);
+  for (int64_t id : {10, 11, 12, 13, 14, 15, 20, 21, 22}) expected.push_back(id);
+  for (int64_t readers : {1, 2}) {
+    DataSpec spec = XYSpec(4);
+    spec.skip_corrupt_records = true;
+    spec.parallel_reads = readers;
+    auto source = OpenTFRecordData(dir + "/*.tfrecord", spec);
+    ASSERT_TRUE(source.ok()) << source.status();
+    EXPECT_EQ(Flat(Epoch(source->get(), 0)), expected) << readers;
+    EXPECT_EQ(Flat(Epoch(source->get(), 1)), expected) << readers;
+    // One bad file alone, through the interleave that takes its good records.
+    spec.parallel_reads = 0;
+    auto alone = OpenTFRecordData(b, spec);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(Flat(Epoch(alone->get(), 0)), std::vector<int64_t>({10, 11, 12, 13, 14, 15}));
+  }
 }
 
 }  // namespace

@@ -4,9 +4,10 @@ the same files (TFRecordDataset(files) -> batch -> parse_example -> prefetch): t
 losses of an MLP and of a small CNN agree to a relative 1e-4, with a partial last batch and
 several files. Memory is bounded by the pipeline's buffers, not by the data: the peak resident
 size (ru_maxrss, the process's VmHWM) of a 1-epoch run on ~128 MB of records exceeds that on
-~8 MB by at most the buffers' size plus 64 MB. Bad input (a corrupt record, a feature missing or
-of another shape, a glob matching nothing, a --features syntax error) gets one clear error
-naming the value, exit status 1, no crash and no hang."""
+~8 MB by at most the buffers' size plus 64 MB. Bad input (a corrupt record, a file truncated
+inside a record, a feature missing or of another shape, a glob matching nothing, a --features
+syntax error) gets one clear error naming the value, exit status 1, no crash and no hang;
+--skip_corrupt_records trains on a bad file's records before the bad one, with a warning."""
 import csv
 import os
 import re
@@ -256,6 +257,56 @@ def test_bad_input_gets_one_clear_error(small, tmp_path):
         assert len(errors) == 1, (flags, r.stderr)
         for w in words:
             assert w in errors[0], (flags, w, errors[0])
+
+
+def one_error(r, flags):
+    assert r.returncode == 1, (flags, r.returncode, r.stdout, r.stderr)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("tf_ext_train:")]
+    assert len(errors) == 1, (flags, r.stderr)
+    assert "epoch 1/1" not in r.stdout, (flags, r.stdout)
+    return errors[0]
+
+
+def test_truncated_or_corrupt_records_stop_training_or_are_skipped(small, tmp_path):
+    """A file cut inside a record (its 12-byte header, its data, its trailing CRC: TensorFlow's
+    reader ends a file cut in the header silently) or with a record failing its length's or its
+    data's CRC is one error naming the file, the byte offset and the records read before it.
+    With --skip_corrupt_records the same file trains on those records, with a warning saying so:
+    one step per record trained on at batch size 1."""
+    import struct
+    tmp, export, _, _ = small
+    good = open(tmp / "a.tfrecord", "rb").read()
+    record = 16 + struct.unpack("<Q", good[:8])[0]  # every record of the fixture: x 5, y 2 floats
+    assert len(good) == 20 * record
+    cuts = {"header": 6 * record + 5, "data": 6 * record + 20, "crc": 7 * record - 2}
+    bad = {}
+    for name, end in cuts.items():
+        bad[name] = (good[:end], 6, f"is truncated: it ends inside the record at byte offset {6 * record} (")
+    for name, byte, what in [("length_crc", 9, "length"), ("data_crc", 12 + 3, "data")]:
+        flipped = bytearray(good)
+        flipped[3 * record + byte] ^= 0x10
+        bad[name] = (bytes(flipped), 3, f"has a corrupt record at byte offset {3 * record} "
+                                        f"(the CRC of its {what} does not match)")
+    base = [f"--saved_model={export}", "--inputs=x", "--targets=y", "--features=y:float32:2",
+            "--epochs=1"]
+    for name, (data, before, what) in bad.items():
+        path = tmp_path / f"{name}.tfrecord"
+        path.write_bytes(data)
+        flags = base + [f"--data={path},{tmp / 'b.tfrecord'}", "--batch_size=8"]
+        error = one_error(run_tool(*flags, timeout=120), flags)
+        assert f"TFRecord file '{path}' {what}" in error, (name, error)
+        assert f"after {before} records read from it" in error, (name, error)
+        assert "option 'skip_corrupt_records'" in error, (name, error)
+        history = tmp_path / f"{name}.csv"
+        r = run_tool(*(flags[:-1] + ["--batch_size=1", "--skip_corrupt_records",
+                                     f"--history={history}"]), timeout=120)
+        assert r.returncode == 0, (name, r.stdout, r.stderr)
+        warning = [line for line in r.stderr.splitlines() if f"TFRecord file '{path}' {what}" in line]
+        assert len(warning) == 1, (name, r.stderr)
+        assert (f"after {before} records read from it; option 'skip_corrupt_records': reading the "
+                f"{before} records before it, skipping the rest of the file") in warning[0], warning
+        with open(history) as f:
+            assert len(list(csv.DictReader(f))) == before + 20, name  # b.tfrecord's 20 records too
 
 
 def test_shuffle_buffer_is_reproducible_and_reshuffles(small):

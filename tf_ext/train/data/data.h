@@ -58,6 +58,10 @@ struct DataSpec {
   // TFRecord only: files read in parallel (0: up to 4), parallel parse calls (0: one per core),
   // batches prefetched (0: grown by the prefetch's own autotuner).
   int64_t parallel_reads = 0, parallel_calls = 0, prefetch = 0;
+  // TFRecord only: a file truncated inside a record, or with a record whose length or data fails
+  // its CRC, is read up to that record, the rest skipped with a warning (file, byte offset,
+  // records before it); otherwise it is an error naming the same (tfrecord_check.h).
+  bool skip_corrupt_records = false;
 };
 
 class BatchSource {

@@ -28,6 +28,12 @@
 // files inside one, and the parse is deterministic. With one, epoch e shuffles with the seeds
 // (seed, e + 1): the same order for the same seed and epoch, whichever epochs ran before.
 //
+// Before that each file's records are read by tfrecord_check.h (their headers; every record with
+// skip_corrupt_records): TFRecordDataset ends a file cut inside a record's header silently, as if
+// it ended there. A bad file is an error naming it, the byte offset and the records before it;
+// with skip_corrupt_records a warning, and the pipeline reads that file's good records only
+// (TakeDataset in the per-file read function, always through the interleave).
+//
 // Memory is bounded by the buffers (shuffle_buffer records; buffered_records() records per file
 // read ahead; parallel_calls + prefetch batches; in the last kLookahead batches of an epoch
 // also the next epoch's, while this one's shuffle buffer holds at most those batches), not by
@@ -69,9 +75,11 @@
 #include "tensorflow/core/lib/io/record_reader.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/cpu_info.h"
+#include "tensorflow/core/platform/logging.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tensorflow/core/public/session.h"
 #include "tf_ext/train/data/data.h"
+#include "tf_ext/train/data/tfrecord_check.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -81,6 +89,8 @@ constexpr int64_t kAutotune = -1;
 // The next epoch's iterator is made this many batches before the epoch ends.
 constexpr int64_t kLookahead = 8;
 constexpr int64_t kReadBufferBytes = 1 << 20;  // TFRecordDataset's read buffer, per open file
+constexpr char kSkipHint[] =
+    " (option 'skip_corrupt_records' trains on the records before it and skips the rest of the file)";
 
 struct DtypeName {
   const char* name;
@@ -268,6 +278,7 @@ class TFRecordSource : public BatchSource {
 
   absl::Status Build() {
     TF_RETURN_IF_ERROR(ResolveFeatures());
+    TF_RETURN_IF_ERROR(CheckFiles());
     GraphDef graph;
     TF_RETURN_IF_ERROR(BuildGraph(&graph));
     SessionOptions options;
@@ -452,7 +463,33 @@ class TFRecordSource : public BatchSource {
     return absl::OkStatus();
   }
 
-  // The function reading one file: filename -> TFRecordDataset.
+  // Each file's records read before tf.data reads them (tfrecord_check.h): TFRecordDataset ends
+  // a file cut inside a record's header silently. Without skip_corrupt_records only the headers
+  // (a data CRC that fails is TFRecordDataset's to find and Decorate's to name); with it every
+  // record, so that each bad file's good records are known and the pipeline takes only those.
+  absl::Status CheckFiles() {
+    takes_.assign(files_.size(), -1);
+    for (size_t i = 0; i < files_.size(); ++i) {
+      auto check = CheckRecordFile(files_[i], spec_.compression, /*data_crcs=*/spec_.skip_corrupt_records);
+      if (!check.ok()) {
+        return absl::Status(check.status().code(), absl::StrCat("TFRecord file '", files_[i], "': ", check.status().message()));
+      }
+      if (check->ok()) continue;
+      const std::string problem = DescribeRecordProblem(files_[i], spec_.compression, *check);
+      if (!spec_.skip_corrupt_records) return absl::DataLossError(absl::StrCat(problem, kSkipHint));
+      LOG(WARNING) << problem << "; option 'skip_corrupt_records': reading the " << check->records
+                   << (check->records == 1 ? " record" : " records") << " before it, skipping the rest of the file";
+      takes_[i] = check->records;
+    }
+    return absl::OkStatus();
+  }
+
+  bool SkipsRecords() const {
+    return std::any_of(takes_.begin(), takes_.end(), [](int64_t take) { return take >= 0; });
+  }
+
+  // The function reading one file: filename -> TFRecordDataset; with SkipsRecords, (filename,
+  // count) -> TakeDataset(TFRecordDataset, count), count -1 for every record.
   void AddReadFunction(GraphDef* graph) {
     FunctionDef* f = graph->mutable_library()->add_function();
     OpDef* sig = f->mutable_signature();
@@ -460,6 +497,11 @@ class TFRecordSource : public BatchSource {
     OpDef::ArgDef* in = sig->add_input_arg();
     in->set_name("filename");
     in->set_type(DT_STRING);
+    if (SkipsRecords()) {
+      OpDef::ArgDef* count = sig->add_input_arg();
+      count->set_name("count");
+      count->set_type(DT_INT64);
+    }
     OpDef::ArgDef* out = sig->add_output_arg();
     out->set_name("dataset");
     out->set_type(DT_VARIANT);
@@ -471,6 +513,13 @@ class TFRecordSource : public BatchSource {
     B::AddTo(f->add_node_def(), "read", "TFRecordDataset",
              {"filename", "compression:output:0", "buffer_size:output:0"}, {{"metadata", B::Attr("")}});
     (*f->mutable_ret())["dataset"] = "read:handle:0";
+    if (SkipsRecords()) {
+      B::AddTo(f->add_node_def(), "take", "TakeDataset", {"read:handle:0", "count"},
+               {{"output_types", B::Attr(std::vector<DataType>{DT_STRING})},
+                {"output_shapes", B::Attr(std::vector<PartialTensorShape>{PartialTensorShape({})})},
+                {"metadata", B::Attr("")}});
+      (*f->mutable_ret())["dataset"] = "take:handle:0";
+    }
     // A single-device function: without this attr tf.data instantiates it as a multi-device
     // function, running Grappler over it for every iterator (4.5 ms an epoch).
     (*f->mutable_attr())[FunctionLibraryDefinition::kIntsOnDeviceAttr].set_b(true);
@@ -494,7 +543,7 @@ class TFRecordSource : public BatchSource {
       return attrs;
     };
     std::string records;
-    if (readers() <= 1) {
+    if (readers() <= 1 && !SkipsRecords()) {
       records = g.Add("records", "TFRecordDataset",
                       {files, g.Const("compression", Tensor(tstring(spec_.compression))),
                        g.Int64("buffer_size", kReadBufferBytes)},
@@ -503,10 +552,21 @@ class TFRecordSource : public BatchSource {
       AddReadFunction(graph);
       NameAttrList f;
       f.set_name(kReadFile);
+      // With SkipsRecords each file's name and the records taken from it.
+      std::vector<std::string> components = {files};
+      std::vector<DataType> component_types = record_type;
+      std::vector<PartialTensorShape> component_shapes = record_shape;
+      if (SkipsRecords()) {
+        Tensor counts(DT_INT64, TensorShape({static_cast<int64_t>(files_.size())}));
+        for (size_t i = 0; i < files_.size(); ++i) counts.flat<int64_t>()(i) = takes_[i];
+        components.push_back(g.Const("counts", counts));
+        component_types.push_back(DT_INT64);
+        component_shapes.push_back(PartialTensorShape({}));
+      }
       const std::string file_names =
-          g.Add("file_names", "TensorSliceDataset", {files},
-                {{"Toutput_types", B::Attr(record_type)},
-                 {"output_shapes", B::Attr(record_shape)},
+          g.Add("file_names", "TensorSliceDataset", components,
+                {{"Toutput_types", B::Attr(component_types)},
+                 {"output_shapes", B::Attr(component_shapes)},
                  {"is_files", B::Attr(true)},
                  {"metadata", B::Attr("")},
                  {"replicate_on_split", B::Attr(false)}});
@@ -657,34 +717,35 @@ class TFRecordSource : public BatchSource {
   // Records each open file's reader buffers ahead of the output.
   int64_t buffered_records() const { return std::max<int64_t>(spec_.batch_size, 16); }
 
-  // The pipeline's error without the node TensorFlow appends; a corrupt record's names its file
-  // (TFRecordDataset's gives the offset alone).
+  // The pipeline's error without the node TensorFlow appends; a corrupt record's as CheckFiles
+  // words it, naming the file, the offset and the records before it (TFRecordDataset's gives
+  // the offset alone).
   absl::Status Decorate(const absl::Status& s) const {
     std::string message(s.message());
     message = message.substr(0, message.find("\n\t [["));
     if (absl::IsDataLoss(s)) {
-      const std::string file = FirstCorruptFile();
-      if (!file.empty()) absl::StrAppend(&message, " in ", file);
+      const std::string problem = FirstBadRecord();
+      if (!problem.empty()) return absl::DataLossError(problem);
     }
     return absl::Status(s.code(), message);
   }
 
-  // The first file whose records do not read back (only to name it in an error).
-  std::string FirstCorruptFile() const {
+  // The first bad record of the files, every record's data CRC checked (only to name it in an
+  // error); empty if there is none.
+  std::string FirstBadRecord() const {
     for (const std::string& file : files_) {
-      std::unique_ptr<RandomAccessFile> f;
-      if (!Env::Default()->NewRandomAccessFile(file, &f).ok()) return file;
-      io::SequentialRecordReader reader(f.get(), io::RecordReaderOptions::CreateRecordReaderOptions(spec_.compression));
-      tstring record;
-      absl::Status s;
-      while ((s = reader.ReadRecord(&record)).ok()) {
+      auto check = CheckRecordFile(file, spec_.compression, /*data_crcs=*/true);
+      if (!check.ok()) return absl::StrCat("TFRecord file '", file, "': ", check.status().message());
+      if (!check->ok()) {
+        return absl::StrCat(DescribeRecordProblem(file, spec_.compression, *check),
+                            spec_.skip_corrupt_records ? "" : kSkipHint);
       }
-      if (!absl::IsOutOfRange(s)) return file;
     }
     return "";
   }
 
   std::vector<std::string> files_;
+  std::vector<int64_t> takes_;  // the records read of each file (-1: all), by CheckFiles
   DataSpec spec_;
   std::vector<Parsed> parsed_;
   std::vector<Feed> feeds_;  // inputs in order, then targets, then weights

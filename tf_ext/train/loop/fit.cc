@@ -130,6 +130,7 @@ absl::StatusOr<DataSpec> MakeDataSpec(Trainer* trainer, const TrainerOptions& op
   spec.compression = f.compression;
   spec.batch_size = f.batch_size;
   spec.drop_remainder = f.drop_remainder;
+  spec.skip_corrupt_records = f.skip_corrupt_records;
   spec.shuffle = f.shuffle;
   spec.shuffle_buffer = f.shuffle_buffer;
   spec.seed = f.seed;

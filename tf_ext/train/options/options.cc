@@ -226,6 +226,10 @@ std::vector<TrainerOption> MakeTable() {
       Field("seed", "N", "the shuffle's seed", TF_EXT_OPTION_FIELD(fit.seed)),
       Field("drop_remainder", "BOOL", "drop each epoch's last batch when it is partial",
             TF_EXT_OPTION_FIELD(fit.drop_remainder)),
+      Field("skip_corrupt_records", "BOOL",
+            "TFRecord: a file truncated inside a record, or with a record failing its CRC, is read "
+            "up to that record and the rest skipped, with a warning (default: an error)",
+            TF_EXT_OPTION_FIELD(fit.skip_corrupt_records)),
       Field("history", "FILE.csv",
             "one row per step: step,epoch,loss (that batch's) and each metric's running value; "
             "FILE.epochs.csv beside it: one row per epoch, as model.fit's history",

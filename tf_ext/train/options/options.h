@@ -98,6 +98,9 @@ struct FitOptions {
   int64_t shuffle_buffer = 0;    // TFRecord: a seeded shuffle buffer of this many examples
   int64_t seed = 0;
   bool drop_remainder = false;
+  // TFRecord: a file truncated inside a record or with a record failing its CRC is read up to
+  // that record, with a warning, instead of stopping training with an error.
+  bool skip_corrupt_records = false;
   std::string history;           // per-step CSV; its .epochs.csv beside it
   std::string tensorboard;       // a log directory, laid out as Keras's TensorBoard callback's
   std::string update_freq = "epoch";  // epoch, batch or N steps
