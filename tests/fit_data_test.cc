@@ -429,7 +429,17 @@ TEST(TFRecordDataTest, BadInputErrorsNameIt) {
   // A declaration of nothing fed.
   DataSpec extra = XYSpec(4);
   extra.features.push_back({"z", DT_FLOAT, TensorShape({})});
-  ExpectError(OpenTFRecordData(good, extra).status(), absl::StatusCode::kInvalidArgument, {"'z'"});
+  ExpectError(OpenTFRecordData(good, extra).status(), absl::StatusCode::kInvalidArgument,
+              {"option 'features': 'z' is none of the inputs, targets or sample weights (those are: x, y)"});
+  // Keys the records lack, each error naming its option and the first record's features.
+  DataSpec no_input = XYSpec(4);
+  no_input.input_keys = {"nope"};
+  ExpectError(OpenTFRecordData(good, no_input).status(), absl::StatusCode::kInvalidArgument,
+              {"option 'inputs': the records of " + good + " have no feature 'nope' (the first has: w, x, y)"});
+  DataSpec no_weights = XYSpec(4);
+  no_weights.weights_key = "weight";
+  ExpectError(OpenTFRecordData(good, no_weights).status(), absl::StatusCode::kInvalidArgument,
+              {"option 'sample_weights'", "'weight'", "w, x, y"});
   // A glob matching nothing; an unknown compression.
   ExpectError(OpenTFRecordData(dir + "/none-*.tfrecord", XYSpec(4)).status(), absl::StatusCode::kInvalidArgument,
               {"none-*.tfrecord"});

@@ -5,9 +5,10 @@ losses of an MLP and of a small CNN agree to a relative 1e-4, with a partial las
 several files. Memory is bounded by the pipeline's buffers, not by the data: the peak resident
 size (ru_maxrss, the process's VmHWM) of a 1-epoch run on ~128 MB of records exceeds that on
 ~8 MB by at most the buffers' size plus 64 MB. Bad input (a corrupt record, a file truncated
-inside a record, a feature missing or of another shape, a glob matching nothing, a --features
-syntax error) gets one clear error naming the value, exit status 1, no crash and no hang;
---skip_corrupt_records trains on a bad file's records before the bad one, with a warning."""
+inside a record, a feature missing or of another shape, a name in --inputs, --targets or
+--features matching nothing, a glob matching nothing, a --features syntax error) gets one clear
+error naming the value, exit status 1, no crash and no hang; --skip_corrupt_records trains on a
+bad file's records before the bad one, with a warning."""
 import csv
 import os
 import re
@@ -307,6 +308,36 @@ def test_truncated_or_corrupt_records_stop_training_or_are_skipped(small, tmp_pa
                 f"{before} records before it, skipping the rest of the file") in warning[0], warning
         with open(history) as f:
             assert len(list(csv.DictReader(f))) == before + 20, name  # b.tfrecord's 20 records too
+
+
+def test_unmatched_names_are_errors_listing_what_exists(small, tmp_path):
+    """Each --inputs, --targets, --sample_weights and --features name matching nothing, on
+    either side of --inputs=KEY:INPUT, is one error naming it and listing what there is: the
+    records' features (or the .npz's arrays), the signature's inputs, the keys fed."""
+    tmp, export, x, y = small
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    records = tmp / "a.tfrecord"
+    for data, has in [(records, f"the records of {records} have no feature 'nope' (the first has: x, y)"),
+                      (tmp_path / "d.npz", f"{tmp_path / 'd.npz'} has no array 'nope' (it has: x, y)")]:
+        features = ["--features=y:float32:2"] if data == records else []
+        takes = ("trainer: input 'nope' is not one of the signature's inputs; signature "
+                 "'serving_default' takes x: float32 [?,5]")
+        for flags, message in [
+            (["--inputs=nope", "--targets=y"], f"option 'inputs': {has}"),
+            (["--inputs=nope:x", "--targets=y"], f"option 'inputs': {has}"),
+            (["--inputs=x:nope", "--targets=y"], takes),
+            (["--inputs=x", "--targets=nope"], f"option 'targets': {has}"),
+            (["--inputs=x", "--targets=y", "--sample_weights=nope"], f"option 'sample_weights': {has}"),
+            (["--inputs=x", "--targets=y", "--features=y:float32:2,nope:float32:"],
+             "option 'features': 'nope' is none of the inputs, targets or sample weights "
+             "(those are: x, y)"),
+        ]:
+            if not any(f.startswith("--features=") for f in flags):
+                flags = flags + features
+            flags = [f"--saved_model={export}", f"--data={data}", "--batch_size=8",
+                     "--epochs=1"] + flags
+            error = one_error(run_tool(*flags, timeout=120), flags)
+            assert f"tf_ext_train: {message}" in error, (flags, error)
 
 
 def test_shuffle_buffer_is_reproducible_and_reshuffles(small):

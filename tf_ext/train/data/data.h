@@ -82,6 +82,11 @@ class BatchSource {
 // float32, int64, ...). InvalidArgument naming the item otherwise.
 absl::StatusOr<std::vector<FeatureSpec>> ParseFeatures(const std::string& text);
 
+// InvalidArgument "option 'features': 'NAME' is none of the inputs, targets or sample weights
+// (those are: ...)" for a declared feature nothing reads (a misspelt name would otherwise be
+// ignored, with an .npz too).
+absl::Status CheckFeatureNames(const DataSpec& spec);
+
 // True when `path` names TFRecord data: a comma-separated list or glob of files ending in
 // .tfrecord or .tfrecords.
 bool IsTFRecordPath(const std::string& path);

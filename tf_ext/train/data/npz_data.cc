@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/tensor_util.h"
 #include "tf_ext/graph/io/npy_io.h"
 #include "tf_ext/train/data/data.h"
@@ -71,12 +72,20 @@ class NpzSource : public BatchSource {
   absl::Status Load() {
     auto arrays = ReadNpz(path_);
     if (!arrays.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", arrays.status().message()));
-    std::vector<std::string> keys = spec_.input_keys;
-    if (!spec_.targets_key.empty()) keys.push_back(spec_.targets_key);
-    if (!spec_.weights_key.empty()) keys.push_back(spec_.weights_key);
-    for (const std::string& key : keys) {
+    // Each key with the option that names it.
+    std::vector<std::pair<const char*, std::string>> keys;
+    for (const std::string& key : spec_.input_keys) keys.emplace_back("inputs", key);
+    if (!spec_.targets_key.empty()) keys.emplace_back("targets", spec_.targets_key);
+    if (!spec_.weights_key.empty()) keys.emplace_back("sample_weights", spec_.weights_key);
+    for (const auto& [option, key] : keys) {
       const Tensor* t = Find(*arrays, key);
-      if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(path_, " has no array '", key, "'"));
+      if (t == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& [name, array] : *arrays) names.push_back(name);
+        std::sort(names.begin(), names.end());
+        return absl::InvalidArgumentError(absl::StrCat("option '", option, "': ", path_, " has no array '", key,
+                                                       "' (it has: ", absl::StrJoin(names, ", "), ")"));
+      }
       if (t->dims() < 1) return absl::InvalidArgumentError(absl::StrCat("array '", key, "' has no examples axis"));
       if (examples_ >= 0 && t->dim_size(0) != examples_) {
         return absl::InvalidArgumentError(absl::StrCat("array '", key, "' has ", t->dim_size(0),
@@ -85,6 +94,7 @@ class NpzSource : public BatchSource {
       examples_ = t->dim_size(0);
       columns_.push_back(*t);
     }
+    TF_RETURN_IF_ERROR(CheckFeatureNames(spec_));  // after the keys: a misspelt key comes first
     if (examples_ == 0) return absl::InvalidArgumentError(absl::StrCat(path_, " has no examples"));
     const size_t n = spec_.input_keys.size();
     if (!spec_.targets_key.empty()) {

@@ -63,6 +63,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tensorflow/core/example/example.pb.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/attr_value_util.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
@@ -277,6 +278,8 @@ class TFRecordSource : public BatchSource {
       : files_(std::move(files)), spec_(spec) {}
 
   absl::Status Build() {
+    TF_RETURN_IF_ERROR(CheckKeys());
+    TF_RETURN_IF_ERROR(CheckFeatureNames(spec_));  // after CheckKeys: a misspelt key comes first
     TF_RETURN_IF_ERROR(ResolveFeatures());
     TF_RETURN_IF_ERROR(CheckFiles());
     GraphDef graph;
@@ -444,14 +447,6 @@ class TFRecordSource : public BatchSource {
       TF_ASSIGN_OR_RETURN(int f, FeatureOf(spec_.weights_key, -1, "sample weights"));
       feeds_.push_back({parsed_[f].key, spec_.weights_dtype == DT_INVALID ? parsed_[f].declared : spec_.weights_dtype});
     }
-    for (const FeatureSpec& f : spec_.features) {
-      bool used = false;
-      for (const Parsed& p : parsed_) used = used || p.key == f.name;
-      if (!used) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--features declares '", f.name, "', which is none of the inputs, targets or sample weights"));
-      }
-    }
     for (const Feed& feed : feeds_) {
       const Parsed& p = *std::find_if(parsed_.begin(), parsed_.end(),
                                       [&](const Parsed& q) { return q.key == feed.key; });
@@ -459,6 +454,36 @@ class TFRecordSource : public BatchSource {
         return absl::InvalidArgumentError(absl::StrCat("feature '", p.key, "' is ", PythonName(p.declared),
                                                        " but is fed as ", PythonName(feed.dtype)));
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // The features of the first record of the first file that has one: each key the options name
+  // is one of them, or an error lists them (before a batch is parsed). Records without the
+  // first one's features are ParseExample's to refuse.
+  absl::Status CheckKeys() const {
+    for (const std::string& file : files_) {
+      std::unique_ptr<RandomAccessFile> f;
+      if (!Env::Default()->NewRandomAccessFile(file, &f).ok()) continue;  // CheckFiles names it
+      io::SequentialRecordReader reader(f.get(), io::RecordReaderOptions::CreateRecordReaderOptions(spec_.compression));
+      tstring record;
+      if (!reader.ReadRecord(&record).ok()) continue;  // empty, or bad: CheckFiles says how
+      Example example;
+      if (!example.ParseFromArray(record.data(), static_cast<int>(record.size()))) return absl::OkStatus();
+      std::vector<std::string> names;
+      for (const auto& [name, feature] : example.features().feature()) names.push_back(name);
+      std::sort(names.begin(), names.end());
+      std::vector<std::pair<const char*, std::string>> keys;
+      for (const std::string& key : spec_.input_keys) keys.emplace_back("inputs", key);
+      if (!spec_.targets_key.empty()) keys.emplace_back("targets", spec_.targets_key);
+      if (!spec_.weights_key.empty()) keys.emplace_back("sample_weights", spec_.weights_key);
+      for (const auto& [option, key] : keys) {
+        if (!std::binary_search(names.begin(), names.end(), key)) {
+          return absl::InvalidArgumentError(absl::StrCat("option '", option, "': the records of ", file, " have no feature '",
+                                                         key, "' (the first has: ", absl::StrJoin(names, ", "), ")"));
+        }
+      }
+      return absl::OkStatus();
     }
     return absl::OkStatus();
   }
@@ -802,6 +827,20 @@ absl::StatusOr<std::vector<FeatureSpec>> ParseFeatures(const std::string& text) 
     features.push_back(std::move(f));
   }
   return features;
+}
+
+absl::Status CheckFeatureNames(const DataSpec& spec) {
+  std::vector<std::string> keys = spec.input_keys;
+  if (!spec.targets_key.empty()) keys.push_back(spec.targets_key);
+  if (!spec.weights_key.empty()) keys.push_back(spec.weights_key);
+  for (const FeatureSpec& f : spec.features) {
+    if (std::find(keys.begin(), keys.end(), f.name) == keys.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("option 'features': '", f.name,
+                                                     "' is none of the inputs, targets or sample weights (those are: ",
+                                                     absl::StrJoin(keys, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool IsTFRecordPath(const std::string& path) {
