@@ -225,8 +225,8 @@ def test_port_in_use(tmp_path):
     finally:
         taken.close()
     assert code != 0
-    assert "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:%d) (is port %d in use?)" % (
-        ports[0], ports[0]) in stderr, stderr
+    assert ("cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:%d) on 127.0.0.1 (is port %d "
+            "in use? IPv6 socket: Address already in use" % (ports[0], ports[0])) in stderr, stderr
 
 
 def listeners(port):
@@ -281,10 +281,15 @@ def test_server_listens_on_the_cluster_address(tmp_path, listen):
 
 @pytest.mark.parametrize("listen,message", [
     ("192.0.2.1", "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:{port}): "
-                  "192.0.2.1 is not an address of this machine (set option 'listen_address' to "
-                  "one that is, or to 0.0.0.0 for every interface)"),
-    ("no-such-host.invalid", "task worker 0 (127.0.0.1:{port}): listen address "
-                             "'no-such-host.invalid' does not resolve"),
+                  "192.0.2.1 is not an address of this machine (IPv6 socket: Cannot assign requested "
+                  "address; IPv4 socket: Cannot assign requested address; set option "
+                  "'listen_address' to one that is, or to 0.0.0.0 for every interface)"),
+    # An IPv6 address: the error is the IPv6 socket's (gRPC's IPv4 retry does not hide it).
+    ("2001:db8::77", "cannot start TensorFlow's gRPC server for task worker 0 (127.0.0.1:{port}): "
+                     "2001:db8::77 is not an address of this machine (IPv6 socket: Cannot assign "
+                     "requested address"),
+    ("no-such-host.invalid", "task worker 0 (127.0.0.1:{port}): cannot choose the address to "
+                             "listen on: host 'no-such-host.invalid' does not resolve"),
 ])
 def test_listen_address_that_cannot_be_bound(tmp_path, listen, message):
     flags = setup(tmp_path)

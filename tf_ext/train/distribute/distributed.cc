@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "google/protobuf/json/json.h"
 #include "google/protobuf/struct.pb.h"
 #include "tensorflow/core/distributed_runtime/server_lib.h"
@@ -26,6 +28,7 @@
 #include "tensorflow/core/protobuf/tensorflow_server.pb.h"
 #include "tf_ext/graph/runtime/saved_model.h"
 #include "tf_ext/train/data/data.h"
+#include "tf_ext/train/distribute/host_address.h"
 #include "tf_ext/train/distribute/listen_address.h"
 
 namespace tensorflow::tf_ext::train {
@@ -56,6 +59,11 @@ absl::Status CheckAddress(const std::string& address, const std::string& where) 
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
     return Invalid(absl::StrCat(where, ": '", address, "' is not host:port"));
+  }
+  const std::string host = address.substr(0, colon);
+  if (host.find(':') != std::string::npos && Unbracketed(host) == host) {
+    return Invalid(absl::StrCat(where, ": '", address,
+                                "' is not host:port (an IPv6 address is written [address]:port)"));
   }
   return absl::OkStatus();
 }
@@ -141,7 +149,7 @@ absl::StatusOr<Cluster> FromTfConfig(const std::string& text) {
 // Whether a TCP connection to host:port opens within `timeout_ms`; the reason when not.
 std::string Unreachable(const std::string& address, int timeout_ms) {
   const size_t colon = address.rfind(':');
-  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  const std::string host = Unbracketed(address.substr(0, colon)), port = address.substr(colon + 1);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -195,6 +203,93 @@ Node* Build(Graph* g, NodeBuilder& b, absl::Status* status) {
   Node* n = nullptr;
   if (status->ok()) *status = b.Finalize(g, &n);
   return status->ok() ? n : nullptr;
+}
+
+// Whether every task of the cluster is on loopback: then a task's own name may be too.
+bool ClusterOnLoopback(const Cluster& cluster) {
+  for (const ClusterTask& t : cluster.tasks) {
+    if (!IsLoopbackHost(t.address.substr(0, t.address.rfind(':')))) return false;
+  }
+  return true;
+}
+
+// Refuses a server that the kernel says listens on `port` anywhere but `address` (or, for a
+// wildcard `address`, anywhere but the wildcard), or nowhere.
+absl::Status CheckListenScope(const Cluster& cluster, const std::string& address, int port) {
+  auto listening = ListeningAddresses(port);
+  if (!listening.ok()) return listening.status();
+  std::vector<std::string> wrong;
+  for (const std::string& a : *listening) {
+    const bool right = IsWildcardHost(address) ? IsWildcardHost(a) : SameAddress(a, address);
+    if (!right) wrong.push_back(a);
+  }
+  if (wrong.empty() && !listening->empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      kWhat, "TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank), " was asked to listen on ",
+      address, " port ", port, " but the kernel's socket table shows it listening on ",
+      listening->empty() ? "nothing at that port" : absl::StrJoin(*listening, ", "),
+      IsWildcardHost(address) ? "" : " (option 'listen_address=0.0.0.0' listens on every interface)"));
+}
+
+// TensorFlow's server, made (not started) to listen on this task's address (or listen_address)
+// alone, through a ScopedListenAddress while it is made: by itself it would listen on every
+// interface.
+absl::StatusOr<std::unique_ptr<ServerInterface>> MakeServer(const Cluster& cluster,
+                                                            const DistributedOptions& options,
+                                                            const ServerDef& server, int64_t threads) {
+  const ClusterTask& me = cluster.tasks[cluster.rank];
+  const size_t colon = me.address.rfind(':');
+  const std::string port = me.address.substr(colon + 1);
+  const std::string task = absl::StrCat(kWhat, "task ", cluster.TaskName(cluster.rank), ": ");
+  int port_number = 0;
+  if (!absl::SimpleAtoi(port, &port_number)) {
+    return Invalid(absl::StrCat("'", me.address, "' has no numeric port"));
+  }
+  const std::string asked =
+      options.listen_address.empty() ? me.address.substr(0, colon) : options.listen_address;
+  std::string listen = "0.0.0.0";
+  std::unique_ptr<ScopedListenAddress> scope;
+  if (!IsWildcardHost(asked)) {
+    auto chosen = ChooseListenAddress(asked, ClusterOnLoopback(cluster));
+    if (!chosen.ok()) {
+      return absl::Status(chosen.status().code(),
+                          absl::StrCat(task, "cannot choose the address to listen on: ",
+                                       chosen.status().message()));
+    }
+    listen = *chosen;
+    auto made = ScopedListenAddress::Create(listen, port_number);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(), absl::StrCat(
+          task, made.status().message(), " (option 'listen_address'; 0.0.0.0 listens on every interface)"));
+    }
+    scope = std::move(*made);
+  } else {
+    listen = Unbracketed(asked);
+  }
+  std::unique_ptr<ServerInterface> s;
+  absl::Status status;
+  {
+    OwnIntraOpPools own(threads > 0);
+    status = NewServer(server, &s);
+  }
+  if (!status.ok() && scope != nullptr &&
+      (scope->bind_errno(true) == EADDRNOTAVAIL || scope->bind_errno(false) == EADDRNOTAVAIL)) {
+    return absl::Status(status.code(), absl::StrCat(
+        kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
+        ": ", listen, " is not an address of this machine (", scope->BindErrors(),
+        "; set option 'listen_address' to one that is, or to 0.0.0.0 for every interface)"));
+  }
+  if (!status.ok()) {
+    const std::string binds = scope == nullptr ? "" : scope->BindErrors();
+    return absl::Status(status.code(), absl::StrCat(
+        kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
+        " on ", listen, " (is port ", port, " in use?", binds.empty() ? "" : " ", binds, "): ",
+        status.message()));
+  }
+  scope.reset();
+  // Not started yet, so it can still be destroyed.
+  TF_RETURN_IF_ERROR(CheckListenScope(cluster, listen, port_number));
+  return s;
 }
 
 }  // namespace
@@ -273,51 +368,13 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
           "cannot be stopped: one cluster per process)"));
     }
     if (server_def_text == nullptr) {
-      // TensorFlow's server would listen on every interface: it listens on this task's address
-      // (or listen_address) alone, through a ScopedListenAddress while it is made.
-      const size_t colon = me.address.rfind(':');
-      const std::string port = me.address.substr(colon + 1);
-      const std::string listen =
-          options.listen_address.empty() ? me.address.substr(0, colon) : options.listen_address;
-      int port_number = 0;
-      std::unique_ptr<ScopedListenAddress> scope;
-      if (!IsWildcardHost(listen)) {
-        if (!absl::SimpleAtoi(port, &port_number)) {
-          return Invalid(absl::StrCat("'", me.address, "' has no numeric port"));
-        }
-        auto made = ScopedListenAddress::Create(listen, port_number);
-        if (!made.ok()) {
-          return absl::Status(made.status().code(), absl::StrCat(
-              kWhat, "task ", cluster.TaskName(cluster.rank), ": ", made.status().message(),
-              " (option 'listen_address'; 0.0.0.0 listens on every interface)"));
-        }
-        scope = std::move(*made);
-      }
-      std::unique_ptr<ServerInterface> s;
-      absl::Status status;
-      {
-        OwnIntraOpPools own(threads > 0);
-        status = NewServer(server, &s);
-      }
-      if (!status.ok() && scope != nullptr && scope->last_errno() == EADDRNOTAVAIL) {
-        return absl::Status(status.code(), absl::StrCat(
+      auto made = MakeServer(cluster, options, server, threads);
+      if (!made.ok()) return made.status();
+      std::unique_ptr<ServerInterface> s = std::move(*made);
+      if (absl::Status started = s->Start(); !started.ok()) {
+        return absl::Status(started.code(), absl::StrCat(
             kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
-            ": ", listen, " is not an address of this machine (set option 'listen_address' to one "
-            "that is, or to 0.0.0.0 for every interface)"));
-      }
-      if (status.ok() && scope != nullptr && scope->redirected() == 0) {
-        // Not started yet, so it can still be destroyed.
-        return absl::InternalError(absl::StrCat(
-            kWhat, "TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
-            " did not bind through the redirection to ", scope->address(), ": it would listen on "
-            "every interface (option 'listen_address=0.0.0.0' accepts that)"));
-      }
-      scope.reset();
-      if (status.ok()) status = s->Start();
-      if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat(
-            kWhat, "cannot start TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank),
-            " (is port ", port, " in use?): ", status.message()));
+            ": ", started.message()));
       }
       server_target = new std::string(s->target());
       server_def_text = new std::string(text);
@@ -332,12 +389,32 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Start(const Cluster& c
                                             server_kernel_threads,
                                             " intra-op threads (is TF_NUM_INTRAOP_THREADS set?)"));
   }
+  TF_RETURN_IF_ERROR(d->WaitForChief());
   d->kernel_threads_ = server_kernel_threads;
   d->session_options_.target = *server_target;
   d->session_options_.config = config;
   // Nodes are added to the loader's Session (Session::Extend) to read or train the variables.
   d->session_options_.config.mutable_experimental()->set_disable_optimize_for_static_graph(true);
   return d;
+}
+
+absl::Status Distributed::WaitForChief() const {
+  // A worker's first collective run asks the chief, the group's leader, for its step ids, and
+  // TensorFlow's master retries that forever while the chief cannot be reached
+  // (MasterSession::NewStepId): so the chief is waited for here, within collective_timeout.
+  if (cluster_.rank == 0) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + absl::Seconds(options_.collective_timeout);
+  std::string why;
+  for (;;) {
+    why = Unreachable(cluster_.tasks[0].address, 1000);
+    if (why.empty()) return absl::OkStatus();
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      kWhat, "task ", cluster_.TaskName(cluster_.rank), " cannot reach the chief, task ",
+      cluster_.TaskName(0), ", within ", options_.collective_timeout, " s: ", why,
+      " (is it started, and is its address in the cluster right?)"));
 }
 
 RunOptions Distributed::Run(RunKind kind) const {

@@ -18,12 +18,15 @@
 // before the all-reduce. With shard_by=files each step first agrees (AllHave) that every worker
 // has a batch, so an epoch ends for all when one worker's files run out.
 //
-// Each task's server listens only on its cluster address (or listen_address;
-// listen_address.h says how, as TensorFlow's server itself listens on every interface). Its
-// runtime is unauthenticated and belongs on a private network.
+// Each task's server listens only on its cluster address (or listen_address): of its host
+// name's answers, the one that is this machine's (host_address.h); listen_address.h says how,
+// as TensorFlow's server itself listens on every interface. Start-up then asks the kernel where
+// the server listens and refuses any other address or a wildcard. Its runtime is
+// unauthenticated and belongs on a private network.
 //
 // Limits: BatchNormalization's moving statistics stay per worker. A process serves one cluster
-// (TensorFlow's server cannot be stopped). Tested by tests/python/test_fit_distributed.py.
+// (TensorFlow's server cannot be stopped). Tested by tests/python/test_fit_distributed.py and, on
+// hosts made as network namespaces, tests/python/test_cluster_bed.py.
 #ifndef TF_EXT_TRAIN_DISTRIBUTE_DISTRIBUTED_H_
 #define TF_EXT_TRAIN_DISTRIBUTE_DISTRIBUTED_H_
 
@@ -130,6 +133,9 @@ class Distributed {
 
  private:
   Distributed() = default;
+  // A worker (not the chief) waits at most collective_timeout for the chief to accept
+  // connections; Unavailable naming the chief's address and the reason when it does not.
+  absl::Status WaitForChief() const;
   Node* Collective(Graph* g, const std::string& op, const std::string& name,
                    const std::vector<NodeBuilder::NodeOut>& inputs, DataType dtype,
                    absl::Status* status, const std::string& merge_op = "Add",

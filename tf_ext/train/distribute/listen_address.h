@@ -4,34 +4,40 @@
 // address, and the builder hooks a subclass gets (MaybeMutateBuilder) come after that port is
 // added. gRPC then creates the listening socket and calls the C library's bind() with the
 // wildcard address ([::]:<port> for a dual-stack socket, else 0.0.0.0:<port>). While a
-// ScopedListenAddress lives, the bind() that TensorFlow's own shared libraries import (their
-// GOT slots for bind, found from their dynamic sections) binds the wildcard address on `port`
-// to `address` instead: an IPv4 address as its IPv4-mapped form on a dual-stack socket. Every
-// other bind() passes through unchanged, and the slots are restored when it ends. Only the
-// libraries whose file name holds "tensorflow" are touched; this process's other code never is.
+// ScopedListenAddress lives, the bind() that the shared object holding TensorFlow's gRPC server
+// imports (its GOT slots for bind, found from its dynamic section) binds the wildcard address on
+// `port` to `address` instead: an IPv4 address as its IPv4-mapped form on a dual-stack socket.
+// Every other bind() passes through unchanged to the C library's, resolved once; no other
+// object is touched. A slot on a read-only page (RELRO) is written with the page made writable
+// for the write and its protection, read from /proc/self/maps, put back after; each slot is
+// restored once when the scope ends, by compare-and-swap, so a slot someone else has since
+// changed is left as it is.
 //
-// Linux (ELF, x86-64 and AArch64) only. Tested by tests/python/test_fit_distributed.py (a worker
-// answers on its cluster address and refuses another loopback address).
+// That the server then listens where it should is not inferred from these binds: distributed.cc
+// asks the kernel (host_address.h's ListeningAddresses). Linux (ELF, x86-64 and AArch64) only.
+// Tested by tests/cc/listen_address_test.cc and tests/python/test_cluster_bed.py.
 #ifndef TF_EXT_TRAIN_DISTRIBUTE_LISTEN_ADDRESS_H_
 #define TF_EXT_TRAIN_DISTRIBUTE_LISTEN_ADDRESS_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace tensorflow::tf_ext::train {
 
-// True for an address that names every interface: 0.0.0.0, :: or [::].
-bool IsWildcardHost(const std::string& host);
+// The GOT slots (each once) through which the shared object that defines TensorFlow's
+// GrpcServer calls bind(). NotFound when no loaded object defines it.
+absl::StatusOr<std::vector<void**>> GrpcServerBindSlots();
 
 class ScopedListenAddress {
  public:
-  // `host`: a numeric IPv4 or IPv6 address (brackets allowed) or a name, resolved with
-  // getaddrinfo (its first answer). InvalidArgument naming `host` when it does not resolve;
-  // Unimplemented when no TensorFlow library in this process imports bind() (nothing to
-  // redirect: the server would listen on every interface).
-  static absl::StatusOr<std::unique_ptr<ScopedListenAddress>> Create(const std::string& host,
+  // `address`: a numeric IPv4 or IPv6 address (host_address.h's ChooseListenAddress gives one).
+  // InvalidArgument when it is not numeric; NotFound / Unimplemented when no loaded object holds
+  // TensorFlow's gRPC server or it imports no bind() (nothing to redirect); FailedPrecondition
+  // while another scope lives.
+  static absl::StatusOr<std::unique_ptr<ScopedListenAddress>> Create(const std::string& address,
                                                                      int port);
   ~ScopedListenAddress();
   ScopedListenAddress(const ScopedListenAddress&) = delete;
@@ -39,10 +45,11 @@ class ScopedListenAddress {
 
   // The address the wildcard binds go to, numeric ("127.0.0.1", "::1").
   const std::string& address() const { return address_; }
-  // How many wildcard binds on the port were redirected and succeeded, and the errno of the
-  // last one that failed (0: none did).
-  int redirected() const;
-  int last_errno() const;
+  // The errno of the first redirected bind that failed on an IPv4 socket (ipv6=false) or on an
+  // IPv6 one; 0 when none did.
+  int bind_errno(bool ipv6) const;
+  // "IPv6 socket: <strerror>; IPv4 socket: <strerror>" for the families whose bind failed.
+  std::string BindErrors() const;
 
  private:
   ScopedListenAddress() = default;
