@@ -51,13 +51,13 @@ def remove(prefix=PREFIX):
 
 class Bed:
     """`hosts` names, e.g. ["hosta", "hostb"]: host i has 198.18.0.(i+1)/24 and 2001:db8::(i+1)/64
-    on its eth0. `hosts_v6`: list the IPv6 addresses in the hosts files too; `own_only`: hosts
-    whose own /etc/hosts lists their name on 127.0.1.1 alone (as a machine that leaves its own
-    name to DNS)."""
+    on its eth0. `families`: the addresses the hosts files give the names ("v4", "v6" or both, a
+    dual-stack host); `own_only`: hosts whose own /etc/hosts lists their name on 127.0.1.1 alone
+    (as a machine that leaves its own name to DNS)."""
 
-    def __init__(self, hosts, hosts_v6=False, own_only=(), prefix=PREFIX):
+    def __init__(self, hosts, families=("v4",), own_only=(), prefix=PREFIX):
         self.hosts, self.prefix = list(hosts), prefix
-        self.hosts_v6, self.own_only = hosts_v6, set(own_only)
+        self.families, self.own_only = tuple(families), set(own_only)
         self.switch = f"{prefix}_sw"
 
     def ns(self, host):
@@ -86,9 +86,8 @@ class Bed:
         for other in self.hosts:
             if other == host and host in self.own_only:
                 continue
-            lines.append(f"{self.address(other)}\t{other}")
-            if self.hosts_v6:
-                lines.append(f"{self.address(other, v6=True)}\t{other}")
+            for family in self.families:
+                lines.append(f"{self.address(other, v6=family == 'v6')}\t{other}")
         return "\n".join(lines) + "\n"
 
     def _make(self):

@@ -44,21 +44,31 @@ def listening(bed, host, address):
     return netbed.wait_for(lambda: bed.connects(host, address, PORT), 90)
 
 
-@pytest.mark.parametrize("hosts,how", [(2, "address"), (2, "name"), (3, "name"), (2, "ipv6")])
+@pytest.mark.parametrize("hosts,how", [(2, "address"), (2, "name"), (3, "name"), (2, "ipv6"),
+                                       (2, "ipv6 name"), (2, "dual-stack name")])
 def test_hosts_train_as_one_process(tmp_path, hosts, how):
+    """By name: the hosts files give the names IPv4 addresses, IPv6 ones, or both (then each task
+    listens on its IPv4 address, as the kernel's socket table shows)."""
     flags = setup(tmp_path)
     one = subprocess.run([TOOL] + flags + [f"--batch_size={BATCH}", f"--history={tmp_path / 'one.csv'}"],
                          capture_output=True, text=True, timeout=120)
     assert one.returncode == 0, one.stderr
-    with netbed.Bed(names(hosts)) as bed:
-        if how == "name":
+    families = {"ipv6 name": ("v6",), "dual-stack name": ("v6", "v4")}.get(how, ("v4",))
+    with netbed.Bed(names(hosts), families=families) as bed:
+        if how.endswith("name"):
             addresses = [f"{h}:{PORT}" for h in bed.hosts]
         else:
             addresses = [f"[{bed.address(h, v6=True)}]:{PORT}" if how == "ipv6" else
                          f"{bed.address(h)}:{PORT}" for h in bed.hosts]
-        procs = [bed.popen(h, [TOOL] + flags + task_flags(addresses, i) +
-                           [f"--history={tmp_path / f'h{i}.csv'}"])
-                 for i, h in enumerate(bed.hosts)]
+        def task(i):
+            return bed.popen(bed.hosts[i], [TOOL] + flags + task_flags(addresses, i) +
+                             [f"--history={tmp_path / f'h{i}.csv'}"])
+        procs = [task(0)]
+        if how.endswith("name"):  # the chief listens on one family's address, the peers not yet up
+            v6 = how == "ipv6 name"
+            assert listening(bed, "hostb", bed.address("hosta", v6=v6)), procs[0].communicate()[1]
+            assert not bed.connects("hostb", bed.address("hosta", v6=not v6), PORT)
+        procs += [task(i) for i in range(1, hosts)]
         results = [p.communicate(timeout=150) + (p.returncode,) for p in procs]
     for stdout, stderr, code in results:
         assert code == 0, stderr

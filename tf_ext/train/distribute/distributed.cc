@@ -146,7 +146,33 @@ absl::StatusOr<Cluster> FromTfConfig(const std::string& text) {
   return c;
 }
 
-// Whether a TCP connection to host:port opens within `timeout_ms`; the reason when not.
+// Why a TCP connection to one resolved address does not open within `timeout_ms`; "" when it
+// does.
+std::string ConnectFails(const addrinfo* a, int timeout_ms) {
+  std::string why = "no answer";
+  const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+  if (fd < 0) return std::strerror(errno);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+  if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+    why.clear();
+  } else if (errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, timeout_ms) == 1) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      why = err == 0 ? "" : std::strerror(err);
+    }
+  } else {
+    why = std::strerror(errno);
+  }
+  close(fd);
+  return why;
+}
+
+// Whether a TCP connection to host:port opens within `timeout_ms` on any of the host's
+// addresses (as gRPC tries each: a dual-stack name's peer listens on one family); the reason
+// when none does (the first address's, as the others' usually repeat it).
 std::string Unreachable(const std::string& address, int timeout_ms) {
   const size_t colon = address.rfind(':');
   const std::string host = Unbracketed(address.substr(0, colon)), port = address.substr(colon + 1);
@@ -156,28 +182,17 @@ std::string Unreachable(const std::string& address, int timeout_ms) {
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
     return "its host does not resolve";
   }
-  std::string why = "no answer";
-  const int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
-  if (fd >= 0) {
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
-    int rc = connect(fd, found->ai_addr, found->ai_addrlen);
-    if (rc == 0) {
-      why.clear();
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, timeout_ms) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        why = err == 0 ? "" : std::strerror(err);
-      }
-    } else {
-      why = std::strerror(errno);
+  std::string first;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const std::string why = ConnectFails(a, timeout_ms);
+    if (why.empty()) {
+      first.clear();
+      break;
     }
-    close(fd);
+    if (a == found) first = why;
   }
   freeaddrinfo(found);
-  return why;
+  return first;
 }
 
 // The process's server: TensorFlow's cannot be stopped, so one per process, kept to its end.
