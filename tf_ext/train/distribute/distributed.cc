@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -233,12 +234,11 @@ bool ClusterOnLoopback(const Cluster& cluster) {
 absl::Status CheckListenScope(const Cluster& cluster, const std::string& address, int port) {
   auto listening = ListeningAddresses(port);
   if (!listening.ok()) return listening.status();
-  std::vector<std::string> wrong;
-  for (const std::string& a : *listening) {
-    const bool right = IsWildcardHost(address) ? IsWildcardHost(a) : SameAddress(a, address);
-    if (!right) wrong.push_back(a);
-  }
-  if (wrong.empty() && !listening->empty()) return absl::OkStatus();
+  const bool right = !listening->empty() &&
+      std::all_of(listening->begin(), listening->end(), [&](const std::string& a) {
+        return IsWildcardHost(address) ? IsWildcardHost(a) : SameAddress(a, address);
+      });
+  if (right) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(
       kWhat, "TensorFlow's gRPC server for task ", cluster.TaskName(cluster.rank), " was asked to listen on ",
       address, " port ", port, " but the kernel's socket table shows it listening on ",
@@ -262,7 +262,7 @@ absl::StatusOr<std::unique_ptr<ServerInterface>> MakeServer(const Cluster& clust
   }
   const std::string asked =
       options.listen_address.empty() ? me.address.substr(0, colon) : options.listen_address;
-  std::string listen = "0.0.0.0";
+  std::string listen;
   std::unique_ptr<ScopedListenAddress> scope;
   if (!IsWildcardHost(asked)) {
     auto chosen = ChooseListenAddress(asked, ClusterOnLoopback(cluster));

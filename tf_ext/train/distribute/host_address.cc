@@ -41,24 +41,8 @@ std::string Text(const sockaddr* a) {
   return text;
 }
 
-// `text` as a numeric IPv4 or IPv6 address (no brackets), or nothing.
-std::optional<sockaddr_storage> Numeric(const std::string& text) {
-  sockaddr_storage s{};
-  auto* in = reinterpret_cast<sockaddr_in*>(&s);
-  auto* in6 = reinterpret_cast<sockaddr_in6*>(&s);
-  if (inet_pton(AF_INET, text.c_str(), &in->sin_addr) == 1) {
-    in->sin_family = AF_INET;
-    return s;
-  }
-  if (inet_pton(AF_INET6, text.c_str(), &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    return s;
-  }
-  return std::nullopt;
-}
-
 bool IsLoopback(const std::string& text) {
-  auto s = Numeric(text);
+  auto s = NumericAddress(text);
   if (!s.has_value()) return false;
   if (s->ss_family == AF_INET) {
     return (ntohl(reinterpret_cast<const sockaddr_in*>(&*s)->sin_addr.s_addr) >> 24) == 127;
@@ -67,7 +51,7 @@ bool IsLoopback(const std::string& text) {
 }
 
 bool IsIPv4(const std::string& text) {
-  auto s = Numeric(text);
+  auto s = NumericAddress(text);
   return s.has_value() && s->ss_family == AF_INET;
 }
 
@@ -146,6 +130,23 @@ std::string KernelAddress(const std::string& hex, bool v6) {
 
 }  // namespace
 
+std::optional<sockaddr_storage> NumericAddress(const std::string& text, int port) {
+  sockaddr_storage s{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&s);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&s);
+  if (inet_pton(AF_INET, text.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<uint16_t>(port));
+    return s;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(port));
+    return s;
+  }
+  return std::nullopt;
+}
+
 std::string Unbracketed(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     return host.substr(1, host.size() - 2);
@@ -160,7 +161,7 @@ bool IsWildcardHost(const std::string& host) {
 
 bool IsLoopbackHost(const std::string& host) {
   const std::string name = Unbracketed(host);
-  if (Numeric(name).has_value()) return IsLoopback(name);
+  if (NumericAddress(name).has_value()) return IsLoopback(name);
   auto answers = Resolve(name);
   if (!answers.ok() || answers->empty()) return false;
   for (const std::string& a : *answers) {
@@ -172,7 +173,7 @@ bool IsLoopbackHost(const std::string& host) {
 absl::StatusOr<std::string> ChooseListenAddress(const std::string& host,
                                                 bool cluster_on_loopback) {
   const std::string name = Unbracketed(host);
-  if (auto numeric = Numeric(name); numeric.has_value()) {
+  if (auto numeric = NumericAddress(name); numeric.has_value()) {
     return Text(reinterpret_cast<const sockaddr*>(&*numeric));
   }
   if (name != host) {
@@ -236,7 +237,7 @@ absl::StatusOr<std::vector<std::string>> ListeningAddresses(int port) {
 }
 
 bool SameAddress(const std::string& a, const std::string& b) {
-  auto x = Numeric(Unbracketed(a)), y = Numeric(Unbracketed(b));
+  auto x = NumericAddress(Unbracketed(a)), y = NumericAddress(Unbracketed(b));
   if (!x.has_value() || !y.has_value()) return a == b;
   return Text(reinterpret_cast<const sockaddr*>(&*x)) == Text(reinterpret_cast<const sockaddr*>(&*y));
 }

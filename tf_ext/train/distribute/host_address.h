@@ -13,6 +13,9 @@
 #ifndef TF_EXT_TRAIN_DISTRIBUTE_HOST_ADDRESS_H_
 #define TF_EXT_TRAIN_DISTRIBUTE_HOST_ADDRESS_H_
 
+#include <sys/socket.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,10 @@ namespace tensorflow::tf_ext::train {
 
 // True for an address that names every interface: 0.0.0.0, :: or [::].
 bool IsWildcardHost(const std::string& host);
+
+// `text` (no brackets) as a numeric IPv4 or IPv6 socket address on `port`; nothing when it is
+// neither.
+std::optional<sockaddr_storage> NumericAddress(const std::string& text, int port = 0);
 
 // `host` without the brackets of "[2001:db8::1]".
 std::string Unbracketed(const std::string& host);

@@ -16,12 +16,14 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tf_ext/train/distribute/host_address.h"
 
 namespace tensorflow::tf_ext::train {
 namespace {
@@ -253,16 +255,8 @@ absl::StatusOr<std::vector<void**>> GrpcServerBindSlots() {
 
 absl::StatusOr<std::unique_ptr<ScopedListenAddress>> ScopedListenAddress::Create(
     const std::string& address, int port) {
-  sockaddr_storage target{};
-  auto* in = reinterpret_cast<sockaddr_in*>(&target);
-  auto* in6 = reinterpret_cast<sockaddr_in6*>(&target);
-  if (inet_pton(AF_INET, address.c_str(), &in->sin_addr) == 1) {
-    in->sin_family = AF_INET;
-    in->sin_port = htons(static_cast<uint16_t>(port));
-  } else if (inet_pton(AF_INET6, address.c_str(), &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(static_cast<uint16_t>(port));
-  } else {
+  const std::optional<sockaddr_storage> target = NumericAddress(address, port);
+  if (!target.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", address, "' is not a numeric IPv4 or IPv6 address"));
   }
@@ -278,7 +272,7 @@ absl::StatusOr<std::unique_ptr<ScopedListenAddress>> ScopedListenAddress::Create
   if (r.active) {
     return absl::FailedPreconditionError("another listen address is already in effect");
   }
-  r.target = target;
+  r.target = *target;
   r.port = port;
   r.errno_v4 = 0;
   r.errno_v6 = 0;
