@@ -1,5 +1,6 @@
 /* TfExtNewGradientSessionWithMemoryBudget (tf_ext/graph/c_api/c_gradient_session.h) from C:
- * on a straight-line graph built here (x [512, 64] -> 8 x (MatMul, Tanh) -> Sum) a budget of
+ * on a straight-line graph built here (x [512, 64] -> 8 x (MatMul, Tanh) -> Sum), with oneDNN
+ * off (see main), a budget of
  * 0.7 of the estimated peak gives the same y and dx, bitwise, as no budget (NULL and ""), and the
  * old TfExtNewGradientSession keeps its meaning; a graph with a loop and a conditional
  * (tests/data/control_flow_graph.pb) takes a budget; a malformed budget and one on a placeholder
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensorflow/c/c_api.h"
 #include "tests/c_test_util.h"
@@ -91,6 +93,18 @@ static void Gradient(const TF_Buffer* graph, const char* budget, float* y, float
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s control_flow_graph.pb _tf_ext_ops.so\n", argv[0]);
+    return 2;
+  }
+  /* Bitwise needs the same kernels on both sides. A budget turns off the pretransposed weights
+   * (simplify_backward.h: a second copy of each weight), so the unbudgeted dx MatMuls read W
+   * where the budgeted ones read W^T; oneDNN's AVX2 matmul sums those two layouts in different
+   * orders (112 of 32768 elements differ, by 2.5e-14, on an AMD EPYC). Eigen's does not.
+   * TensorFlow reads the setting as its library loads, so the test runs itself again with it. */
+  const char* onednn = getenv("TF_ENABLE_ONEDNN_OPTS");
+  if (onednn == NULL || strcmp(onednn, "0") != 0) {
+    setenv("TF_ENABLE_ONEDNN_OPTS", "0", 1);
+    execv("/proc/self/exe", argv);
+    perror("execv /proc/self/exe");
     return 2;
   }
   TF_Status* s = TF_NewStatus();

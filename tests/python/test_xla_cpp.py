@@ -76,8 +76,13 @@ def test_tf_ext_grad_jit_compile_gives_the_default_routes_gradient(tmp_path):
         assert m and int(m.group(1)) > 20 and float(m.group(2)) > 0, stdout
         assert stdout.count("XLA:") == 1
         assert want.keys() == got.keys()
+        # XLA's convolution sums in another order than oneDNN's: an element that cancels to
+        # near zero keeps the rounding of its terms, so the absolute tolerance is relative to
+        # the gradient's scale (the CNN's d_x: max 11.7, differences up to 8.3e-6 on AVX2).
         for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=f"{name} {k}")
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5,
+                                       atol=1e-5 * max(1.0, float(np.abs(want[k]).max())),
+                                       err_msg=f"{name} {k}")
 
 
 def test_tf_ext_grad_jit_compile_refuses_an_op_xla_cannot_compile(tmp_path):

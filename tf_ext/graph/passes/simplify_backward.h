@@ -1,6 +1,8 @@
 // Rewrites of a built forward + backward graph that let TensorFlow's optimizer and executor do
 // for it what Python's gradients get from static shapes and forward outputs
-// (docs/performance.md). Each leaves every value the graph computes unchanged.
+// (docs/performance.md). Each computes the same sums of the same products; the weight-layout
+// folds (the last two) can change the order a kernel adds them in, so a value can differ in its
+// last bit (oneDNN's AVX2 matmul sums W and W^T in different orders).
 //
 // - Static shapes: a gradient's Shape, Size or Rank of a tensor whose shape shape inference
 //   fixes (from the placeholders' shape attrs, which requests must match) becomes a constant.
@@ -22,7 +24,7 @@
 // - Pretransposed weights: a MatMul(a, W, transpose_b) with W a constant of at most 10 MB (a
 //   Dense layer's input gradient, dy W^T) becomes MatMul(a, transpose(W)), the transpose
 //   folded by Grappler: oneDNN's matmul reads a transposed constant more slowly (BERT's
-//   [1024, 3072] x [3072, 768]^T: 15.3 ms against 12.2 ms), the same sums.
+//   [1024, 3072] x [3072, 768]^T: 15.3 ms against 12.2 ms).
 #ifndef TF_EXT_GRAPH_PASSES_SIMPLIFY_BACKWARD_H_
 #define TF_EXT_GRAPH_PASSES_SIMPLIFY_BACKWARD_H_
 
